@@ -1,0 +1,5 @@
+import sys
+
+from trainlens.cli import main
+
+sys.exit(main())

@@ -1,0 +1,176 @@
+"""The Python API, mirroring the command line: read, summarize, analyze, convert.
+
+A notebook user gets the same numbers as ``trainlens analyze``::
+
+    import trainlens
+    runs = trainlens.read("run.jsonl")
+    result = trainlens.analyze("run.jsonl")[0]
+    result.findings, result.summary
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from trainlens.core.config import Config, load_config
+from trainlens.core.errors import UsageError
+from trainlens.core.findings import Finding, Severity
+from trainlens.core.names import AliasTable
+from trainlens.core.run import DataIssue, Run
+from trainlens.detectors import DetectionResult, run_detectors, validate_config
+from trainlens.detectors.base import Context
+from trainlens.readers import ReadOptions, read_runs
+from trainlens.runconfig import find_run_config, model_info, normalize_schedule
+from trainlens.summary import summarize
+
+
+@dataclass
+class Analysis:
+    """One run, its summary and what the detectors found."""
+
+    run: Run
+    summary: dict[str, Any]
+    findings: list[Finding]
+    skipped: dict[str, str] = field(default_factory=dict)
+    context: Context = field(default_factory=Context)
+
+    @property
+    def data_quality(self) -> list[DataIssue]:
+        return self.run.data_quality
+
+    def worst(self) -> Severity | None:
+        return max((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run.name,
+            "source": self.run.source,
+            "format": self.run.format,
+            "summary": self.summary,
+            "findings": [f.to_dict() for f in self.findings],
+            "data_quality": [d.to_dict() for d in self.run.data_quality],
+            "skipped_detectors": self.skipped,
+            "schedule": self.context.schedule or None,
+            "schedule_source": self.context.schedule_source,
+        }
+
+
+def read(
+    paths: str | Path | Iterable[str | Path],
+    *,
+    format: str | None = None,
+    runs: Sequence[str] | None = None,
+    regex: str | None = None,
+    aliases: dict[str, str] | None = None,
+) -> list[Run]:
+    """Read every run at the path(s) into canonical Runs."""
+    opts = ReadOptions(aliases=AliasTable(aliases), runs=list(runs) if runs else None,
+                       regex=regex)
+    return read_runs(paths, format=format, options=opts)
+
+
+def build_context(run: Run, config: Config) -> Context:
+    """Declared schedule and model: explicit config first, else a run config beside it."""
+    ctx = Context()
+    raw, origin = find_run_config(run)
+    if config.schedule:
+        ctx.schedule = normalize_schedule(config.schedule, origin="schedule")
+        ctx.schedule_source = str(config.path) if config.path else "flags"
+    elif raw:
+        ctx.schedule = normalize_schedule(raw, origin=origin or "run config")
+        ctx.schedule_source = origin if ctx.schedule else None
+    ctx.model = {**(model_info(raw) if raw else {}), **config.model}
+    return ctx
+
+
+def analyze_run(run: Run, config: Config | None = None) -> Analysis:
+    config = config or Config()
+    ctx = build_context(run, config)
+    result: DetectionResult = run_detectors(run, config, ctx)
+    return Analysis(
+        run=run,
+        summary=summarize(run),
+        findings=result.findings,
+        skipped=result.skipped,
+        context=ctx,
+    )
+
+
+def analyze(
+    paths: str | Path | Iterable[str | Path] | Run | Sequence[Run],
+    *,
+    config: Config | str | Path | None = None,
+    format: str | None = None,
+    runs: Sequence[str] | None = None,
+    regex: str | None = None,
+) -> list[Analysis]:
+    """Read and judge every run at the path(s) (or the given Runs)."""
+    cfg = config if isinstance(config, Config) else load_config(config)
+    validate_config(cfg)
+    if isinstance(paths, Run):
+        loaded = [paths]
+    elif isinstance(paths, Sequence) and paths and all(isinstance(p, Run) for p in paths):
+        loaded = list(paths)  # type: ignore[arg-type]
+    else:
+        loaded = read(paths, format=format, runs=runs, regex=regex,  # type: ignore[arg-type]
+                      aliases=cfg.aliases)
+    return [analyze_run(run, cfg) for run in loaded]
+
+
+def convert(run: Run, out: str | Path) -> Path:
+    """Write the canonical frame to .parquet, .jsonl/.ndjson or .csv (by extension)."""
+    out = Path(out)
+    frame = run.frame
+    suffix = out.suffix.lower()
+    if suffix == ".parquet":
+        frame.write_parquet(out)
+    elif suffix in (".jsonl", ".ndjson"):
+        out.write_text(_ndjson(frame), "utf-8")
+    elif suffix == ".csv":
+        frame.write_csv(out)
+    else:
+        raise UsageError(f"{out}: unknown output type; use .parquet, .jsonl or .csv")
+    return out
+
+
+def _ndjson(frame: pl.DataFrame) -> str:
+    """JSON lines in Python's convention (NaN, Infinity), which trainlens reads back;
+    polars' own writer would turn non-finite values into null."""
+    import json
+
+    def number(col: str) -> pl.Expr:
+        c = pl.col(col)
+        return (
+            pl.when(c.is_null())
+            .then(pl.lit("null"))
+            .when(c.is_nan())
+            .then(pl.lit("NaN"))
+            .when(c == float("inf"))
+            .then(pl.lit("Infinity"))
+            .when(c == float("-inf"))
+            .then(pl.lit("-Infinity"))
+            .otherwise(c.cast(pl.String))
+        )
+
+    names = frame.get_column("metric").unique().to_list()
+    quoted = {n: json.dumps(n) for n in names}
+    lines = frame.select(
+        pl.format(
+            '{"step":{},"metric":{},"value":{},"wall_time":{},"superseded":{}}',
+            pl.col("step"),
+            pl.col("metric").replace_strict(quoted, return_dtype=pl.String),
+            number("value"),
+            number("wall_time"),
+            pl.col("superseded").cast(pl.String),
+        ).alias("line")
+    ).get_column("line")
+    return "\n".join(lines.to_list()) + ("\n" if lines.len() else "")
+
+
+__all__ = ["Analysis", "analyze", "analyze_run", "build_context", "convert", "read",
+           "summarize"]

@@ -1,0 +1,190 @@
+"""``trainlens analyze`` and ``trainlens convert``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from trainlens.cli.app import app
+from trainlens.core.errors import UsageError
+
+FAIL_LEVELS = ("none", "info", "warning", "error")
+
+PathsArg = Annotated[
+    list[Path],
+    typer.Argument(help="Run files or directories (JSONL, CSV, TensorBoard, MLflow, ...).",
+                   show_default=False),
+]
+FormatOpt = Annotated[
+    str | None,
+    typer.Option("--format", "-f", help="Force a reader: jsonl, csv, tensorboard, mlflow, "
+                 "hf-trainer, text.", show_default=False),
+]
+RunOpt = Annotated[
+    list[str] | None,
+    typer.Option("--run", help="MLflow run id or name to read (repeatable; default all).",
+                 show_default=False),
+]
+RegexOpt = Annotated[
+    str | None,
+    typer.Option("--regex", help="Text logs: a regex with a named group 'step' and one "
+                 "named group per metric.", show_default=False),
+]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", help="A trainlens.toml or pyproject.toml (default: the nearest "
+                 "one from the working directory).", show_default=False),
+]
+AliasOpt = Annotated[
+    list[str] | None,
+    typer.Option("--alias", help="Map a logged name to a canonical one, e.g. "
+                 "'my_loss=train/loss' (repeatable).", show_default=False),
+]
+
+
+def parse_schedule(spec: str) -> dict[str, Any]:
+    """``cosine:warmup_steps=100,peak_lr=3e-4,min_lr=3e-5,total_steps=10000``."""
+    shape, _, rest = spec.partition(":")
+    out: dict[str, Any] = {"shape": shape.strip()}
+    for part in filter(None, (p.strip() for p in rest.split(","))):
+        key, eq, value = part.partition("=")
+        if not eq:
+            raise UsageError(f"--schedule: expected key=value, got {part!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _parse_aliases(items: list[str] | None) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        raw, eq, canonical = item.partition("=")
+        if not eq or not raw.strip() or not canonical.strip():
+            raise UsageError(f"--alias: expected 'logged=canonical', got {item!r}")
+        out[raw.strip()] = canonical.strip()
+    return out
+
+
+def _model_overrides(params: str | None, gpu: str | None, gpus: int | None) -> dict[str, Any]:
+    model: dict[str, Any] = {}
+    if params is not None:
+        from trainlens.cli.numbers import parse_positive
+
+        model["n_params"] = parse_positive(params, "--params")
+    if gpu is not None:
+        model["gpu"] = gpu
+    if gpus is not None:
+        if gpus < 1:
+            raise UsageError("--gpus must be at least 1")
+        model["n_gpus"] = gpus
+    return model
+
+
+@app.command()
+def analyze(
+    paths: PathsArg,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    format: FormatOpt = None,
+    run: RunOpt = None,
+    regex: RegexOpt = None,
+    config: ConfigOpt = None,
+    schedule: Annotated[
+        str | None,
+        typer.Option("--schedule", help="The declared LR schedule, e.g. 'cosine:warmup_steps="
+                     "100,peak_lr=3e-4,min_lr=3e-5,total_steps=10000' (shapes: constant, "
+                     "linear, cosine, inverse-sqrt, step, warmup-stable-decay).",
+                     show_default=False),
+    ] = None,
+    select: Annotated[list[str] | None, typer.Option("--select", help="Only these codes, "
+                      "families or detectors (repeatable).", show_default=False)] = None,
+    ignore: Annotated[list[str] | None, typer.Option("--ignore", help="Skip these codes, "
+                      "families or detectors (repeatable).", show_default=False)] = None,
+    alias: AliasOpt = None,
+    params: Annotated[str | None, typer.Option("--params", help="Model parameters "
+                      "(non-embedding), for MFU and compute, e.g. 1.3e9.",
+                      show_default=False)] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Device name for MFU, e.g. h100.",
+                   show_default=False)] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="Number of devices of the job.",
+                    show_default=False)] = None,
+    fail_on: Annotated[str | None, typer.Option("--fail-on", help="Exit 1 when a finding "
+                       "is at or above this severity: none, info, warning, error "
+                       "[default: none]", show_default=False)] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="Also write an HTML/"
+                      "Markdown report with plots into this directory.",
+                      show_default=False)] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's "
+                       "evidence.")] = False,
+) -> int:
+    """Summarize each run and list what went wrong, when, and what moved first."""
+    from trainlens.api import analyze as analyze_paths
+    from trainlens.core.config import load_config
+
+    cfg = load_config(config)
+    if schedule:
+        cfg.schedule = parse_schedule(schedule)
+    if select:
+        cfg.select = [s.upper() for s in select]
+    if ignore:
+        cfg.ignore = [s.upper() for s in ignore]
+    cfg.aliases = {**cfg.aliases, **_parse_aliases(alias)}
+    cfg.model = {**cfg.model, **_model_overrides(params, gpu, gpus)}
+    level = (fail_on or cfg.fail_on or "none").lower()
+    if level not in FAIL_LEVELS:
+        raise UsageError(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}, not {level!r}")
+
+    analyses = analyze_paths(paths, config=cfg, format=format, runs=run, regex=regex)
+    if json_out:
+        from trainlens.formatters.json import render as render_json
+
+        typer.echo(render_json(analyses), nl=False)
+    else:
+        from trainlens.formatters.text import render as render_text
+
+        typer.echo(render_text(analyses, verbose=verbose), nl=False)
+    if report is not None:
+        from trainlens.report import write_report
+
+        written = write_report(analyses, report)
+        if not json_out:
+            typer.echo(f"report: {written}")
+    if level == "none":
+        return 0
+    threshold = FAIL_LEVELS.index(level) - 1  # info=0, warning=1, error=2
+    worst = max((f.severity.rank for a in analyses for f in a.findings), default=-1)
+    return 1 if worst >= threshold else 0
+
+
+@app.command()
+def convert(
+    path: Annotated[Path, typer.Argument(help="A run in any format trainlens reads.",
+                                         show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Output file: .parquet, "
+                      ".jsonl or .csv (the canonical long frame).", show_default=False)],
+    format: FormatOpt = None,
+    run: RunOpt = None,
+    regex: RegexOpt = None,
+    alias: AliasOpt = None,
+) -> int:
+    """Write a run's canonical frame (step, metric, value, wall_time, superseded)."""
+    from trainlens.api import convert as convert_run
+    from trainlens.api import read
+
+    runs = read([path], format=format, runs=run, regex=regex, aliases=_parse_aliases(alias))
+    if len(runs) > 1:
+        from trainlens.core.run import Run
+
+        # several runs: one file, with a `run` column
+        import polars as pl
+
+        frame = pl.concat(
+            [r.frame.with_columns(pl.lit(r.name).alias("run")) for r in runs], how="vertical"
+        )
+        merged = Run(name="all", source=str(path), format=runs[0].format, frame=frame)
+        convert_run(merged, output)
+    else:
+        convert_run(runs[0], output)
+    n = sum(r.frame.height for r in runs)
+    typer.echo(f"wrote {n:,} values from {len(runs)} run(s) to {output}")
+    return 0

@@ -1,0 +1,117 @@
+"""Configuration: ``[tool.trainlens]`` in pyproject.toml or a ``trainlens.toml``.
+
+Precedence: defaults < file < explicit flags. Unknown keys are an error that names the
+key (and, where it is close to a known one, suggests it). Detector-specific keys are
+checked by the detector registry, which knows each detector's parameters.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trainlens.core.errors import ConfigError
+
+TOP_KEYS = {
+    "select": "detector codes or families to run (default: all)",
+    "ignore": "detector codes or families to skip",
+    "severity": "per-code severity overrides, e.g. {GRAD002 = 'warning'}",
+    "detectors": "per-detector parameters, e.g. [tool.trainlens.detectors.grad_spikes]",
+    "aliases": "extra metric aliases: {'my/loss' = 'train/loss'}",
+    "schedule": "the declared LR schedule (shape, warmup_steps, peak_lr, min_lr, ...)",
+    "model": "model and hardware: n_params, gpu, n_gpus, dtype, layers, heads, ...",
+    "fail_on": "analyze: exit 1 at or above this severity (info/warning/error/none)",
+    "gate": "trainlens gate rules ([tool.trainlens.gate])",
+    "report": "report options (smoothing, ...)",
+}
+
+
+@dataclass
+class Config:
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    severity: dict[str, str] = field(default_factory=dict)
+    detectors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    schedule: dict[str, Any] = field(default_factory=dict)
+    model: dict[str, Any] = field(default_factory=dict)
+    fail_on: str | None = None
+    gate: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def _suggest(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def parse_config(table: dict[str, Any], *, origin: str = "config") -> Config:
+    cfg = Config()
+    for key, value in table.items():
+        if key not in TOP_KEYS:
+            raise ConfigError(
+                f"{origin}: unknown key {key!r} in [tool.trainlens]{_suggest(key, list(TOP_KEYS))}"
+            )
+        if key in {"select", "ignore"}:
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{origin}: {key!r} must be a list of detector codes")
+            setattr(cfg, key, [v.upper() for v in value])
+        elif key == "fail_on":
+            if not isinstance(value, str):
+                raise ConfigError(f"{origin}: 'fail_on' must be a string")
+            cfg.fail_on = value
+        else:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{origin}: {key!r} must be a table")
+            setattr(cfg, key, dict(value))
+    return cfg
+
+
+def find_config_file(start: Path | None = None) -> Path | None:
+    """trainlens.toml, or a pyproject.toml with [tool.trainlens], in ``start`` or above."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / "trainlens.toml"
+        if candidate.is_file():
+            return candidate
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                data = tomllib.loads(pyproject.read_text("utf-8"))
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+                continue
+            if "trainlens" in data.get("tool", {}):
+                return pyproject
+    return None
+
+
+def load_config(path: Path | str | None = None, *, search: bool = True) -> Config:
+    """Load the config at ``path``, or the nearest one from the working directory."""
+    if path is None:
+        if not search:
+            return Config()
+        found = find_config_file()
+        if found is None:
+            return Config()
+        path = found
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = tomllib.loads(path.read_text("utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    if path.name == "pyproject.toml":
+        table = data.get("tool", {}).get("trainlens", {})
+    else:
+        # trainlens.toml: top-level keys, or a [tool.trainlens] table
+        table = data.get("tool", {}).get("trainlens", data)
+    cfg = parse_config(table, origin=str(path))
+    cfg.path = path
+    return cfg

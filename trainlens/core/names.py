@@ -1,0 +1,217 @@
+"""Canonical metric names and the one alias table that maps every framework's spelling.
+
+The table is documented in docs/metrics.md. Matching is on a normalized key
+(lower case, surrounding white space removed), exact first, then the patterns below in
+order. A user's own aliases (config ``[tool.trainlens.aliases]``) are consulted first.
+Metrics that match nothing keep their own name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+CANONICAL_METRICS: dict[str, str] = {
+    "train/loss": "training loss (per step, or per logging interval)",
+    "val/loss": "validation loss; per-domain losses are val/loss/<domain>",
+    "lr": "learning rate actually used at the step (first param group)",
+    "grad_norm": "global gradient norm before clipping",
+    "grad_norm/<tensor>": "per-tensor gradient norm before clipping",
+    "update_ratio": "global ||Δw|| / ||w|| of the optimizer step",
+    "update_ratio/<tensor>": "per-tensor update/weight ratio",
+    "entropy": "mean entropy of the output distribution (nats)",
+    "tokens_per_sec": "tokens processed per second (whole job)",
+    "samples_per_sec": "samples (sequences) per second (whole job)",
+    "step_time": "wall-clock seconds per optimizer step",
+    "step_time_avg": "running mean of seconds per step (as some logs print it)",
+    "train_time": "cumulative training seconds",
+    "mem/allocated": "device memory allocated (bytes)",
+    "mem/reserved": "device memory reserved by the allocator (bytes)",
+    "mem/rss": "host resident set size (bytes)",
+    "padding_frac": "fraction of tokens in the batch that are padding",
+    "dataloader_wait": "seconds per step spent waiting for data",
+    "epoch": "epoch counter (may be fractional)",
+    "loss_scale": "mixed-precision loss scale",
+    "tflops_per_gpu": "achieved TFLOP/s per GPU as the framework reports it",
+    "mfu": "model FLOPs utilization (0..1)",
+    "val/accuracy": "validation accuracy",
+    "val/perplexity": "validation perplexity as logged",
+    "train/perplexity": "training perplexity as logged",
+    "weight_norm": "global weight norm",
+    "tokens": "cumulative tokens seen",
+}
+
+
+@dataclass(frozen=True)
+class Alias:
+    canonical: str
+    scale: float = 1.0  # multiply the value by this to get canonical units
+
+
+def _a(canonical: str, scale: float = 1.0) -> Alias:
+    return Alias(canonical, scale)
+
+
+# Exact aliases on the normalized key. Sources noted once per framework.
+EXACT_ALIASES: dict[str, Alias] = {
+    # plain keys written by hand-rolled loops
+    "loss": _a("train/loss"),
+    "train_loss": _a("train/loss"),
+    "train/loss": _a("train/loss"),
+    "training_loss": _a("train/loss"),
+    "train/loss_step": _a("train/loss"),
+    "train_loss_step": _a("train/loss"),
+    "loss/train": _a("train/loss"),
+    "train/lm_loss": _a("train/loss"),
+    "lm_loss": _a("train/loss"),
+    "val_loss": _a("val/loss"),
+    "valid_loss": _a("val/loss"),
+    "validation_loss": _a("val/loss"),
+    "eval_loss": _a("val/loss"),
+    "val/loss": _a("val/loss"),
+    "eval/loss": _a("val/loss"),
+    "valid/loss": _a("val/loss"),
+    "validation/loss": _a("val/loss"),
+    "loss/val": _a("val/loss"),
+    "loss/validation": _a("val/loss"),
+    "loss/eval": _a("val/loss"),
+    "lr": _a("lr"),
+    "learning_rate": _a("lr"),
+    "learning-rate": _a("lr"),
+    "train/lr": _a("lr"),
+    "train/learning_rate": _a("lr"),
+    "optim/lr": _a("lr"),
+    "grad_norm": _a("grad_norm"),
+    "gnorm": _a("grad_norm"),
+    "grad-norm": _a("grad_norm"),
+    "gradnorm": _a("grad_norm"),
+    "train/grad_norm": _a("grad_norm"),
+    "total_norm": _a("grad_norm"),
+    "norm": _a("grad_norm"),  # llm.c: "norm:" is the pre-clip global grad norm
+    "update_ratio": _a("update_ratio"),
+    "update_to_weight": _a("update_ratio"),
+    "entropy": _a("entropy"),
+    "train/entropy": _a("entropy"),
+    "output_entropy": _a("entropy"),
+    "tokens_per_sec": _a("tokens_per_sec"),
+    "tokens_per_second": _a("tokens_per_sec"),
+    "tok/s": _a("tokens_per_sec"),
+    "tok_per_sec": _a("tokens_per_sec"),
+    "tokens/s": _a("tokens_per_sec"),
+    "throughput/tokens_per_sec": _a("tokens_per_sec"),
+    "train/tokens_per_sec": _a("tokens_per_sec"),
+    "samples_per_sec": _a("samples_per_sec"),
+    "samples_per_second": _a("samples_per_sec"),
+    "train_samples_per_second": _a("samples_per_sec"),
+    "throughput/samples_per_sec": _a("samples_per_sec"),
+    "step_time": _a("step_time"),
+    "step_time_s": _a("step_time"),
+    "iter_time": _a("step_time"),
+    "time/step": _a("step_time"),
+    "step_time_ms": _a("step_time", 1e-3),
+    "dt_ms": _a("step_time", 1e-3),
+    "step_avg": _a("step_time_avg"),
+    "train_time": _a("train_time"),
+    "mem_allocated": _a("mem/allocated"),
+    "memory_allocated": _a("mem/allocated"),
+    "mem/allocated": _a("mem/allocated"),
+    "mem_bytes": _a("mem/allocated"),
+    "mem_reserved": _a("mem/reserved"),
+    "memory_reserved": _a("mem/reserved"),
+    "mem/reserved": _a("mem/reserved"),
+    "mem_rss": _a("mem/rss"),
+    "rss": _a("mem/rss"),
+    "mem/rss": _a("mem/rss"),
+    "padding_frac": _a("padding_frac"),
+    "padding_fraction": _a("padding_frac"),
+    "dataloader_wait": _a("dataloader_wait"),
+    "data_time": _a("dataloader_wait"),
+    "data_wait": _a("dataloader_wait"),
+    "epoch": _a("epoch"),
+    "loss_scale": _a("loss_scale"),
+    "mfu": _a("mfu"),
+    "val_accuracy": _a("val/accuracy"),
+    "val_acc": _a("val/accuracy"),
+    "eval_accuracy": _a("val/accuracy"),
+    "val_ppl": _a("val/perplexity"),
+    "eval_perplexity": _a("val/perplexity"),
+    "ppl": _a("train/perplexity"),
+    "weight_norm": _a("weight_norm"),
+    "tokens": _a("tokens"),
+    # llm.c / modded-nanogpt key:value logs
+    "trl": _a("train/loss"),
+    "tel": _a("val/loss"),
+    # Megatron-LM / Megatron-DeepSpeed iteration lines
+    "lm loss": _a("train/loss"),
+    "grad norm": _a("grad_norm"),
+    "learning rate": _a("lr"),
+    "samples per second": _a("samples_per_sec"),
+    "tflops": _a("tflops_per_gpu"),
+    "loss scale": _a("loss_scale"),
+    "elapsed time per iteration (ms)": _a("step_time", 1e-3),
+    "elapsed time per iteration (s)": _a("step_time"),
+    "tokens per second": _a("tokens_per_sec"),
+    # TensorBoard tags people use
+    "loss/train_step": _a("train/loss"),
+    "train/loss_iter": _a("train/loss"),
+    "charts/learning_rate": _a("lr"),
+}
+
+# Patterns, tried in order after the exact table. ``\1`` keeps a suffix.
+PATTERN_ALIASES: list[tuple[re.Pattern[str], str]] = [
+    # Lightning LearningRateMonitor: lr-AdamW, lr-Adam/pg1, lr-SGD-momentum
+    (re.compile(r"^lr-[a-z0-9_]+$"), "lr"),
+    (re.compile(r"^lr-[a-z0-9_]+/pg(\d+)$"), r"lr/pg\1"),
+    # per-domain validation losses
+    (re.compile(r"^(?:val|valid|validation|eval)[/_]loss[/_](.+)$"), r"val/loss/\1"),
+    # per-tensor signals
+    (re.compile(r"^(?:grad_norm|grad_norms|gradnorm|grad-norm)/(.+)$"), r"grad_norm/\1"),
+    (re.compile(r"^(?:update_ratio|update_to_weight)/(.+)$"), r"update_ratio/\1"),
+    # HF Trainer eval_* and Lightning val_*
+    (re.compile(r"^eval_(.+)$"), r"val/\1"),
+    (re.compile(r"^val_(.+)$"), r"val/\1"),
+]
+
+
+def normalize_key(name: str) -> str:
+    return name.strip().lower()
+
+
+class AliasTable:
+    """Maps raw metric names to canonical ones, with user overrides first."""
+
+    def __init__(self, user: Mapping[str, str] | None = None) -> None:
+        self.user: dict[str, Alias] = {
+            normalize_key(k): Alias(v) for k, v in (user or {}).items()
+        }
+
+    def lookup(self, raw: str) -> Alias | None:
+        key = normalize_key(raw)
+        hit = self.user.get(key) or EXACT_ALIASES.get(key)
+        if hit is not None:
+            return hit
+        for pattern, template in PATTERN_ALIASES:
+            m = pattern.match(key)
+            if m:
+                return Alias(m.expand(template))
+        return None
+
+    def resolve(self, raw_names: Iterable[str]) -> dict[str, Alias]:
+        """Canonical alias for each raw name. When two raw names claim one canonical
+        name, the one spelled exactly like it wins, else the first seen; the others
+        keep their own names (nothing is merged silently)."""
+        out: dict[str, Alias] = {}
+        claimed: dict[str, str] = {}
+        looked = {raw: self.lookup(raw) for raw in dict.fromkeys(raw_names)}
+        # names already spelled canonically claim first (stable sort keeps file order)
+        ordered = sorted(
+            looked, key=lambda n: 0 if (looked[n] is None or looked[n].canonical == n) else 1
+        )
+        for raw in ordered:
+            alias = looked[raw] or Alias(raw)
+            if alias.canonical in claimed:
+                alias = Alias(raw)
+            claimed.setdefault(alias.canonical, raw)
+            out[raw] = alias
+        return out

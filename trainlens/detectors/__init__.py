@@ -1,0 +1,154 @@
+"""The detector registry: one module per detector, run over a Run, configured by Config.
+
+Each detector module defines:
+
+- ``CODES``: ``{code: name}`` of the findings it can emit (family prefix + number);
+- ``Params``: a frozen dataclass of its thresholds with documented defaults;
+- ``detect(run, params, ctx) -> list[Finding]``: a pure function; it raises
+  :class:`~trainlens.detectors.base.Skip` with a reason when the run lacks its metrics;
+- a module docstring with the sections What it flags / Why it matters / Default
+  thresholds / Known false positives / Example (tests check they are there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from trainlens.core.config import Config
+from trainlens.core.errors import ConfigError
+from trainlens.core.findings import Finding, Severity
+from trainlens.core.run import Run
+from trainlens.detectors.base import Context, Skip
+
+# module names under trainlens.detectors, in the order their findings are listed
+DETECTORS: tuple[str, ...] = (
+    "nonfinite",
+    "lr_schedule",
+    "grad_spikes",
+    "loss_trend",
+    "entropy",
+    "throughput",
+    "memory",
+    "val_divergence",
+    "tensors",
+    "restarts",
+    "stalls",
+    "data_path",
+)
+
+DOC_SECTIONS = (
+    "What it flags",
+    "Why it matters",
+    "Default thresholds",
+    "Known false positives",
+    "Example",
+)
+
+
+def load(name: str) -> ModuleType:
+    return importlib.import_module(f"trainlens.detectors.{name}")
+
+
+def available() -> list[str]:
+    """Detector modules that exist in this installation."""
+    out = []
+    for name in DETECTORS:
+        try:
+            load(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"trainlens.detectors.{name}":
+                raise
+            continue
+        out.append(name)
+    return out
+
+
+@dataclass
+class DetectionResult:
+    findings: list[Finding] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # detector -> reason
+    ran: list[str] = field(default_factory=list)
+
+
+def _code_kept(code: str, detector: str, cfg: Config) -> bool:
+    """select / ignore take codes (GRAD001), families (GRAD) or detector names."""
+
+    def match(pattern: str) -> bool:
+        p = pattern.upper()
+        return code.startswith(p) or p == detector.upper()
+
+    if cfg.ignore and any(match(p) for p in cfg.ignore):
+        return False
+    if cfg.select:
+        return any(match(p) for p in cfg.select)
+    return True
+
+
+def _selected(detector: str, codes: dict[str, str], cfg: Config) -> bool:
+    return any(_code_kept(code, detector, cfg) for code in codes)
+
+
+def make_params(name: str, module: ModuleType, overrides: dict[str, Any]) -> Any:
+    params_cls = module.Params
+    known = {f.name: f for f in dataclasses.fields(params_cls)}
+    for key in overrides:
+        if key not in known:
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown parameter {key!r} for detector {name!r}{hint}")
+    try:
+        return dataclasses.replace(params_cls(), **overrides)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad parameters for detector {name!r}: {exc}") from None
+
+
+def validate_config(cfg: Config) -> None:
+    """Check detector names, parameters and severity codes in the config."""
+    names = available()
+    all_codes: set[str] = set()
+    for name in names:
+        all_codes.update(load(name).CODES)
+    for name, overrides in cfg.detectors.items():
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"unknown detector {name!r} in [tool.trainlens.detectors]{hint}")
+        make_params(name, load(name), overrides)
+    for code, sev in cfg.severity.items():
+        if code.upper() not in all_codes:
+            raise ConfigError(f"unknown finding code {code!r} in [tool.trainlens.severity]")
+        Severity.parse(sev)
+
+
+def run_detectors(run: Run, cfg: Config | None = None, ctx: Context | None = None) -> DetectionResult:
+    """Run every selected detector; findings sorted by step, then severity."""
+    cfg = cfg or Config()
+    ctx = ctx or Context(schedule=dict(cfg.schedule), model=dict(cfg.model))
+    result = DetectionResult()
+    severity = {k.upper(): Severity.parse(v) for k, v in cfg.severity.items()}
+    for name in available():
+        module = load(name)
+        if not _selected(name, module.CODES, cfg):
+            continue
+        params = make_params(name, module, cfg.detectors.get(name, {}))
+        try:
+            found = module.detect(run, params, ctx)
+        except Skip as why:
+            result.skipped[name] = str(why)
+            continue
+        result.ran.append(name)
+        for f in found:
+            if not _code_kept(f.code, name, cfg):
+                continue
+            if f.code in severity:
+                f = f.with_severity(severity[f.code])
+            result.findings.append(f)
+    result.findings.sort(
+        key=lambda f: (f.step_start if f.step_start is not None else -1, -f.severity.rank)
+    )
+    return result

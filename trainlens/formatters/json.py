@@ -1,0 +1,28 @@
+"""``trainlens analyze --json``: one object, keys documented in docs/json.md."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainlens.api import Analysis
+
+SCHEMA_VERSION = 1
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def render(analyses: Sequence[Analysis]) -> str:
+    doc = {"version": SCHEMA_VERSION, "runs": [a.to_dict() for a in analyses]}
+    return json.dumps(_clean(doc), indent=2, allow_nan=False) + "\n"

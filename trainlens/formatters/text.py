@@ -1,0 +1,125 @@
+"""The terminal summary of ``trainlens analyze``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trainlens.api import Analysis
+
+
+def _num(x: float | None, digits: int = 4) -> str:
+    if x is None:
+        return "—"
+    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h {m:02d}m {sec:02d}s"
+    if m:
+        return f"{m}m {sec:02d}s"
+    return f"{seconds:.1f}s"
+
+
+def _metric_list(metrics: dict[str, Any], limit: int = 14) -> str:
+    names = list(metrics)
+    per_tensor = [n for n in names if n.count("/") and n.split("/")[0] in {"grad_norm",
+                                                                           "update_ratio"}]
+    main = [n for n in names if n not in per_tensor]
+    text = ", ".join(main[:limit]) + (f", … ({len(main) - limit} more)" if len(main) > limit
+                                      else "")
+    if per_tensor:
+        text += f"; {len(per_tensor)} per-tensor series"
+    return text
+
+
+def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
+    s = a.summary
+    lines: list[str] = []
+    lines.append(f"run         {a.run.name}  ({a.run.format}: {a.run.source})")
+    st = s["steps"]
+    lines.append(
+        f"steps       {st['first']} … {st['last']}  ({st['count']:,} steps, "
+        f"{s['values']:,} values)   wall clock {_duration(s['wall_clock_seconds'])}"
+    )
+    lines.append(f"metrics     {_metric_list(s['metrics'])}")
+    if s.get("step_time"):
+        t = s["step_time"]
+        lines.append(f"step time   mean {_num(t['mean'])} s   p95 {_num(t['p95'])} s")
+    tput = []
+    if s.get("tokens_per_sec"):
+        tput.append(f"{_num(s['tokens_per_sec']['mean'])} tokens/s")
+    if s.get("samples_per_sec"):
+        tput.append(f"{_num(s['samples_per_sec']['mean'])} samples/s")
+    if tput:
+        lines.append(f"throughput  mean {'   '.join(tput)}")
+    ep = s.get("epochs")
+    if ep and ep.get("seconds_per_epoch"):
+        per = ", ".join(f"{k}: {_duration(v)}" for k, v in list(ep["seconds_per_epoch"].items())[:6])
+        lines.append(f"epochs      {_num(ep['count'])}   time per epoch {per}")
+    if s.get("train_loss"):
+        t = s["train_loss"]
+        lines.append(
+            f"train loss  final {_num(t['final'])} (perplexity {_num(t['final_perplexity'])}, "
+            f"mean of last {t['final_window']})   min {_num(t['min'])} at step {t['min_step']}"
+        )
+    if s.get("val_loss"):
+        v = s["val_loss"]
+        lines.append(
+            f"val loss    best {_num(v['best'])} at step {v['best_step']}   final "
+            f"{_num(v['final'])} at step {v['final_step']} (perplexity "
+            f"{_num(v['final_perplexity'])})"
+        )
+    for extra in ("mfu", "compute"):
+        if s.get(extra):
+            lines.append(f"{extra:<11} {s[extra]['text']}")
+    if a.context.schedule:
+        sch = a.context.schedule
+        lines.append(f"schedule    {sch.get('shape')} (declared in {a.context.schedule_source})")
+    dq = a.run.data_quality
+    if dq:
+        lines.append("data        " + str(dq[0]))
+        for d in dq[1:]:
+            lines.append("            " + str(d))
+
+    lines.append("")
+    if a.findings:
+        lines.append(f"findings ({len(a.findings)})")
+        for f in a.findings:
+            if f.step_start is None:
+                where = ""
+            elif f.step_end is None or f.step_end == f.step_start:
+                where = f"step {f.step_start}"
+            else:
+                where = f"steps {f.step_start}–{f.step_end}"
+            lines.append(
+                f"  {f.severity.value.upper():<7}  {f.code:<9} {where:<16} {f.message}"
+            )
+            if verbose and f.evidence:
+                ev = ", ".join(f"{k}={_fmt_ev(v)}" for k, v in f.evidence.items())
+                lines.append(f"{'':30}evidence: {ev}")
+    else:
+        lines.append("findings    none — nothing looks wrong")
+    if a.skipped:
+        skipped = "; ".join(f"{k} ({v})" for k, v in a.skipped.items())
+        lines.append(f"skipped     {skipped}")
+    return "\n".join(lines)
+
+
+def _fmt_ev(v: Any) -> str:
+    if isinstance(v, float):
+        return _num(v)
+    return str(v)
+
+
+def render(analyses: Sequence[Analysis], *, verbose: bool = False) -> str:
+    return "\n\n".join(render_analysis(a, verbose=verbose) for a in analyses) + "\n"

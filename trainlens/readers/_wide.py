@@ -1,0 +1,159 @@
+"""Shared by row-oriented readers (JSONL, CSV): a wide table in file order to a long frame."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from trainlens.core.run import DataIssue
+
+STEP_KEYS = (
+    "step",
+    "global_step",
+    "trainer/global_step",
+    "iteration",
+    "iter",
+    "_step",
+    "steps",
+    "it",
+)
+TIME_KEYS = ("wall_time", "time", "timestamp", "_timestamp", "walltime", "Wall time")
+
+
+def find_key(columns: list[str], candidates: tuple[str, ...]) -> str | None:
+    lower = {c.lower(): c for c in columns}
+    for cand in candidates:
+        if cand in columns:
+            return cand
+        if cand.lower() in lower:
+            return lower[cand.lower()]
+    return None
+
+
+def flatten_structs(df: pl.DataFrame, sep: str = "/") -> pl.DataFrame:
+    """Nested objects become ``parent/child`` columns, recursively."""
+    while True:
+        structs = [c for c, t in df.schema.items() if isinstance(t, pl.Struct)]
+        if not structs:
+            return df
+        for col in structs:
+            fields = [f.name for f in df.schema[col].fields]  # type: ignore[attr-defined]
+            df = df.with_columns(
+                pl.col(col).struct.rename_fields([f"{col}{sep}{f}" for f in fields])
+            ).unnest(col)
+
+
+def wide_to_long(
+    df: pl.DataFrame,
+    *,
+    source: str,
+    line_numbers: pl.Series | None = None,
+    unit: str = "line",
+) -> tuple[pl.DataFrame, list[DataIssue]]:
+    """Unpivot a wide table (a step column, maybe a time column, one column per metric)
+    to (step, metric, value, wall_time) in file order within each metric. Non-numeric
+    cells are counted and reported; missing cells are simply absent."""
+    issues: list[DataIssue] = []
+    cols = df.columns
+    step_key = find_key(cols, STEP_KEYS)
+    time_key = find_key(cols, TIME_KEYS)
+    if line_numbers is None:
+        line_numbers = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
+    df = df.with_columns(line_numbers.alias("_line"))
+
+    if step_key is None:
+        issues.append(
+            DataIssue(
+                kind="no-step",
+                source=source,
+                message=f"no step column found; the {unit} number is used as the step",
+                severity="info",
+            )
+        )
+        df = df.with_columns((pl.col("_line") - 1).alias("_step"))
+        step_key = "_step"
+    else:
+        step = df.get_column(step_key)
+        if step.dtype not in (pl.Int64, pl.Int32, pl.UInt32, pl.UInt64, pl.Int16, pl.Int8):
+            as_float = step.cast(pl.Float64, strict=False)
+            bad = as_float.is_null() & step.is_not_null()
+            if bad.any():
+                issues.append(
+                    _cell_issue(df, bad, step_key, source, unit, "a step that is not a number")
+                )
+            df = df.with_columns(as_float.round(0).cast(pl.Int64).alias(step_key))
+
+    if time_key is not None:
+        t = df.get_column(time_key)
+        if t.dtype == pl.String:
+            parsed = t.cast(pl.Float64, strict=False)
+            if parsed.null_count() > t.null_count():
+                dt = t.str.to_datetime(strict=False, time_zone="UTC")
+                parsed = dt.dt.epoch("us").cast(pl.Float64) / 1e6
+            t = parsed
+        df = df.with_columns(t.cast(pl.Float64, strict=False).alias("_wall"))
+    else:
+        df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias("_wall"))
+
+    metric_cols = [c for c in df.columns if c not in {step_key, time_key, "_line", "_wall"}]
+    casts = []
+    dropped: list[str] = []
+    for c in metric_cols:
+        dtype = df.schema[c]
+        if dtype.is_numeric() or dtype == pl.Boolean:
+            casts.append(pl.col(c).cast(pl.Float64))
+        elif dtype == pl.String:
+            col = df.get_column(c)
+            num = col.str.strip_chars().cast(pl.Float64, strict=False)
+            bad = num.is_null() & col.is_not_null() & (col.str.strip_chars() != "")
+            if bad.all() and col.is_not_null().any():
+                dropped.append(c)  # a text column (run names, tags): not a metric
+                continue
+            if bad.any():
+                issues.append(_cell_issue(df, bad, c, source, unit, "a non-numeric value"))
+            casts.append(num.alias(c))
+        elif dtype == pl.Null:
+            continue
+        else:
+            dropped.append(c)
+    if dropped:
+        issues.append(
+            DataIssue(
+                kind="non-metric-column",
+                source=source,
+                message=(
+                    f"{len(dropped)} column(s) hold no numbers and are not metrics: "
+                    + ", ".join(dropped[:8])
+                    + ("…" if len(dropped) > 8 else "")
+                ),
+                severity="info",
+                details={"columns": dropped},
+            )
+        )
+    metric_names = [c for c in metric_cols if c not in dropped and df.schema[c] != pl.Null]
+    wide = df.select(
+        pl.col(step_key).alias("step"), pl.col("_wall").alias("wall_time"), *casts
+    )
+    long = (
+        wide.unpivot(index=["step", "wall_time"], on=metric_names, variable_name="metric")
+        .filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
+        .select("step", "metric", "value", "wall_time")
+    )
+    return long, issues
+
+
+def _cell_issue(
+    df: pl.DataFrame, bad: pl.Series, col: str, source: str, unit: str, what: str
+) -> DataIssue:
+    lines = df.get_column("_line").filter(bad).head(5).to_list()
+    n = int(bad.sum())
+    return DataIssue(
+        kind="non-numeric",
+        source=source,
+        location=f"{unit} {lines[0]}",
+        message=(
+            f"{n} cell(s) of {col!r} hold {what} and were skipped "
+            f"({unit}s {', '.join(map(str, lines))}{'…' if n > len(lines) else ''})"
+        ),
+        count=n,
+        details={"column": col, unit + "s": lines},
+    )

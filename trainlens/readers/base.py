@@ -1,0 +1,60 @@
+"""What every reader shares: options, the reader protocol, and helpers for messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from trainlens.core.errors import UnreadableInputError
+from trainlens.core.names import AliasTable
+from trainlens.core.run import Run
+
+HEAD_BYTES = 4096
+
+
+@dataclass
+class ReadOptions:
+    """How to read: user aliases, which runs of a multi-run store, a custom log regex."""
+
+    aliases: AliasTable = field(default_factory=AliasTable)
+    runs: list[str] | None = None  # MLflow run ids or names to keep (None: all)
+    regex: str | None = None  # text logs: a regex with named groups step and metrics
+    start_offset: int = 0  # resume: byte offset already read (streaming readers)
+
+
+class Reader(Protocol):
+    """One module per format exposes these three names."""
+
+    FORMAT: str
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        """True when the file (or directory, head=b"") looks like this format."""
+        ...
+
+    def read(self, path: Path, opts: ReadOptions) -> list[Run]:
+        """Read every run at ``path``; raise UnreadableInputError when nothing usable."""
+        ...
+
+
+def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
+    with path.open("rb") as fh:
+        return fh.read(n)
+
+
+def run_name_for(path: Path) -> str:
+    """A readable default run name: the file's stem, or the folder's name."""
+    if path.is_dir():
+        return path.resolve().name
+    stem = path.name
+    for suffix in (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".log", ".txt"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    if stem in {"metrics", "trainer_state", "log", "train", "events"} and path.parent.name:
+        return path.parent.resolve().name
+    return stem
+
+
+def no_metrics(path: Path, what: str = "no metrics") -> UnreadableInputError:
+    return UnreadableInputError(f"{path}: {what} found")
