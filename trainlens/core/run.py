@@ -221,17 +221,25 @@ def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[
         )
     ).sort("_row")
 
-    # one issue per restart point, pooled over metrics that restarted at the same place
-    prev_step = df.with_columns(pl.col("step").shift(1).over("metric").alias("_prev")).filter(
-        pl.col("_back")
+    # one issue per restart, pooled over the metrics that went back together (sparse
+    # metrics resume at slightly different steps): a back-jump whose target lies beyond
+    # every step the current restart reached starts a new restart
+    backs = (
+        df.with_columns(pl.col("step").shift(1).over("metric").alias("_prev"))
+        .filter(pl.col("_back"))
+        .select("_row", "_prev", "step")
+        .sort("_row")
     )
-    restarts = (
-        prev_step.group_by("_prev", "step")
-        .agg(pl.col("metric").n_unique().alias("metrics"), pl.col("_row").min().alias("row"))
-        .sort("row")
-    )
-    for r in restarts.iter_rows(named=True):
-        from_step, to_step = int(r["_prev"]), int(r["step"])
+    groups: list[dict[str, int]] = []
+    for row, prev_step, to_step in backs.iter_rows():
+        g = groups[-1] if groups else None
+        if g is None or to_step > g["from"]:
+            groups.append({"row": row, "from": prev_step, "to": to_step})
+        else:
+            g["from"] = max(g["from"], prev_step)
+            g["to"] = min(g["to"], to_step)
+    for g in groups:
+        from_step, to_step = int(g["from"]), int(g["to"])
         n_sup = df.filter(
             pl.col("superseded") & (pl.col("step") >= to_step) & (pl.col("step") <= from_step)
         ).height
@@ -239,7 +247,7 @@ def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[
             DataIssue(
                 kind="restart",
                 source=source,
-                location=f"row {int(r['row']) + 1}",
+                location=f"row {int(g['row']) + 1}",
                 message=(
                     f"restart: step went back from {from_step} to {to_step}; "
                     f"{n_sup} earlier values from step {to_step} on are superseded "

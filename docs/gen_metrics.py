@@ -1,0 +1,45 @@
+"""Regenerate docs/metrics.md from the alias table (run from the repository root)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainlens.core.names import CANONICAL_METRICS, EXACT_ALIASES, PATTERN_ALIASES
+
+HEADER = """# Metric names
+
+Every reader maps what the run logged to these canonical names through one alias table
+(`trainlens/core/names.py`). Matching is on the name in lower case with surrounding
+white space removed: the user's own aliases first (`[tool.trainlens.aliases]` or
+`--alias logged=canonical`), then the exact table, then the patterns. A name that matches
+nothing keeps its own spelling. When two logged names claim one canonical name, the one
+already spelled canonically wins (else the first seen) and the other keeps its own name:
+nothing is merged silently. `summary.metrics[...].logged_as` in the JSON output says what
+each canonical metric was called in the file.
+"""
+
+FOOTER = """
+Sources of the spellings: HF Trainer's `log_history` keys (loss, learning_rate,
+grad_norm, eval_*), Lightning's `self.log` names and LearningRateMonitor (`lr-<Optimizer>`,
+`lr-<Optimizer>/pg<N>`), Megatron-LM / Megatron-DeepSpeed iteration lines ('lm loss',
+'grad norm', 'learning rate', 'samples per second', 'TFLOPs', 'loss scale', 'elapsed time
+per iteration (ms)'), llm.c and modded-nanogpt logs (`trl`, `tel`, `norm`, `lr`,
+`train_loss`, `val_loss`, `step_avg`, `train_time`), and common TensorBoard tags.
+This page is generated from the table: `python docs/gen_metrics.py`.
+"""
+
+
+def render() -> str:
+    lines = [HEADER, "## Canonical names", "", "| name | meaning |", "|---|---|"]
+    lines += [f"| `{k}` | {v} |" for k, v in CANONICAL_METRICS.items()]
+    lines += ["", "## Exact aliases", "", "| logged as | canonical | unit scale |", "|---|---|---|"]
+    for key, alias in sorted(EXACT_ALIASES.items(), key=lambda kv: (kv[1].canonical, kv[0])):
+        scale = "" if alias.scale == 1 else f"×{alias.scale:g}"
+        lines.append(f"| `{key}` | `{alias.canonical}` | {scale} |")
+    lines += ["", "## Patterns", "", "| pattern | becomes |", "|---|---|"]
+    lines += [f"| `{p.pattern}` | `{t}` |" for p, t in PATTERN_ALIASES]
+    return "\n".join(lines) + "\n" + FOOTER
+
+
+if __name__ == "__main__":
+    Path(__file__).with_name("metrics.md").write_text(render())

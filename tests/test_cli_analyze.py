@@ -1,0 +1,113 @@
+"""`trainlens analyze` and `convert` as a user runs them: exit codes, messages, JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from trainlens.cli import main
+
+
+def _jsonl(path: Path, n: int = 200, nan_at: int | None = None) -> Path:
+    with path.open("w") as fh:
+        for i in range(n):
+            loss = 3.0 * math.exp(-i / 50) + 1.0
+            if nan_at is not None and i >= nan_at:
+                loss = float("nan")
+            fh.write(json.dumps({"step": i, "loss": loss, "lr": 1e-3, "time": 1.7e9 + 0.5 * i,
+                                 "tokens_per_sec": 1000.0}) + "\n")
+            if i % 50 == 49:
+                fh.write(json.dumps({"step": i, "val_loss": loss + 0.1}) + "\n")
+    return path
+
+
+def test_analyze_prints_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _jsonl(tmp_path / "run.jsonl")
+    assert main(["analyze", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "0 … 199  (200 steps" in out
+    assert "train/loss" in out and "val/loss" in out
+    assert "best" in out and "at step 199" in out
+    assert "1000 tokens/s" in out
+
+
+def test_analyze_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _jsonl(tmp_path / "run.jsonl", nan_at=150)
+    assert main(["analyze", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    [r] = doc["runs"]
+    assert set(r) >= {"run", "source", "format", "summary", "findings", "data_quality"}
+    assert r["format"] == "jsonl" and r["run"] == "run"
+    assert r["summary"]["steps"] == {"first": 0, "last": 199, "count": 200}
+    assert r["summary"]["val_loss"]["best_step"] == 99
+    assert r["summary"]["wall_clock_seconds"] == pytest.approx(99.5)
+    nan = [f for f in r["findings"] if f["code"] == "NAN001"]
+    assert nan and nan[0]["step_start"] == 150 and nan[0]["severity"] == "error"
+    for f in r["findings"]:
+        assert set(f) == {"code", "name", "severity", "metric", "step_start", "step_end",
+                          "message", "evidence"}
+
+
+def test_fail_on_sets_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _jsonl(tmp_path / "run.jsonl", nan_at=150)
+    assert main(["analyze", str(path), "--fail-on", "error"]) == 1
+    healthy = _jsonl(tmp_path / "ok.jsonl")
+    assert main(["analyze", str(healthy), "--fail-on", "error"]) == 0
+    assert main(["analyze", str(path), "--fail-on", "bogus"]) == 2
+    assert "--fail-on must be one of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda p: p / "missing.jsonl", "no such file"),
+        (lambda p: (p / "empty.jsonl").write_bytes(b"") or p / "empty.jsonl", "is empty"),
+        (lambda p: (p / "junk.bin").write_bytes(bytes(range(256)) * 4) or p / "junk.bin",
+         "not a format trainlens knows"),
+        (lambda p: (p / "d").mkdir() or p / "d", "no TensorBoard event files"),
+    ],
+)
+def test_unreadable_input_exits_2_with_one_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setup, message: str  # type: ignore[no-untyped-def]
+) -> None:
+    path = setup(tmp_path)
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1
+
+
+def test_unknown_format_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _jsonl(tmp_path / "run.jsonl")
+    assert main(["analyze", str(path), "--format", "xml"]) == 2
+    assert "unknown format 'xml'" in capsys.readouterr().err
+
+
+def test_convert_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _jsonl(tmp_path / "run.jsonl", nan_at=190)
+    for ext in ("parquet", "jsonl", "csv"):
+        out = tmp_path / f"out.{ext}"
+        assert main(["convert", str(path), "-o", str(out)]) == 0
+        assert out.exists()
+    frame = pl.read_parquet(tmp_path / "out.parquet")
+    assert frame.columns == ["step", "metric", "value", "wall_time", "superseded"]
+    loss = frame.filter(pl.col("metric") == "train/loss")
+    assert loss.height == 200 and loss["value"].is_nan().sum() == 10
+    # the JSONL output keeps NaN (polars' own writer would write null) and reads back
+    back = pl.read_csv(tmp_path / "out.csv")
+    assert back.height == frame.height
+    text = (tmp_path / "out.jsonl").read_text()
+    assert '"value":NaN' in text
+    assert main(["convert", str(path), "-o", str(tmp_path / "out.xlsx")]) == 2
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for command in ("analyze", "convert", "mfu", "flops", "memory", "energy", "gpus"):
+        assert command in out, command

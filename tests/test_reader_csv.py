@@ -1,0 +1,84 @@
+"""CSV/TSV: Lightning's CSVLogger (the real writer), wide tables with empty cells."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+import trainlens
+from trainlens.core.errors import UnreadableInputError
+
+
+def test_lightning_csvlogger_sparse_metrics(tmp_path: Path) -> None:
+    loggers = pytest.importorskip("lightning.pytorch.loggers")
+    logger = loggers.CSVLogger(save_dir=str(tmp_path), name="exp", version=0)
+    for step in range(50):
+        logger.log_metrics({"train_loss": 3.0 - step * 0.02, "lr-AdamW": 1e-3, "epoch": step // 25}, step=step)
+        if step % 10 == 9:
+            logger.log_metrics({"val_loss": 2.9 - step * 0.01, "epoch": step // 25}, step=step)
+    logger.log_metrics({"train_loss": float("nan")}, step=50)
+    logger.save()
+    path = Path(logger.log_dir) / "metrics.csv"
+    [run] = trainlens.read(path)
+    assert run.format == "csv"
+    steps, loss = run.series("train/loss")
+    assert steps.tolist() == list(range(51))
+    assert loss[10] == pytest.approx(2.8)
+    assert math.isnan(loss[50])
+    vsteps, val = run.series("val/loss")
+    assert vsteps.tolist() == [9, 19, 29, 39, 49]
+    assert val[0] == pytest.approx(2.81)
+    assert run.series("lr")[1].size == 50
+    # sparse rows are not duplicates: nothing to report
+    assert [d for d in run.data_quality if d.severity == "warning"] == []
+    assert run.name == "version_0"
+
+
+def test_tsv_and_non_numeric_cell(tmp_path: Path) -> None:
+    path = tmp_path / "run.tsv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh, delimiter="\t")
+        w.writerow(["step", "loss", "lr"])
+        for i in range(20):
+            w.writerow([i, "oops" if i == 7 else 2.0 - i * 0.01, 0.1])
+    [run] = trainlens.read(path)
+    assert run.series("train/loss")[0].size == 19
+    assert run.series("lr")[0].size == 20
+    [issue] = [d for d in run.data_quality if d.kind == "non-numeric"]
+    assert issue.location == "line 9" and issue.count == 1
+
+
+def test_tensorboard_csv_download_layout(tmp_path: Path) -> None:
+    path = tmp_path / "run_train-tag-loss.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["Wall time", "Step", "Value"])
+        for i in range(5):
+            w.writerow([1.7e9 + i, i * 10, 1.0 / (i + 1)])
+    [run] = trainlens.read(path)
+    [metric] = run.metrics
+    assert metric == "run_train-tag-loss"
+    assert run.series(metric)[0].tolist() == [0, 10, 20, 30, 40]
+
+
+def test_wandb_export_columns(tmp_path: Path) -> None:
+    path = tmp_path / "wandb_export.csv"
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["Step", "run-a - loss", "run-a - loss__MIN", "run-a - loss__MAX"])
+        for i in range(5):
+            w.writerow([i, 2.0, 1.9, 2.1])
+    [run] = trainlens.read(path)
+    assert run.name == "run-a"
+    assert run.series("train/loss")[1].tolist() == [2.0] * 5
+    assert run.has("loss__MIN")
+
+
+def test_header_only_is_unreadable(tmp_path: Path) -> None:
+    path = tmp_path / "h.csv"
+    path.write_text("step,loss\n")
+    with pytest.raises(UnreadableInputError):
+        trainlens.read(path, format="csv")

@@ -1,0 +1,119 @@
+"""JSONL: written with Python's json module, as training loops write it."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import trainlens
+from trainlens.core.errors import UnreadableInputError
+from trainlens.readers import ReadOptions, detect_format
+from trainlens.readers.jsonl import read as read_jsonl
+
+
+def _write(path: Path, records: list[dict], *, trailing: str = "") -> Path:
+    with path.open("w") as fh:
+        for r in records:
+            fh.write(json.dumps(r) + "\n")  # NaN/Infinity as Python writes them
+        fh.write(trailing)
+    return path
+
+
+def test_round_trip_nested_and_nonfinite(tmp_path: Path) -> None:
+    recs = [
+        {"step": i, "loss": 3.0 - i * 0.01, "lr": 1e-3, "optim": {"grad_norm": 1.0 + i}, "time": 1e9 + i}
+        for i in range(100)
+    ]
+    recs[50]["loss"] = float("nan")
+    recs[60]["loss"] = float("inf")
+    recs[70]["loss"] = float("-inf")
+    recs.append({"step": 99, "val_loss": 2.5})
+    path = _write(tmp_path / "run.jsonl", recs)
+    assert detect_format(path) == "jsonl"
+    [run] = trainlens.read(path)
+    steps, loss = run.series("train/loss")
+    assert steps.tolist() == list(range(100))
+    assert math.isnan(loss[50]) and loss[60] == math.inf and loss[70] == -math.inf
+    assert loss[10] == pytest.approx(2.9)
+    assert run.series("optim/grad_norm")[1][3] == 4.0  # nested objects flattened with '/'
+    assert run.series("val/loss")[1].tolist() == [2.5]
+    assert run.frame.filter(run.frame["metric"] == "lr")["wall_time"][5] == 1e9 + 5
+    assert run.frame.height == 100 * 4 + 1
+    assert run.data_quality == []
+
+
+def test_truncated_last_line_is_a_warning_and_the_rest_is_kept(tmp_path: Path) -> None:
+    recs = [{"step": i, "loss": 1.0} for i in range(10)]
+    path = _write(tmp_path / "live.jsonl", recs, trailing='{"step": 10, "lo')
+    [run] = trainlens.read(path)
+    assert run.series("train/loss")[0].size == 10
+    [issue] = run.data_quality
+    assert issue.kind == "truncated-line" and issue.location == "line 11"
+    # resume: the cursor points after the last complete line
+    assert run.cursor[str(path)] == path.stat().st_size - len('{"step": 10, "lo')
+
+
+def test_resume_from_offset_reads_only_new_lines(tmp_path: Path) -> None:
+    path = _write(tmp_path / "r.jsonl", [{"step": i, "loss": float(i)} for i in range(5)])
+    [first] = trainlens.read(path)
+    with path.open("a") as fh:
+        fh.write(json.dumps({"step": 5, "loss": 5.0}) + "\n")
+    [more] = read_jsonl(path, ReadOptions(start_offset=first.cursor[str(path)]))
+    assert more.series("train/loss")[0].tolist() == [5]
+
+
+def test_bad_lines_reported_with_line_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        '{"step": 0, "loss": 1.0}\n'
+        "this is not json\n"
+        '{"step": 1, "loss": 0.9}\n'
+        "\n"
+        '[1, 2, 3]\n'
+        '{"step": 2, "loss": "abc"}\n'
+        '{"step": 3, "loss": NaN}\n'
+    )
+    [run] = trainlens.read(path)
+    steps, values = run.series("train/loss")
+    assert steps.tolist() == [0, 1, 3]
+    assert math.isnan(values[2])
+    kinds = {d.kind: d for d in run.data_quality}
+    assert kinds["bad-line"].location == "line 2"
+    assert "line 5" in [d.location for d in run.data_quality]
+    assert kinds["non-numeric"].location == "line 6"
+
+
+def test_non_utf8_byte_reported(tmp_path: Path) -> None:
+    path = tmp_path / "enc.jsonl"
+    path.write_bytes(b'{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 2.0, "note": "\xff"}\n')
+    [run] = trainlens.read(path)
+    assert run.series("train/loss")[0].tolist() == [0, 1]
+    assert any(d.kind == "encoding" and d.location == "line 2" for d in run.data_quality)
+
+
+def test_no_step_key_uses_line_number(tmp_path: Path) -> None:
+    path = _write(tmp_path / "nostep.jsonl", [{"loss": 1.0}, {"loss": 0.5}])
+    [run] = trainlens.read(path)
+    assert run.series("train/loss")[0].tolist() == [0, 1]
+    assert any(d.kind == "no-step" for d in run.data_quality)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"", "empty"), (b"\n\n  \n", "empty"), (b"not json at all\n", "not a format")],
+)
+def test_unreadable(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(UnreadableInputError, match=message):
+        trainlens.read(path)
+
+
+def test_only_bad_lines_is_unreadable(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text("{not json\n{also not\n")
+    with pytest.raises(UnreadableInputError, match="no JSON objects"):
+        trainlens.read(path, format="jsonl")

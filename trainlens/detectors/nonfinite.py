@@ -1,0 +1,131 @@
+"""Non-finite values: the first NaN or ±Inf of each metric.
+
+What it flags
+    NAN001 ``non-finite-value``: for each metric, the first step whose value is NaN or
+    ±Inf, how many there are, and whether finite values came back afterwards.
+
+Why it matters
+    A NaN loss or gradient poisons every weight it touches; after it the run is usually
+    dead, and every later number is meaningless. The first step is where to look (the
+    batch, the LR, the loss scale at that step), and what moved just before it (see the
+    GRAD findings) is usually the cause.
+
+Default thresholds
+    Any non-finite value counts (there is no threshold to tune). Severity: error for the
+    training or validation loss when it does not recover; warning when finite values
+    come back or for other metrics; info for gradient norms that are Inf on isolated
+    steps while a loss scale is logged — fp16 dynamic loss scaling skips those steps by
+    design (Micikevicius et al. 2018, "Mixed Precision Training"; Megatron counts them as
+    "skipped iterations").
+
+Known false positives
+    fp16 loss-scale overflow steps without a logged loss scale look like Inf gradient
+    norms (reported as warnings, since finite values return); metrics that are NaN by
+    convention before their first computation (e.g. an accuracy logged as NaN until the
+    first eval).
+
+Example
+    ``ERROR  NAN001  steps 812–830  train/loss became NaN at step 812 (19 non-finite
+    values, never finite again); look at the batch and the LR at step 812 and what
+    spiked before it.``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from trainlens.core.findings import Finding
+from trainlens.core.run import Run
+from trainlens.detectors.base import Context, Skip, finding
+
+CODES = {"NAN001": "non-finite-value"}
+
+LOSSES = ("train/loss", "val/loss")
+
+
+@dataclass(frozen=True)
+class Params:
+    #: report at most this many metrics (the rest are summarized in the last finding)
+    max_metrics: int = 20
+
+
+def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
+    standing = run.standing()
+    if standing.height == 0:
+        raise Skip("no values")
+    bad = standing.with_columns(
+        (pl.col("value").is_nan() | pl.col("value").is_infinite()).alias("_bad")
+    )
+    per = (
+        bad.group_by("metric")
+        .agg(
+            pl.col("_bad").sum().alias("n_bad"),
+            pl.col("step").filter(pl.col("_bad")).min().alias("first"),
+            pl.col("step").filter(pl.col("_bad")).max().alias("last_bad"),
+            pl.col("step").filter(~pl.col("_bad")).max().alias("last_good"),
+            pl.col("value").filter(pl.col("_bad")).first().alias("kind"),
+            pl.len().alias("n"),
+        )
+        .filter(pl.col("n_bad") > 0)
+        .sort("first", "metric")
+    )
+    if per.height == 0:
+        return []
+    has_scale = run.has("loss_scale")
+    out: list[Finding] = []
+    rows = list(per.iter_rows(named=True))
+    for r in rows[: params.max_metrics]:
+        metric = r["metric"]
+        first, last_bad = int(r["first"]), int(r["last_bad"])
+        recovered = r["last_good"] is not None and int(r["last_good"]) > last_bad
+        kind = "NaN" if np.isnan(r["kind"]) else ("+Inf" if r["kind"] > 0 else "-Inf")
+        n_bad = int(r["n_bad"])
+        is_loss = metric in LOSSES or metric.startswith("val/loss/")
+        is_grad = metric == "grad_norm" or metric.startswith("grad_norm/")
+        if is_loss and not recovered:
+            severity = "error"
+        elif is_grad and has_scale and recovered:
+            severity = "info"
+        else:
+            severity = "warning"
+        tail = "finite values came back afterwards" if recovered else "never finite again"
+        advice = (
+            "fp16 loss scaling skips such steps; check the loss scale kept up"
+            if severity == "info"
+            else f"look at the batch and the LR at step {first} and at what spiked before it"
+        )
+        out.append(
+            finding(
+                "NAN001",
+                CODES["NAN001"],
+                severity,
+                f"{metric} became {kind} at step {first} ({n_bad} non-finite value"
+                f"{'s' if n_bad != 1 else ''}, {tail}); {advice}.",
+                metric=metric,
+                step_start=first,
+                step_end=last_bad,
+                first_step=first,
+                last_step=last_bad,
+                count=n_bad,
+                of=int(r["n"]),
+                kind=kind,
+                recovered=recovered,
+            )
+        )
+    if len(rows) > params.max_metrics:
+        rest = rows[params.max_metrics :]
+        out.append(
+            finding(
+                "NAN001",
+                CODES["NAN001"],
+                "warning",
+                f"{len(rest)} more metrics hold non-finite values (first at step "
+                f"{min(int(r['first']) for r in rest)}).",
+                step_start=min(int(r["first"]) for r in rest),
+                metrics=[r["metric"] for r in rest],
+            )
+        )
+    return out

@@ -1,0 +1,180 @@
+"""Per-tensor signals: dead (frozen or detached) tensors, and update/weight ratios out of band.
+
+What it flags
+    TENSOR001 ``dead-tensor``: a per-tensor gradient norm (``grad_norm/<tensor>``) or
+    update ratio (``update_ratio/<tensor>``) that is exactly zero — or stops being
+    logged — for a sustained stretch while the other tensors' keep moving: the tensor is
+    frozen, detached from the graph, or its gradient is lost.
+    TENSOR002 ``update-ratio-out-of-band``: the global or a per-tensor update/weight
+    ratio ||Δw||/||w|| whose rolling median stays outside its healthy band for a
+    sustained stretch.
+
+Why it matters
+    A detached embedding or a layer accidentally left frozen trains nothing while the
+    loss still falls (the rest of the network compensates), so the loss curve does not
+    show it. An update ratio far below ~1e-3 means the tensor barely learns (LR too low,
+    or vanishing gradients); far above means each step rewrites the weights (LR too
+    high, instability ahead).
+
+Default thresholds
+    Dead: zero (|x| ≤ ``zero_atol`` = 0) on at least ``dead_frac`` = 50 % of the logged
+    steps after warmup, while the median of the other tensors is non-zero. Band: the
+    ~1e-3 rule of thumb for update/weight ratios (Karpathy, CS231n "Neural Networks
+    Part 3: babysitting the learning process"; "makemore part 3"), with two orders of
+    magnitude either side as the band [``band_low`` = 1e-5, ``band_high`` = 1e-1]; the
+    rolling median (window ``window`` = 25 logged points) must be outside it for at
+    least ``min_frac`` = 20 % of the logged steps after ``warmup_frac`` = 5 %.
+
+Known false positives
+    Tensors frozen on purpose (fine-tuning with a frozen embedding or backbone): ignore
+    the code or the tensor in config. Optimizers with per-parameter normalization
+    (Adam) keep ratios near lr, so a very small LR (e.g. late in a decay to 0) gives low
+    ratios by design — the detector ignores the last ``tail_frac`` = 10 % of the run.
+
+Example
+    ``WARNING  TENSOR001  steps 0–999  grad_norm/embed is exactly 0 on 100 % of steps
+    while the other tensors' gradients move: the tensor is frozen or detached.``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from trainlens.core.findings import Finding
+from trainlens.core.run import Run
+from trainlens.detectors._stats import runs_of
+from trainlens.detectors.base import Context, Skip, finding
+
+CODES = {"TENSOR001": "dead-tensor", "TENSOR002": "update-ratio-out-of-band"}
+
+
+@dataclass(frozen=True)
+class Params:
+    zero_atol: float = 0.0
+    dead_frac: float = 0.5
+    band_low: float = 1e-5
+    band_high: float = 1e-1
+    window: int = 25
+    min_frac: float = 0.2
+    warmup_frac: float = 0.05
+    tail_frac: float = 0.10
+
+
+def _per_tensor(run: Run, prefix: str) -> list[str]:
+    return [m for m in run.metrics if m.startswith(prefix + "/")]
+
+
+def _dead(run: Run, prefix: str, params: Params) -> list[Finding]:
+    names = _per_tensor(run, prefix)
+    if len(names) < 2:
+        return []
+    wide = run.wide(names)
+    steps = wide.get_column("step").to_numpy()
+    n = steps.size
+    if n < 10:
+        return []
+    start = int(n * params.warmup_frac)
+    vals = wide.select(names).to_numpy()[start:]
+    present = ~np.isnan(vals)  # missing cells are null -> NaN in numpy
+    zero = present & (np.abs(np.nan_to_num(vals, nan=1.0)) <= params.zero_atol)
+    moving = present & ~zero
+    out = []
+    for j, name in enumerate(names):
+        others = np.delete(moving, j, axis=1)
+        others_move = others.mean(axis=1) >= 0.5 if others.shape[1] else np.zeros(0, bool)
+        if not others_move.any():
+            continue
+        rows = others_move
+        dead_zero = zero[rows, j].mean()
+        missing = (~present[rows, j]).mean()
+        # missing only counts when the tensor was logged before and stopped
+        stopped = missing >= params.dead_frac and present[:, j].any()
+        if dead_zero >= params.dead_frac or stopped:
+            idx = np.flatnonzero(rows & (zero[:, j] | ~present[:, j]))
+            first = int(steps[start + idx[0]])
+            last = int(steps[start + idx[-1]])
+            what = (
+                f"is exactly 0 on {dead_zero:.0%} of steps"
+                if dead_zero >= params.dead_frac
+                else f"stops being logged after step {int(steps[start + np.flatnonzero(present[:, j])[-1]])}"
+            )
+            out.append(
+                finding(
+                    "TENSOR001",
+                    CODES["TENSOR001"],
+                    "warning",
+                    f"{name} {what} while the other tensors' values move: the tensor is "
+                    "frozen or detached from the graph (intended? then ignore TENSOR001 "
+                    "for it).",
+                    metric=name,
+                    step_start=first,
+                    step_end=last,
+                    zero_fraction=float(dead_zero),
+                    missing_fraction=float(missing),
+                    tensors_compared=len(names) - 1,
+                )
+            )
+    return out
+
+
+def _band(run: Run, metric: str, params: Params) -> Finding | None:
+    s, v = run.series(metric, finite=True)
+    n = v.size
+    if n < max(20, params.window):
+        return None
+    lo_i, hi_i = int(n * params.warmup_frac), int(n * (1 - params.tail_frac))
+    s, v = s[lo_i:hi_i], v[lo_i:hi_i]
+    if v.size < params.window or np.all(v == 0):
+        return None  # all-zero ratios are a dead tensor, not a band problem
+    med = pl.Series(v).rolling_median(params.window, min_samples=params.window // 2).to_numpy()
+    outside_low = med < params.band_low
+    outside_high = med > params.band_high
+    for mask, side in ((outside_high, "above"), (outside_low, "below")):
+        frac = float(np.nanmean(mask))
+        if frac < params.min_frac:
+            continue
+        spans = runs_of(mask)
+        a, b = max(spans, key=lambda ab: ab[1] - ab[0])
+        level = float(np.nanmedian(v[mask]))
+        bound = params.band_high if side == "above" else params.band_low
+        hint = (
+            "each step rewrites a large part of the weights: lower the LR or check the "
+            "optimizer"
+            if side == "above"
+            else "the tensor barely learns: LR too low or gradients vanishing"
+        )
+        return finding(
+            "TENSOR002",
+            CODES["TENSOR002"],
+            "warning",
+            f"{metric} stays {side} {bound:g} (median {level:.2g}) on {frac:.0%} of the run; "
+            f"{hint}.",
+            metric=metric,
+            step_start=int(s[a]),
+            step_end=int(s[b]),
+            median=level,
+            fraction_outside=frac,
+            band_low=params.band_low,
+            band_high=params.band_high,
+        )
+    return None
+
+
+def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
+    per_grad = _per_tensor(run, "grad_norm")
+    per_upd = _per_tensor(run, "update_ratio")
+    has_global = run.has("update_ratio")
+    if not (per_grad or per_upd or has_global):
+        raise Skip("needs grad_norm/<tensor> or update_ratio, not logged")
+    out = _dead(run, "grad_norm", params) + _dead(run, "update_ratio", params)
+    dead_metrics = {f.metric for f in out}
+    for metric in (["update_ratio"] if has_global else []) + per_upd:
+        if metric in dead_metrics:
+            continue
+        f = _band(run, metric, params)
+        if f is not None:
+            out.append(f)
+    return out
