@@ -152,6 +152,9 @@ EXACT_ALIASES: dict[str, Alias] = {
     "elapsed time per iteration (ms)": _a("step_time", 1e-3),
     "elapsed time per iteration (s)": _a("step_time"),
     "tokens per second": _a("tokens_per_sec"),
+    # Megatron validation lines, named like Megatron's own TensorBoard tags
+    "lm loss validation": _a("val/loss"),
+    "lm loss validation ppl": _a("val/perplexity"),
     # TensorBoard tags people use
     "loss/train_step": _a("train/loss"),
     "train/loss_iter": _a("train/loss"),
@@ -205,9 +208,11 @@ class AliasTable:
         claimed: dict[str, str] = {}
         looked = {raw: self.lookup(raw) for raw in dict.fromkeys(raw_names)}
         # names already spelled canonically claim first (stable sort keeps file order)
-        ordered = sorted(
-            looked, key=lambda n: 0 if (looked[n] is None or looked[n].canonical == n) else 1
-        )
+        def claims_first(name: str) -> int:
+            alias = looked[name]
+            return 0 if alias is None or alias.canonical == name else 1
+
+        ordered = sorted(looked, key=claims_first)
         for raw in ordered:
             alias = looked[raw] or Alias(raw)
             if alias.canonical in claimed:

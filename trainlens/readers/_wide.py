@@ -95,7 +95,7 @@ def wide_to_long(
         df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias("_wall"))
 
     metric_cols = [c for c in df.columns if c not in {step_key, time_key, "_line", "_wall"}]
-    casts = []
+    casts: list[pl.Expr | pl.Series] = []
     dropped: list[str] = []
     for c in metric_cols:
         dtype = df.schema[c]

@@ -25,6 +25,7 @@ FORMAT = "jsonl"
 
 # bare non-finite tokens after ':' ',' or '[' become strings that polars casts to floats
 _NONFINITE = re.compile(rb"([:\[,])(\s*)(-?)(NaN|Infinity)(?=\s*[,}\]])")
+_OBJECT_START = re.compile(rb'^\{\s*("|\})')
 _REPLACE = {b"NaN": b'"nan"', b"Infinity": b'"inf"', b"-Infinity": b'"-inf"'}
 
 
@@ -35,7 +36,8 @@ def sniff(path: Path, head: bytes) -> bool:
         s = line.strip()
         if not s:
             continue
-        return s.startswith(b"{") and b'"log_history"' not in head
+        # '{"' — a JSON object; "{'loss': ...}" is a printed Python dict (a text log)
+        return _OBJECT_START.match(s) is not None and b'"log_history"' not in head
     return False
 
 

@@ -1,0 +1,667 @@
+"""Plain-text training logs: the metrics printed to stdout or written to a ``.log`` file.
+
+Shapes recognised (sniffed from the content, several may share one file):
+
+* Megatron-LM / Megatron-DeepSpeed iteration lines,
+  ``iteration  3000/ 292968 | lm loss: 2.365880E+00 | grad norm: 0.234 | ...`` — the step
+  is the iteration; every ``key: number`` field is a metric named by its key as written
+  (the alias table maps ``lm loss``, ``grad norm``, ``learning rate`` ...). The line may
+  carry a prefix (``[default7]:``, a timestamp) and may be hard-wrapped over a few lines
+  (as when copied from a terminal into notes). Validation lines
+  (``validation loss at iteration 1000 | lm loss value: ... | lm loss PPL: ... |``) give
+  ``<key> validation`` and ``<key> validation ppl``, the names Megatron gives the same
+  numbers in TensorBoard.
+* llm.c / modded-nanogpt ``key:value`` lines: ``s:0 trl:10.9 lr:0.0006 norm:1.2`` and
+  ``step:10/5100 train_loss:4.3 train_time:1234ms step_avg:123.4ms``. A line counts only
+  when it consists entirely of ``key:number`` tokens and starts with the step key, so the
+  training script many of these logs begin with (f-strings holding ``step:``) gives
+  nothing. A value ending in ``ms`` is converted to seconds, ``s`` is dropped.
+* Printed metric dicts of the Hugging Face Trainer, ``{'loss': 2.1, 'grad_norm': 1.3,
+  'learning_rate': 5e-05, 'epoch': 0.01}``. They carry no step: the k-th training dict is
+  step k and an evaluation dict (``eval_*`` keys) shares the last training step (reported
+  as an info issue); the end-of-training summary (``train_runtime`` ...) becomes
+  ``final/<key>`` at the last step, as in the trainer_state.json reader. They are used only
+  when no shape with real steps is in the file. Nothing is evaluated: the pairs are picked
+  out with a regular expression.
+* A user's regular expression (``ReadOptions.regex``): group ``step`` is the step, every
+  other named group a metric of that name; only it is used when given.
+
+Values ``nan``/``inf`` (any case, with a sign) are kept as NaN/±inf. A value that is not a
+number is counted and reported with its first line. Bytes that are not UTF-8 are replaced
+and reported with the first line where they occur. ``start_offset`` resumes reading at a
+byte offset; ``run.cursor[path]`` is the offset just past the last complete line (a last
+line without a line end is read but left for the next read, which may see it finished); a
+resumed read that finds nothing new returns an empty run instead of failing. Line ends may
+be CRLF; a bare CR (a progress bar redrawn) keeps what was written after it.
+
+Matching is done by polars' regex engine over all lines at once (linear time); only the
+user's regex, which is a Python regex, is applied line by line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from trainlens.core.errors import UnreadableInputError, UsageError
+from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers.base import HEAD_BYTES, ReadOptions, run_name_for
+
+FORMAT = "text"
+
+# how far sniffing looks when the head (HEAD_BYTES) holds no metric line: logs that
+# start with an echoed training script or environment dump put their first metric line
+# far in (modded-nanogpt: ~25 kB)
+SNIFF_SCAN_BYTES = 1 << 20
+_MAX_WRAPPED_LINES = 5
+
+# ---- patterns (valid both for Python's re and polars' Rust regex) -----------------------
+
+_NUM = (
+    r"[+-]?(?:[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
+    r"|(?i:nan|inf(?:inity)?))"
+)
+_KEY = r"[A-Za-z_][A-Za-z0-9_./-]*"
+_BRACKET_PREFIX = r"(?:\[[^\]\n]*\]:?[ \t]*)?"
+
+# llm.c `s:N k:v ...` and modded-nanogpt `step:N/M k:v ...`: the whole line, nothing else
+_KV_LINE = (
+    rf"^[ \t]*{_BRACKET_PREFIX}(?:s|step):([0-9]+)(?:/([0-9]+))?"
+    rf"((?:[ \t]+{_KEY}:{_NUM}(?:ms|s)?)+)[ \t]*$"
+)
+_KV_TOKEN = rf"{_KEY}:[^ \t]+"
+
+# Megatron: `iteration N/ M | key: value | ...`
+_MEG_MARK = r"iteration[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\|"
+_MEG_ITER = r"iteration[ \t]+([0-9]+)[ \t]*/[ \t]*([0-9]+)[ \t]*\|(.*)$"
+_MEG_SNIFF = rf"iteration[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\|[^\n]*?:[ \t]*{_NUM}[ \t]*\|"
+# a wrapped continuation: `<part of a key>: value | ...` with no new iteration in it
+_MEG_CONTINUATION = re.compile(r"^[^|\[]*:[^|]*\|")
+# Megatron validation: `validation loss at iteration N [on validation set] | k value: v |`
+_MEG_VAL = (
+    r"(?:^|[^A-Za-z0-9_.-])([A-Za-z_][A-Za-z0-9_.-]*)[ \t]+loss at iteration[ \t]+([0-9]+)"
+    r"([^|]*)\|(.*)$"
+)
+_MEG_VAL_END = r"loss at the end of training[^|]*\|[^|]*:[ \t]*[-+0-9.a-zA-Z]+[ \t]*\|"
+
+# Hugging Face Trainer's printed dicts
+_HF_DICT = r"\{('[^'\n]+':[^{}\n]*)\}"
+_HF_PAIR = r"'[^'\n]+':\s*[^,]+"
+_HF_SNIFF = rf"\{{[^{{}}\n]*'(?:loss|eval_loss)':[ \t]*{_NUM}[^{{}}\n]*\}}"
+# np.float64(2.1) and the like, as newer numpy prints scalars
+_WRAPPED_SCALAR = r"^[A-Za-z_][A-Za-z0-9_.]*\(\s*([^(),]*?)\s*\)$"
+
+_SNIFF = re.compile("|".join(f"(?:{p})" for p in (_KV_LINE, _MEG_SNIFF, _HF_SNIFF)), re.MULTILINE)
+_MEG_MARK_RE = re.compile(_MEG_MARK)
+
+_VAL_SETS = {"validation", "valid", "val", "eval", "evaluation"}
+
+_LONG_SCHEMA: dict[str, pl.DataType] = {
+    "lineno": pl.Int64(),
+    "field": pl.Int64(),
+    "step": pl.Int64(),
+    "metric": pl.String(),
+    "raw": pl.String(),
+}
+
+
+# ---- sniffing -------------------------------------------------------------------------
+
+
+def _has_metric_line(data: bytes) -> bool:
+    text = data.decode("utf-8", errors="replace").replace("\r", "\n")
+    return _SNIFF.search(text) is not None
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """True when a line has one of the known shapes: a Megatron iteration line, an llm.c
+    ``s:N`` line, a ``step:N/M`` line or a printed Trainer dict. When the head holds none,
+    up to ``SNIFF_SCAN_BYTES`` of the file are searched (logs that echo a script first)."""
+    if path.is_dir():
+        return False
+    if _has_metric_line(head):
+        return True
+    if len(head) < HEAD_BYTES:
+        return False
+    try:
+        with path.open("rb") as fh:
+            more = fh.read(SNIFF_SCAN_BYTES)
+    except OSError:
+        return False
+    return len(more) > len(head) and _has_metric_line(more)
+
+
+# ---- reading --------------------------------------------------------------------------
+
+
+def read(path: Path, opts: ReadOptions) -> list[Run]:
+    source = str(path)
+    issues: list[DataIssue] = []
+    start = max(int(opts.start_offset), 0)
+    if start > path.stat().st_size:
+        # the file was replaced or truncated (log rotation) since the offset was taken
+        issues.append(
+            DataIssue(
+                kind="truncated-file",
+                source=source,
+                message=(
+                    f"the file is shorter than the resume offset {start}; "
+                    "it was read again from the start"
+                ),
+                details={"start_offset": start},
+            )
+        )
+        start = 0
+    with path.open("rb") as fh:
+        fh.seek(start)
+        data = fh.read()
+    resumed = start > 0
+    if not data.strip() and not resumed:
+        raise UnreadableInputError(f"{path}: the file is empty")
+
+    end = data.rfind(b"\n") + 1
+    cursor = start + end
+    where = _Where(start)
+    tail = data[end:]
+    if tail.strip():
+        line_no = data.count(b"\n") + 1
+        issues.append(
+            DataIssue(
+                kind="unterminated-line",
+                source=source,
+                location=where.line(line_no),
+                message=(
+                    f"the last line ({len(tail)} bytes) has no line end — a run still being "
+                    "written? Its values were read, but the resume cursor stays before it"
+                ),
+                severity="warning",
+                details={"byte_offset": cursor},
+            )
+        )
+
+    text = _decode(data, source, where, issues)
+    parts = text.split("\n")
+    if text.endswith("\n"):
+        parts.pop()
+    lines = pl.Series("line", parts, dtype=pl.String)
+    del parts
+    if "\r" in text:
+        # CRLF line ends; a bare CR (progress bars) rewrites the line: keep what was last
+        lines = lines.str.strip_chars_end("\r").str.replace(r"^[^\n]*\r", "")
+
+    meta: dict[str, Any] = {}
+    if opts.regex:
+        long = _parse_user_regex(lines.to_list(), opts.regex, source, where, issues)
+        meta["text_shapes"] = {"regex": int(long.get_column("lineno").n_unique())}
+    else:
+        long = _parse_builtin(lines, source, where, issues, meta)
+
+    long = _values(long, source, where, issues)
+    if long.height == 0 and not resumed:
+        if opts.regex:
+            raise UnreadableInputError(
+                f"{path}: no line matched the regex {opts.regex!r} with a numeric value"
+            )
+        raise UnreadableInputError(
+            f"{path}: no training metrics found (looked for Megatron `iteration N/ M | key: "
+            "value |` lines, llm.c `s:N key:value` lines, `step:N/M key:value` lines and "
+            "printed Trainer dicts)",
+            hint="use --regex with a named group `step` for another log shape",
+        )
+    run = build_run(
+        long.select("step", "metric", "value"),
+        name=run_name_for(path),
+        source=source,
+        fmt=FORMAT,
+        aliases=opts.aliases,
+        metadata=meta,
+        issues=issues,
+    )
+    run.cursor[source] = cursor
+    return [run]
+
+
+class _Where:
+    """Line locations for messages; after a resume they count from the resume offset."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+
+    def line(self, n: int) -> str:
+        return f"line {n}" if self.start == 0 else f"line {n} after byte {self.start}"
+
+
+def _decode(data: bytes, source: str, where: _Where, issues: list[DataIssue]) -> str:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_no = data.count(b"\n", 0, exc.start) + 1
+        text = data.decode("utf-8", errors="replace")
+        n_bad = text.count("\ufffd") - data.count("\ufffd".encode())
+        issues.append(
+            DataIssue(
+                kind="encoding",
+                source=source,
+                location=where.line(line_no),
+                message=(
+                    f"bytes that are not UTF-8 (first at {where.line(line_no)}) were "
+                    "replaced; the lines around them were read as far as they parse"
+                ),
+                count=max(n_bad, 1),
+                details={"first_byte_offset": where.start + exc.start},
+            )
+        )
+    return text.removeprefix("\ufeff")
+
+
+# ---- built-in shapes --------------------------------------------------------------------
+
+
+def _parse_builtin(
+    lines: pl.Series,
+    source: str,
+    where: _Where,
+    issues: list[DataIssue],
+    meta: dict[str, Any],
+) -> pl.DataFrame:
+    df = (
+        _join_wrapped_megatron(lines)
+        .to_frame("line")
+        .with_row_index("lineno", offset=1)
+        .with_columns(pl.col("lineno").cast(pl.Int64))
+    )
+
+    megatron, meg_total = _megatron_iterations(df)
+    validation = _megatron_validation(df)
+    unplaced = df.filter(pl.col("line").str.contains(_MEG_VAL_END))
+    if unplaced.height:
+        issues.append(
+            DataIssue(
+                kind="ignored-lines",
+                source=source,
+                location=where.line(int(unplaced.get_column("lineno")[0])),
+                message=(
+                    f"{unplaced.height} validation line(s) 'at the end of training' name no "
+                    "iteration and were left out"
+                ),
+                count=unplaced.height,
+                severity="info",
+            )
+        )
+    kv, kv_total = _kv_lines(df)
+    shapes = {
+        "megatron": _n_lines(megatron),
+        "megatron_validation": _n_lines(validation),
+        "key_value": _n_lines(kv),
+    }
+    parts = [megatron, validation, kv]
+    hf, hf_lines = _hf_dicts(df)
+    if hf_lines:
+        if any(shapes.values()):
+            issues.append(
+                DataIssue(
+                    kind="ignored-lines",
+                    source=source,
+                    message=(
+                        f"{hf_lines} printed metric dict line(s) carry no step and were left "
+                        "out: the file has lines with real steps"
+                    ),
+                    count=hf_lines,
+                    severity="info",
+                )
+            )
+        else:
+            parts.append(hf)
+            shapes["trainer_dict"] = hf_lines
+            issues.append(
+                DataIssue(
+                    kind="inferred-step",
+                    source=source,
+                    message=(
+                        f"steps inferred for {hf_lines} printed metric dict line(s): the k-th "
+                        "training dict ('loss') is step k, an evaluation dict (eval_*) takes "
+                        "the last training step, the final summary is named final/<key>"
+                    ),
+                    count=hf_lines,
+                    severity="info",
+                )
+            )
+    meta["text_shapes"] = {k: v for k, v in shapes.items() if v}
+    total = meg_total if meg_total is not None else kv_total
+    if total is not None:
+        meta["max_steps"] = total
+    return pl.concat(parts, how="vertical").sort("lineno", "field", maintain_order=True)
+
+
+def _n_lines(df: pl.DataFrame) -> int:
+    return int(df.get_column("lineno").n_unique()) if df.height else 0
+
+
+def _empty_long() -> pl.DataFrame:
+    return pl.DataFrame(schema=_LONG_SCHEMA)
+
+
+def _join_wrapped_megatron(lines: pl.Series) -> pl.Series:
+    """Join an iteration line hard-wrapped over a few lines back into one (the
+    continuation lines become empty so line numbers stay right)."""
+    broken = (
+        lines.str.contains(_MEG_MARK) & ~lines.str.strip_chars_end().str.ends_with("|")
+    ).arg_true()
+    if broken.len() == 0:
+        return lines
+    n = lines.len()
+    fixed: dict[int, str] = {}
+    for i in broken.to_list():  # rare: only lines copied from a terminal into notes
+        joined = lines[i]
+        for j in range(i + 1, min(i + 1 + _MAX_WRAPPED_LINES, n)):
+            nxt = lines[j]
+            if not nxt.strip() or _MEG_MARK_RE.search(nxt) or not _MEG_CONTINUATION.match(nxt):
+                break
+            joined = f"{joined} {nxt}"
+            if joined.rstrip().endswith("|"):
+                fixed[i] = joined
+                fixed.update(dict.fromkeys(range(i + 1, j + 1), ""))
+                break
+    if not fixed:
+        return lines
+    return lines.scatter(list(fixed), list(fixed.values()))
+
+
+def _fields(df: pl.DataFrame, rest: str) -> pl.DataFrame:
+    """Split a ``| key: value | key: value |`` column into one row per field."""
+    long = (
+        df.with_columns(pl.col(rest).str.split("|").alias("_seg"))
+        .explode("_seg")
+        .with_row_index("field")  # file order within a line is all that is needed
+        .with_columns(
+            pl.col("field").cast(pl.Int64), pl.col("_seg").str.splitn(":", 2).alias("_kv")
+        )
+        .with_columns(
+            pl.col("_kv").struct.field("field_0").str.strip_chars().alias("_key"),
+            pl.col("_kv").struct.field("field_1").str.strip_chars().alias("raw"),
+        )
+        .filter(pl.col("raw").is_not_null() & pl.col("_key").str.contains("^[A-Za-z]"))
+    )
+    # keys wrapped over lines hold runs of white space; few distinct keys, so fix those
+    keys = long.get_column("_key").unique().to_list()
+    fixed = {k: " ".join(k.split()) for k in keys if " ".join(k.split()) != k}
+    if fixed:
+        long = long.with_columns(pl.col("_key").replace(fixed))
+    return long
+
+
+def _megatron_iterations(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
+    hits = df.filter(pl.col("line").str.contains(_MEG_MARK))
+    if hits.height == 0:
+        return _empty_long(), None
+    hits = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_MEG_ITER).alias("_g"))
+        .unnest("_g")
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64).alias("step"),
+            pl.col("2").cast(pl.Int64).alias("_total"),
+            pl.col("3").alias("_rest"),
+        )
+        .filter(pl.col("step").is_not_null())
+    )
+    total = hits.get_column("_total").drop_nulls()
+    long = _fields(hits, "_rest").select(
+        "lineno", "field", "step", pl.col("_key").alias("metric"), "raw"
+    )
+    return long, (int(total[-1]) if total.len() else None)
+
+
+def _megatron_validation(df: pl.DataFrame) -> pl.DataFrame:
+    hits = df.filter(pl.col("line").str.contains("loss at iteration"))
+    if hits.height == 0:
+        return _empty_long()
+    hits = hits.select(
+        "lineno",
+        pl.col("line").str.extract(_MEG_VAL, 1).alias("_set"),
+        pl.col("line").str.extract(_MEG_VAL, 2).cast(pl.Int64).alias("step"),
+        pl.col("line").str.extract(_MEG_VAL, 3).alias("_suffix"),
+        pl.col("line").str.extract(_MEG_VAL, 4).alias("_rest"),
+    ).filter(pl.col("step").is_not_null())
+    word = pl.col("_set").str.to_lowercase()
+    setname = (
+        pl.when(
+            pl.col("_suffix").str.to_lowercase().str.contains("test") | word.str.contains("test")
+        )
+        .then(pl.lit("test"))
+        .when(word.is_in(list(_VAL_SETS)))
+        .then(pl.lit("validation"))
+        .otherwise(pl.lit("validation ") + pl.col("_set"))
+    )
+    key = pl.col("_key")
+    lower = key.str.to_lowercase()
+    metric = (
+        pl.when(lower.str.ends_with(" value"))
+        .then(key.str.slice(0, key.str.len_chars() - 6) + pl.lit(" ") + setname)
+        .when(lower.str.ends_with(" ppl"))
+        .then(key.str.slice(0, key.str.len_chars() - 4) + pl.lit(" ") + setname + pl.lit(" ppl"))
+        .otherwise(key + pl.lit(" ") + setname)
+    )
+    return _fields(hits, "_rest").select("lineno", "field", "step", metric.alias("metric"), "raw")
+
+
+def _kv_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
+    hits = df.filter(pl.col("line").str.contains(_KV_LINE))
+    if hits.height == 0:
+        return _empty_long(), None
+    hits = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_KV_LINE).alias("_g"))
+        .unnest("_g")
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64).alias("step"),
+            pl.col("2").cast(pl.Int64).alias("_total"),
+            pl.col("3").str.extract_all(_KV_TOKEN).alias("_tok"),
+        )
+    )
+    total = hits.get_column("_total").drop_nulls()
+    long = (
+        hits.explode("_tok")
+        .with_row_index("field")
+        .with_columns(pl.col("field").cast(pl.Int64))
+        .select(
+            "lineno",
+            "field",
+            "step",
+            pl.col("_tok").str.extract(r"^([^:]+):", 1).alias("metric"),
+            pl.col("_tok").str.extract(r"^[^:]+:(.*)$", 1).alias("raw"),
+        )
+    )
+    return long, (int(total[-1]) if total.len() else None)
+
+
+def _hf_dicts(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    hits = df.filter(pl.col("line").str.contains(_HF_DICT))
+    if hits.height == 0:
+        return _empty_long(), 0
+    pairs = (
+        hits.select(
+            "lineno",
+            pl.col("line").str.extract(_HF_DICT, 1).str.extract_all(_HF_PAIR).alias("_pair"),
+        )
+        .explode("_pair")
+        .with_row_index("field")
+        .with_columns(pl.col("field").cast(pl.Int64))
+        .select(
+            "lineno",
+            "field",
+            pl.col("_pair").str.extract(r"^'([^']+)'", 1).alias("metric"),
+            pl.col("_pair")
+            .str.extract(r":\s*(.*?)\s*$", 1)
+            .str.replace(_WRAPPED_SCALAR, "$1")
+            .alias("raw"),
+        )
+        .filter(pl.col("metric").is_not_null())
+    )
+    kinds = (
+        pairs.group_by("lineno", maintain_order=True)
+        .agg(
+            (pl.col("metric") == "loss").any().alias("_train"),
+            pl.col("metric").str.starts_with("eval_").any().alias("_eval"),
+            (pl.col("metric") == "train_runtime").any().alias("_final"),
+        )
+        .with_columns(
+            (pl.col("_train") & ~pl.col("_final")).alias("_train"),
+        )
+        .filter(pl.col("_train") | pl.col("_eval") | pl.col("_final"))
+        .with_columns(pl.col("_train").cast(pl.Int64).cum_sum().alias("step"))
+    )
+    if kinds.height == 0:
+        return _empty_long(), 0
+    long = pairs.join(kinds, on="lineno", how="inner").select(
+        "lineno",
+        "field",
+        "step",
+        pl.when(pl.col("_final") & ~pl.col("_train"))
+        .then(pl.lit("final/") + pl.col("metric"))
+        .otherwise(pl.col("metric"))
+        .alias("metric"),
+        "raw",
+    )
+    return long, kinds.height
+
+
+# ---- a user's regex -----------------------------------------------------------------------
+
+
+def _compile_user_regex(pattern: str) -> re.Pattern[str]:
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"the regex {pattern!r} does not compile: {exc}") from None
+    if "step" not in rx.groupindex:
+        raise UsageError(
+            f"the regex {pattern!r} has no named group `step`; write (?P<step>\\d+) "
+            "where the step number is"
+        )
+    if len(rx.groupindex) < 2:
+        raise UsageError(
+            f"the regex {pattern!r} names no metric: add a named group per metric, "
+            "e.g. (?P<loss>[0-9.eE+-]+)"
+        )
+    return rx
+
+
+def _parse_user_regex(
+    lines: list[str], pattern: str, source: str, where: _Where, issues: list[DataIssue]
+) -> pl.DataFrame:
+    rx = _compile_user_regex(pattern)
+    names = [n for n, _ in sorted(rx.groupindex.items(), key=lambda kv: kv[1]) if n != "step"]
+    linenos: list[int] = []
+    steps: list[str | None] = []
+    cols: dict[str, list[str | None]] = {n: [] for n in names}
+    unmatched = 0
+    first_unmatched: int | None = None
+    for i, line in enumerate(lines, start=1):  # a Python regex: line by line
+        m = rx.search(line)
+        if m is None:
+            if line.strip():
+                unmatched += 1
+                first_unmatched = first_unmatched or i
+            continue
+        linenos.append(i)
+        steps.append(m.group("step"))
+        for n in names:
+            cols[n].append(m.group(n))
+    if unmatched:
+        issues.append(
+            DataIssue(
+                kind="unmatched-line",
+                source=source,
+                location=where.line(first_unmatched or 0),
+                message=f"{unmatched} non-empty line(s) did not match the regex and were skipped",
+                count=unmatched,
+                severity="info",
+            )
+        )
+    if not linenos:
+        return _empty_long()
+    wide = pl.DataFrame(
+        {"lineno": linenos, "_step": steps, **cols},
+        schema={"lineno": pl.Int64, "_step": pl.String, **dict.fromkeys(names, pl.String)},
+    )
+    step_f = pl.col("_step").str.strip_chars().cast(pl.Float64, strict=False)
+    wide = wide.with_columns(
+        pl.when(step_f.is_finite() & (step_f == step_f.round(0)))
+        .then(step_f)
+        .otherwise(None)
+        .cast(pl.Int64)
+        .alias("step")
+    )
+    bad = wide.filter(pl.col("step").is_null())
+    if bad.height:
+        issues.append(
+            DataIssue(
+                kind="bad-step",
+                source=source,
+                location=where.line(int(bad.get_column("lineno")[0])),
+                message=(
+                    f"{bad.height} matched line(s) have a step that is not a whole number "
+                    f"(first: {bad.get_column('_step')[0]!r}); their values were skipped"
+                ),
+                count=bad.height,
+            )
+        )
+        wide = wide.filter(pl.col("step").is_not_null())
+    return (
+        wide.unpivot(index=["lineno", "step"], on=names, variable_name="metric", value_name="raw")
+        .with_columns(
+            pl.col("metric")
+            .replace_strict({n: i for i, n in enumerate(names)}, return_dtype=pl.Int64)
+            .alias("field")
+        )
+        .filter(pl.col("raw").is_not_null())
+        .select(list(_LONG_SCHEMA))
+        .sort("lineno", "field")
+    )
+
+
+# ---- values ---------------------------------------------------------------------------------
+
+
+def _values(
+    long: pl.DataFrame, source: str, where: _Where, issues: list[DataIssue]
+) -> pl.DataFrame:
+    """Parse the value texts: numbers, nan/inf in any case, ``ms`` → seconds; report the
+    rest."""
+    raw = pl.col("raw").str.strip_chars()
+    is_ms = raw.str.ends_with("ms")
+    is_s = ~is_ms & raw.str.ends_with("s")
+    number = (
+        pl.when(is_ms)
+        .then(raw.str.slice(0, raw.str.len_chars() - 2))
+        .when(is_s)
+        .then(raw.str.slice(0, raw.str.len_chars() - 1))
+        .otherwise(raw)
+        .str.strip_chars()
+    )
+    scale = pl.when(is_ms).then(pl.lit(1e-3)).otherwise(pl.lit(1.0))
+    long = long.with_columns((number.cast(pl.Float64, strict=False) * scale).alias("value"))
+    bad = long.filter(pl.col("value").is_null())
+    if bad.height:
+        first = bad.row(0, named=True)
+        names = sorted(bad.get_column("metric").unique().to_list())
+        issues.append(
+            DataIssue(
+                kind="non-numeric",
+                source=source,
+                location=where.line(int(first["lineno"])),
+                message=(
+                    f"{bad.height} value(s) are not numbers and were skipped (first: "
+                    f"{first['metric']}={first['raw']!r}; metrics: {', '.join(names[:5])}"
+                    f"{'…' if len(names) > 5 else ''})"
+                ),
+                count=bad.height,
+                details={"metrics": names},
+            )
+        )
+        long = long.filter(pl.col("value").is_not_null())
+    return long
