@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 import click
+import typer
 
 from trainlens.cli.app import app
 from trainlens.core.errors import TrainlensError
@@ -14,6 +15,15 @@ from trainlens.core.errors import TrainlensError
 # importing a command module registers its commands on ``app``
 from trainlens.cli import analyze as _analyze  # noqa: E402,F401,I001
 from trainlens.cli import calc as _calc  # noqa: E402,F401
+
+try:  # typer >= 0.20 vendors its own click; older releases use click itself
+    from typer._click import exceptions as _typer_click
+except ImportError:  # pragma: no cover - depends on the installed typer
+    _typer_click = click.exceptions  # type: ignore[assignment]
+
+_CLICK_ERRORS = (click.exceptions.ClickException, _typer_click.ClickException)
+_EXITS = (click.exceptions.Exit, typer.Exit)
+_ABORTS = (click.exceptions.Abort, typer.Abort)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,14 +33,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TrainlensError as exc:
         click.echo(f"trainlens: error: {exc}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:
+    except _ABORTS:
         click.echo("trainlens: aborted", err=True)
         return 130
-    except click.exceptions.ClickException as exc:
+    except _CLICK_ERRORS as exc:
         exc.show()
-        return 2 if exc.exit_code not in (0, 1) else exc.exit_code
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
+        code = int(getattr(exc, "exit_code", 2))
+        return code if code in (0, 1) else 2
+    except _EXITS as exc:
+        return int(getattr(exc, "exit_code", 0) or 0)
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

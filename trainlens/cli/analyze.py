@@ -69,9 +69,9 @@ def _parse_aliases(items: list[str] | None) -> dict[str, str]:
 def _model_overrides(params: str | None, gpu: str | None, gpus: int | None) -> dict[str, Any]:
     model: dict[str, Any] = {}
     if params is not None:
-        from trainlens.cli.numbers import parse_positive
+        from trainlens.calculators.units import parse_number
 
-        model["n_params"] = parse_positive(params, "--params")
+        model["n_params"] = parse_number(params, "--params")
     if gpu is not None:
         model["gpu"] = gpu
     if gpus is not None:
