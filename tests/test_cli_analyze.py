@@ -18,8 +18,18 @@ def _jsonl(path: Path, n: int = 200, nan_at: int | None = None) -> Path:
             loss = 3.0 * math.exp(-i / 50) + 1.0
             if nan_at is not None and i >= nan_at:
                 loss = float("nan")
-            fh.write(json.dumps({"step": i, "loss": loss, "lr": 1e-3, "time": 1.7e9 + 0.5 * i,
-                                 "tokens_per_sec": 1000.0}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "step": i,
+                        "loss": loss,
+                        "lr": 1e-3,
+                        "time": 1.7e9 + 0.5 * i,
+                        "tokens_per_sec": 1000.0,
+                    }
+                )
+                + "\n"
+            )
             if i % 50 == 49:
                 fh.write(json.dumps({"step": i, "val_loss": loss + 0.1}) + "\n")
     return path
@@ -43,13 +53,21 @@ def test_analyze_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert set(r) >= {"run", "source", "format", "summary", "findings", "data_quality"}
     assert r["format"] == "jsonl" and r["run"] == "run"
     assert r["summary"]["steps"] == {"first": 0, "last": 199, "count": 200}
-    assert r["summary"]["val_loss"]["best_step"] == 99
+    assert r["summary"]["val_loss"]["best_step"] == 149  # the eval at 199 is NaN
     assert r["summary"]["wall_clock_seconds"] == pytest.approx(99.5)
     nan = [f for f in r["findings"] if f["code"] == "NAN001"]
     assert nan and nan[0]["step_start"] == 150 and nan[0]["severity"] == "error"
     for f in r["findings"]:
-        assert set(f) == {"code", "name", "severity", "metric", "step_start", "step_end",
-                          "message", "evidence"}
+        assert set(f) == {
+            "code",
+            "name",
+            "severity",
+            "metric",
+            "step_start",
+            "step_end",
+            "message",
+            "evidence",
+        }
 
 
 def test_fail_on_sets_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -61,25 +79,42 @@ def test_fail_on_sets_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "--fail-on must be one of" in capsys.readouterr().err
 
 
+def _make(tmp: Path, name: str, content: bytes | None) -> Path:
+    path = tmp / name
+    if content is not None:
+        path.write_bytes(content)
+    return path
+
+
 @pytest.mark.parametrize(
-    ("setup", "message"),
+    ("name", "content", "message"),
     [
-        (lambda p: p / "missing.jsonl", "no such file"),
-        (lambda p: (p / "empty.jsonl").write_bytes(b"") or p / "empty.jsonl", "is empty"),
-        (lambda p: (p / "junk.bin").write_bytes(bytes(range(256)) * 4) or p / "junk.bin",
-         "not a format trainlens knows"),
-        (lambda p: (p / "d").mkdir() or p / "d", "no TensorBoard event files"),
+        ("missing.jsonl", None, "no such file"),
+        ("empty.jsonl", b"", "is empty"),
+        ("junk.bin", bytes(range(256)) * 4, "not a format trainlens knows"),
+        ("prose.txt", b"We trained a model.\nIt went fine.\n", "not a format trainlens knows"),
     ],
 )
 def test_unreadable_input_exits_2_with_one_sentence(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], setup, message: str  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    content: bytes | None,
+    message: str,
 ) -> None:
-    path = setup(tmp_path)
+    path = _make(tmp_path, name, content)
     assert main(["analyze", str(path)]) == 2
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
     assert err.count("\n") == 1
+
+
+def test_directory_without_metrics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "notes.md").write_text("nothing here")
+    assert main(["analyze", str(tmp_path / "d")]) == 2
+    assert "no TensorBoard event files" in capsys.readouterr().err
 
 
 def test_unknown_format_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -67,8 +67,11 @@ def test_two_names_for_one_canonical_are_not_merged() -> None:
 def test_user_alias_overrides_table() -> None:
     df = _long([(0, "loss", 1.0), (0, "objective", 2.0)])
     run = build_run(
-        df, name="r", source="s", fmt="t", aliases=AliasTable({"objective": "train/loss",
-                                                                 "loss": "aux/loss"})
+        df,
+        name="r",
+        source="s",
+        fmt="t",
+        aliases=AliasTable({"objective": "train/loss", "loss": "aux/loss"}),
     )
     assert run.series("train/loss")[1].tolist() == [2.0]
     assert run.series("aux/loss")[1].tolist() == [1.0]
@@ -124,7 +127,7 @@ def test_wide_view_one_row_per_step() -> None:
 def test_config_unknown_key_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
     p = tmp_path / "trainlens.toml"
     p.write_text("selct = ['GRAD']\n")
-    with pytest.raises(ConfigError, match="'selct'.*did you mean 'select'"):
+    with pytest.raises(ConfigError, match=r"'selct'.*did you mean 'select'"):
         load_config(p)
     cfg = parse_config({"select": ["grad"], "aliases": {"x": "train/loss"}})
     assert cfg.select == ["GRAD"] and cfg.aliases == {"x": "train/loss"}
@@ -132,7 +135,9 @@ def test_config_unknown_key_is_named(tmp_path) -> None:  # type: ignore[no-untyp
 
 def test_pyproject_tool_table(tmp_path) -> None:  # type: ignore[no-untyped-def]
     p = tmp_path / "pyproject.toml"
-    p.write_text("[tool.trainlens]\nfail_on = 'warning'\n[tool.trainlens.severity]\nDATA001 = 'info'\n")
+    p.write_text(
+        "[tool.trainlens]\nfail_on = 'warning'\n[tool.trainlens.severity]\nDATA001 = 'info'\n"
+    )
     cfg = load_config(p)
     assert cfg.fail_on == "warning" and cfg.severity == {"DATA001": "info"}
 

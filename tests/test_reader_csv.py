@@ -16,7 +16,9 @@ def test_lightning_csvlogger_sparse_metrics(tmp_path: Path) -> None:
     loggers = pytest.importorskip("lightning.pytorch.loggers")
     logger = loggers.CSVLogger(save_dir=str(tmp_path), name="exp", version=0)
     for step in range(50):
-        logger.log_metrics({"train_loss": 3.0 - step * 0.02, "lr-AdamW": 1e-3, "epoch": step // 25}, step=step)
+        logger.log_metrics(
+            {"train_loss": 3.0 - step * 0.02, "lr-AdamW": 1e-3, "epoch": step // 25}, step=step
+        )
         if step % 10 == 9:
             logger.log_metrics({"val_loss": 2.9 - step * 0.01, "epoch": step // 25}, step=step)
     logger.log_metrics({"train_loss": float("nan")}, step=50)

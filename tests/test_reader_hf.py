@@ -25,12 +25,21 @@ def trainer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ids = torch.randint(0, 64, (32,), generator=g)
         data.append({"input_ids": ids, "labels": ids})
     args = transformers.TrainingArguments(
-        output_dir=str(out), max_steps=20, logging_steps=2, eval_strategy="steps",
-        eval_steps=5, save_steps=10, per_device_train_batch_size=8, report_to=[],
-        use_cpu=True, seed=0, disable_tqdm=True,
+        output_dir=str(out),
+        max_steps=20,
+        logging_steps=2,
+        eval_strategy="steps",
+        eval_steps=5,
+        save_steps=10,
+        per_device_train_batch_size=8,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
     )
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=data,
-                                   eval_dataset=data[:16])
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=data, eval_dataset=data[:16]
+    )
     trainer.train()
     trainer.save_state()
     return out
@@ -52,7 +61,7 @@ def test_trainer_state_matches_log_history(trainer_dir: Path) -> None:
     assert vs.tolist() == [5, 10, 15, 20]
     assert vl.tolist() == [h["eval_loss"] for h in evals]
     # the final summary's averaged train_loss must not pollute the per-step series
-    final = [h for h in history if "train_runtime" in h][0]
+    final = next(h for h in history if "train_runtime" in h)
     assert run.series("final/train_loss")[1].tolist() == [final["train_loss"]]
     assert run.metadata["global_step"] == 20
     assert all(math.isfinite(x) for x in loss)

@@ -35,7 +35,25 @@ _EXPORTS = {
     "UsageError": "trainlens.core.errors",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [
+    "Analysis",
+    "Config",
+    "ConfigError",
+    "DataIssue",
+    "Finding",
+    "Run",
+    "Severity",
+    "TrainlensError",
+    "UnreadableInputError",
+    "UsageError",
+    "__version__",
+    "analyze",
+    "analyze_run",
+    "convert",
+    "load_config",
+    "read",
+    "summarize",
+]
 
 if TYPE_CHECKING:
     from trainlens.api import Analysis, analyze, analyze_run, convert, read

@@ -69,8 +69,7 @@ def read(
     aliases: dict[str, str] | None = None,
 ) -> list[Run]:
     """Read every run at the path(s) into canonical Runs."""
-    opts = ReadOptions(aliases=AliasTable(aliases), runs=list(runs) if runs else None,
-                       regex=regex)
+    opts = ReadOptions(aliases=AliasTable(aliases), runs=list(runs) if runs else None, regex=regex)
     return read_runs(paths, format=format, options=opts)
 
 
@@ -91,10 +90,15 @@ def build_context(run: Run, config: Config) -> Context:
 def analyze_run(run: Run, config: Config | None = None) -> Analysis:
     config = config or Config()
     ctx = build_context(run, config)
+    summary = summarize(run)
+    if ctx.model:
+        from trainlens.efficiency import add_efficiency
+
+        add_efficiency(run, ctx.model, summary)
     result: DetectionResult = run_detectors(run, config, ctx)
     return Analysis(
         run=run,
-        summary=summarize(run),
+        summary=summary,
         findings=result.findings,
         skipped=result.skipped,
         context=ctx,
@@ -117,8 +121,13 @@ def analyze(
     elif isinstance(paths, Sequence) and paths and all(isinstance(p, Run) for p in paths):
         loaded = list(paths)  # type: ignore[arg-type]
     else:
-        loaded = read(paths, format=format, runs=runs, regex=regex,  # type: ignore[arg-type]
-                      aliases=cfg.aliases)
+        loaded = read(
+            paths,
+            format=format,
+            runs=runs,
+            regex=regex,  # type: ignore[arg-type]
+            aliases=cfg.aliases,
+        )
     return [analyze_run(run, cfg) for run in loaded]
 
 
@@ -160,17 +169,21 @@ def _ndjson(frame: pl.DataFrame) -> str:
     names = frame.get_column("metric").unique().to_list()
     quoted = {n: json.dumps(n) for n in names}
     lines = frame.select(
-        pl.format(
-            '{"step":{},"metric":{},"value":{},"wall_time":{},"superseded":{}}',
-            pl.col("step"),
+        pl.concat_str(
+            pl.lit('{"step":'),
+            pl.col("step").cast(pl.String),
+            pl.lit(',"metric":'),
             pl.col("metric").replace_strict(quoted, return_dtype=pl.String),
+            pl.lit(',"value":'),
             number("value"),
+            pl.lit(',"wall_time":'),
             number("wall_time"),
+            pl.lit(',"superseded":'),
             pl.col("superseded").cast(pl.String),
+            pl.lit("}"),
         ).alias("line")
     ).get_column("line")
     return "\n".join(lines.to_list()) + ("\n" if lines.len() else "")
 
 
-__all__ = ["Analysis", "analyze", "analyze_run", "build_context", "convert", "read",
-           "summarize"]
+__all__ = ["Analysis", "analyze", "analyze_run", "build_context", "convert", "read", "summarize"]

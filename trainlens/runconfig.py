@@ -25,14 +25,36 @@ CANDIDATES = (
 )
 
 SCHEDULE_KEYS: dict[str, tuple[str, ...]] = {
-    "shape": ("shape", "lr_schedule", "schedule", "lr_scheduler_type", "scheduler",
-              "lr_decay_style", "decay_style", "type", "name"),
-    "warmup_steps": ("warmup_steps", "num_warmup_steps", "lr_warmup_steps", "warmup",
-                     "lr_warmup_iters", "warmup_iters"),
+    "shape": (
+        "shape",
+        "lr_schedule",
+        "schedule",
+        "lr_scheduler_type",
+        "scheduler",
+        "lr_decay_style",
+        "decay_style",
+        "type",
+        "name",
+    ),
+    "warmup_steps": (
+        "warmup_steps",
+        "num_warmup_steps",
+        "lr_warmup_steps",
+        "warmup",
+        "lr_warmup_iters",
+        "warmup_iters",
+    ),
     "peak_lr": ("peak_lr", "max_lr", "lr", "learning_rate", "base_lr"),
     "min_lr": ("min_lr", "lr_min", "final_lr", "end_lr", "eta_min"),
-    "total_steps": ("total_steps", "max_steps", "num_training_steps", "train_iters",
-                    "lr_decay_iters", "decay_end", "steps"),
+    "total_steps": (
+        "total_steps",
+        "max_steps",
+        "num_training_steps",
+        "train_iters",
+        "lr_decay_iters",
+        "decay_end",
+        "steps",
+    ),
     "decay_steps": ("decay_steps", "cooldown_steps", "num_decay_steps"),
     "stable_steps": ("stable_steps", "num_stable_steps"),
     "step_size": ("step_size", "lr_step_size"),
@@ -41,8 +63,14 @@ SCHEDULE_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 MODEL_KEYS: dict[str, tuple[str, ...]] = {
-    "n_params": ("n_params", "num_params", "params", "model_params", "n_params_non_embedding",
-                 "non_embedding_params"),
+    "n_params": (
+        "n_params",
+        "num_params",
+        "params",
+        "model_params",
+        "n_params_non_embedding",
+        "non_embedding_params",
+    ),
     "gpu": ("gpu", "device", "hardware", "accelerator"),
     "n_gpus": ("n_gpus", "num_gpus", "world_size", "gpus"),
     "dtype": ("dtype", "precision"),
@@ -138,7 +166,9 @@ def _number(value: Any, key: str, origin: str) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
-        raise ConfigError(f"{origin}: schedule key {key!r} must be a number, got {value!r}") from None
+        raise ConfigError(
+            f"{origin}: schedule key {key!r} must be a number, got {value!r}"
+        ) from None
 
 
 def normalize_schedule(raw: dict[str, Any], origin: str = "schedule") -> dict[str, Any]:
@@ -164,8 +194,14 @@ def normalize_schedule(raw: dict[str, Any], origin: str = "schedule") -> dict[st
             out[key] = _number(value, key, origin)
     if "shape" not in out:
         return {}
-    for key in ("warmup_steps", "total_steps", "decay_steps", "stable_steps", "step_size",
-                "first_step"):
+    for key in (
+        "warmup_steps",
+        "total_steps",
+        "decay_steps",
+        "stable_steps",
+        "step_size",
+        "first_step",
+    ):
         if key in out:
             out[key] = int(out[key])
     return out

@@ -120,9 +120,7 @@ def summarize(run: Run) -> dict[str, Any]:
         r["metric"]: {"count": int(r["n"]), "first_step": int(r["first_step"])}
         for r in nonfinite.iter_rows(named=True)
     }
-    out["restarts"] = [
-        d.details for d in run.data_quality if d.kind == "restart"
-    ]
+    out["restarts"] = [d.details for d in run.data_quality if d.kind == "restart"]
     return out
 
 
@@ -151,11 +149,11 @@ def _epochs(run: Run) -> dict[str, Any] | None:
     per = (
         joined.with_columns(pl.col("epoch").floor().cast(pl.Int64).alias("e"))
         .group_by("e")
-        .agg((pl.col("wall_time").max() - pl.col("wall_time").min()).alias("seconds"),
-             pl.len().alias("n"))
+        .agg(
+            (pl.col("wall_time").max() - pl.col("wall_time").min()).alias("seconds"),
+            pl.len().alias("n"),
+        )
         .sort("e")
     )
-    result["seconds_per_epoch"] = {
-        str(r["e"]): _f(r["seconds"]) for r in per.iter_rows(named=True)
-    }
+    result["seconds_per_epoch"] = {str(r["e"]): _f(r["seconds"]) for r in per.iter_rows(named=True)}
     return result

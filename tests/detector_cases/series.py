@@ -66,7 +66,9 @@ def base_values(spec: dict[str, Any], steps: np.ndarray) -> np.ndarray:
     raise ValueError(f"unknown base {kind!r}")
 
 
-def apply_noise(values: np.ndarray, spec: dict[str, Any] | None, rng: np.random.Generator) -> np.ndarray:
+def apply_noise(
+    values: np.ndarray, spec: dict[str, Any] | None, rng: np.random.Generator
+) -> np.ndarray:
     if not spec:
         return values
     kind, sigma = spec.get("kind", "gaussian"), _num(spec.get("sigma", 0.01))
@@ -124,8 +126,11 @@ def make_run(case: dict[str, Any], name: str = "case") -> Run:
         every = int(spec.get("every", 1))
         mask = (all_steps >= lo) & (all_steps < hi) & ((all_steps - first) % every == 0)
         steps = all_steps[mask]
-        vals = base_values(spec, all_steps)[mask] if spec.get("base") != "values" else \
-            base_values(spec, steps)
+        vals = (
+            base_values(spec, all_steps)[mask]
+            if spec.get("base") != "values"
+            else base_values(spec, steps)
+        )
         vals = apply_noise(vals, spec.get("noise"), rng)
         vals = apply_events(vals, steps, spec.get("events", []))
         frames.append(
@@ -136,8 +141,12 @@ def make_run(case: dict[str, Any], name: str = "case") -> Run:
                     "value": vals,
                     "wall_time": wall[mask] if wall is not None else [None] * len(steps),
                 },
-                schema={"step": pl.Int64, "metric": pl.String, "value": pl.Float64,
-                        "wall_time": pl.Float64},
+                schema={
+                    "step": pl.Int64,
+                    "metric": pl.String,
+                    "value": pl.Float64,
+                    "wall_time": pl.Float64,
+                },
             )
         )
     long = pl.concat(frames)

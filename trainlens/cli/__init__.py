@@ -9,12 +9,11 @@ from collections.abc import Sequence
 import click
 import typer
 
+# importing a command module registers its commands on ``app``
+from trainlens.cli import analyze as _analyze  # noqa: F401
+from trainlens.cli import calc as _calc  # noqa: F401
 from trainlens.cli.app import app
 from trainlens.core.errors import TrainlensError
-
-# importing a command module registers its commands on ``app``
-from trainlens.cli import analyze as _analyze  # noqa: E402,F401,I001
-from trainlens.cli import calc as _calc  # noqa: E402,F401
 
 try:  # typer >= 0.20 vendors its own click; older releases use click itself
     from typer._click import exceptions as _typer_click

@@ -14,33 +14,49 @@ FAIL_LEVELS = ("none", "info", "warning", "error")
 
 PathsArg = Annotated[
     list[Path],
-    typer.Argument(help="Run files or directories (JSONL, CSV, TensorBoard, MLflow, ...).",
-                   show_default=False),
+    typer.Argument(
+        help="Run files or directories (JSONL, CSV, TensorBoard, MLflow, ...).", show_default=False
+    ),
 ]
 FormatOpt = Annotated[
     str | None,
-    typer.Option("--format", "-f", help="Force a reader: jsonl, csv, tensorboard, mlflow, "
-                 "hf-trainer, text.", show_default=False),
+    typer.Option(
+        "--format",
+        "-f",
+        help="Force a reader: jsonl, csv, tensorboard, mlflow, hf-trainer, text.",
+        show_default=False,
+    ),
 ]
 RunOpt = Annotated[
     list[str] | None,
-    typer.Option("--run", help="MLflow run id or name to read (repeatable; default all).",
-                 show_default=False),
+    typer.Option(
+        "--run", help="MLflow run id or name to read (repeatable; default all).", show_default=False
+    ),
 ]
 RegexOpt = Annotated[
     str | None,
-    typer.Option("--regex", help="Text logs: a regex with a named group 'step' and one "
-                 "named group per metric.", show_default=False),
+    typer.Option(
+        "--regex",
+        help="Text logs: a regex with a named group 'step' and one named group per metric.",
+        show_default=False,
+    ),
 ]
 ConfigOpt = Annotated[
     Path | None,
-    typer.Option("--config", help="A trainlens.toml or pyproject.toml (default: the nearest "
-                 "one from the working directory).", show_default=False),
+    typer.Option(
+        "--config",
+        help="A trainlens.toml or pyproject.toml (default: the nearest "
+        "one from the working directory).",
+        show_default=False,
+    ),
 ]
 AliasOpt = Annotated[
     list[str] | None,
-    typer.Option("--alias", help="Map a logged name to a canonical one, e.g. "
-                 "'my_loss=train/loss' (repeatable).", show_default=False),
+    typer.Option(
+        "--alias",
+        help="Map a logged name to a canonical one, e.g. 'my_loss=train/loss' (repeatable).",
+        show_default=False,
+    ),
 ]
 
 
@@ -91,31 +107,67 @@ def analyze(
     config: ConfigOpt = None,
     schedule: Annotated[
         str | None,
-        typer.Option("--schedule", help="The declared LR schedule, e.g. 'cosine:warmup_steps="
-                     "100,peak_lr=3e-4,min_lr=3e-5,total_steps=10000' (shapes: constant, "
-                     "linear, cosine, inverse-sqrt, step, warmup-stable-decay).",
-                     show_default=False),
+        typer.Option(
+            "--schedule",
+            help="The declared LR schedule, e.g. 'cosine:warmup_steps="
+            "100,peak_lr=3e-4,min_lr=3e-5,total_steps=10000' (shapes: constant, "
+            "linear, cosine, inverse-sqrt, step, warmup-stable-decay).",
+            show_default=False,
+        ),
     ] = None,
-    select: Annotated[list[str] | None, typer.Option("--select", help="Only these codes, "
-                      "families or detectors (repeatable).", show_default=False)] = None,
-    ignore: Annotated[list[str] | None, typer.Option("--ignore", help="Skip these codes, "
-                      "families or detectors (repeatable).", show_default=False)] = None,
+    select: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--select",
+            help="Only these codes, families or detectors (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    ignore: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ignore",
+            help="Skip these codes, families or detectors (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
     alias: AliasOpt = None,
-    params: Annotated[str | None, typer.Option("--params", help="Model parameters "
-                      "(non-embedding), for MFU and compute, e.g. 1.3e9.",
-                      show_default=False)] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="Device name for MFU, e.g. h100.",
-                   show_default=False)] = None,
-    gpus: Annotated[int | None, typer.Option("--gpus", help="Number of devices of the job.",
-                    show_default=False)] = None,
-    fail_on: Annotated[str | None, typer.Option("--fail-on", help="Exit 1 when a finding "
-                       "is at or above this severity: none, info, warning, error "
-                       "[default: none]", show_default=False)] = None,
-    report: Annotated[Path | None, typer.Option("--report", help="Also write an HTML/"
-                      "Markdown report with plots into this directory.",
-                      show_default=False)] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show each finding's "
-                       "evidence.")] = False,
+    params: Annotated[
+        str | None,
+        typer.Option(
+            "--params",
+            help="Model parameters (non-embedding), for MFU and compute, e.g. 1.3e9.",
+            show_default=False,
+        ),
+    ] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option("--gpu", help="Device name for MFU, e.g. h100.", show_default=False),
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option("--gpus", help="Number of devices of the job.", show_default=False)
+    ] = None,
+    fail_on: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 when a finding "
+            "is at or above this severity: none, info, warning, error "
+            "[default: none]",
+            show_default=False,
+        ),
+    ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            help="Also write an HTML/Markdown report with plots into this directory.",
+            show_default=False,
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show each finding's evidence.")
+    ] = False,
 ) -> int:
     """Summarize each run and list what went wrong, when, and what moved first."""
     from trainlens.api import analyze as analyze_paths
@@ -158,10 +210,18 @@ def analyze(
 
 @app.command()
 def convert(
-    path: Annotated[Path, typer.Argument(help="A run in any format trainlens reads.",
-                                         show_default=False)],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Output file: .parquet, "
-                      ".jsonl or .csv (the canonical long frame).", show_default=False)],
+    path: Annotated[
+        Path, typer.Argument(help="A run in any format trainlens reads.", show_default=False)
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Output file: .parquet, .jsonl or .csv (the canonical long frame).",
+            show_default=False,
+        ),
+    ],
     format: FormatOpt = None,
     run: RunOpt = None,
     regex: RegexOpt = None,
@@ -173,10 +233,10 @@ def convert(
 
     runs = read([path], format=format, runs=run, regex=regex, aliases=_parse_aliases(alias))
     if len(runs) > 1:
-        from trainlens.core.run import Run
-
         # several runs: one file, with a `run` column
         import polars as pl
+
+        from trainlens.core.run import Run
 
         frame = pl.concat(
             [r.frame.with_columns(pl.lit(r.name).alias("run")) for r in runs], how="vertical"

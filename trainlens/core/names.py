@@ -185,9 +185,7 @@ class AliasTable:
     """Maps raw metric names to canonical ones, with user overrides first."""
 
     def __init__(self, user: Mapping[str, str] | None = None) -> None:
-        self.user: dict[str, Alias] = {
-            normalize_key(k): Alias(v) for k, v in (user or {}).items()
-        }
+        self.user: dict[str, Alias] = {normalize_key(k): Alias(v) for k, v in (user or {}).items()}
 
     def lookup(self, raw: str) -> Alias | None:
         key = normalize_key(raw)
@@ -207,6 +205,7 @@ class AliasTable:
         out: dict[str, Alias] = {}
         claimed: dict[str, str] = {}
         looked = {raw: self.lookup(raw) for raw in dict.fromkeys(raw_names)}
+
         # names already spelled canonically claim first (stable sort keeps file order)
         def claims_first(name: str) -> int:
             alias = looked[name]

@@ -109,9 +109,8 @@ class Run:
         df = self.standing()
         if metrics is not None:
             df = df.filter(pl.col("metric").is_in(list(metrics)))
-        return (
-            df.pivot(on="metric", index="step", values="value", aggregate_function="last")
-            .sort("step")
+        return df.pivot(on="metric", index="step", values="value", aggregate_function="last").sort(
+            "step"
         )
 
 
@@ -200,9 +199,7 @@ def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[
         dups = df.filter(pl.col("_dup"))
         if dups.height:
             issues.extend(_duplicate_issues(dups, source))
-        return df.with_columns(pl.lit(False).alias("superseded")).select(
-            list(FRAME_SCHEMA)
-        ), issues
+        return df.with_columns(pl.lit(False).alias("superseded")).select(list(FRAME_SCHEMA)), issues
 
     df = df.with_columns(pl.col("_back").cast(pl.Int32).cum_sum().over("metric").alias("_seg"))
     # first step of each segment, and the lowest first step of any later segment

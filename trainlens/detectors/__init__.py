@@ -125,7 +125,9 @@ def validate_config(cfg: Config) -> None:
         Severity.parse(sev)
 
 
-def run_detectors(run: Run, cfg: Config | None = None, ctx: Context | None = None) -> DetectionResult:
+def run_detectors(
+    run: Run, cfg: Config | None = None, ctx: Context | None = None
+) -> DetectionResult:
     """Run every selected detector; findings sorted by step, then severity."""
     cfg = cfg or Config()
     ctx = ctx or Context(schedule=dict(cfg.schedule), model=dict(cfg.model))

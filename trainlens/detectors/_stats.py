@@ -16,7 +16,9 @@ def rolling_median(x: np.ndarray, window: int, *, causal: bool = True) -> np.nda
     return s.rolling_median(window, min_samples=max(3, window // 4)).to_numpy()
 
 
-def rolling_mad(x: np.ndarray, window: int, *, causal: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def rolling_mad(
+    x: np.ndarray, window: int, *, causal: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """Rolling median and median absolute deviation (scaled to a sigma)."""
     med = rolling_median(x, window, causal=causal)
     dev = np.abs(x - med)

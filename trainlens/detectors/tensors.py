@@ -96,11 +96,11 @@ def _dead(run: Run, prefix: str, params: Params) -> list[Finding]:
             idx = np.flatnonzero(rows & (zero[:, j] | ~present[:, j]))
             first = int(steps[start + idx[0]])
             last = int(steps[start + idx[-1]])
-            what = (
-                f"is exactly 0 on {dead_zero:.0%} of steps"
-                if dead_zero >= params.dead_frac
-                else f"stops being logged after step {int(steps[start + np.flatnonzero(present[:, j])[-1]])}"
-            )
+            if dead_zero >= params.dead_frac:
+                what = f"is exactly 0 on {dead_zero:.0%} of steps"
+            else:
+                last_logged = int(steps[start + np.flatnonzero(present[:, j])[-1]])
+                what = f"stops being logged after step {last_logged}"
             out.append(
                 finding(
                     "TENSOR001",
@@ -141,8 +141,7 @@ def _band(run: Run, metric: str, params: Params) -> Finding | None:
         level = float(np.nanmedian(v[mask]))
         bound = params.band_high if side == "above" else params.band_low
         hint = (
-            "each step rewrites a large part of the weights: lower the LR or check the "
-            "optimizer"
+            "each step rewrites a large part of the weights: lower the LR or check the optimizer"
             if side == "above"
             else "the tensor barely learns: LR too low or gradients vanishing"
         )

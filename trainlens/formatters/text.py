@@ -20,7 +20,7 @@ def _num(x: float | None, digits: int = 4) -> str:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "—"
-    s = int(round(seconds))
+    s = round(seconds)
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)
     if h:
@@ -32,11 +32,13 @@ def _duration(seconds: float | None) -> str:
 
 def _metric_list(metrics: dict[str, Any], limit: int = 14) -> str:
     names = list(metrics)
-    per_tensor = [n for n in names if n.count("/") and n.split("/")[0] in {"grad_norm",
-                                                                           "update_ratio"}]
+    per_tensor = [
+        n for n in names if n.count("/") and n.split("/")[0] in {"grad_norm", "update_ratio"}
+    ]
     main = [n for n in names if n not in per_tensor]
-    text = ", ".join(main[:limit]) + (f", … ({len(main) - limit} more)" if len(main) > limit
-                                      else "")
+    text = ", ".join(main[:limit]) + (
+        f", … ({len(main) - limit} more)" if len(main) > limit else ""
+    )
     if per_tensor:
         text += f"; {len(per_tensor)} per-tensor series"
     return text
@@ -64,7 +66,9 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
         lines.append(f"throughput  mean {'   '.join(tput)}")
     ep = s.get("epochs")
     if ep and ep.get("seconds_per_epoch"):
-        per = ", ".join(f"{k}: {_duration(v)}" for k, v in list(ep["seconds_per_epoch"].items())[:6])
+        per = ", ".join(
+            f"{k}: {_duration(v)}" for k, v in list(ep["seconds_per_epoch"].items())[:6]
+        )
         lines.append(f"epochs      {_num(ep['count'])}   time per epoch {per}")
     if s.get("train_loss"):
         t = s["train_loss"]
@@ -101,9 +105,7 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
                 where = f"step {f.step_start}"
             else:
                 where = f"steps {f.step_start}–{f.step_end}"
-            lines.append(
-                f"  {f.severity.value.upper():<7}  {f.code:<9} {where:<16} {f.message}"
-            )
+            lines.append(f"  {f.severity.value.upper():<7}  {f.code:<9} {where:<16} {f.message}")
             if verbose and f.evidence:
                 ev = ", ".join(f"{k}={_fmt_ev(v)}" for k, v in f.evidence.items())
                 lines.append(f"{'':30}evidence: {ev}")

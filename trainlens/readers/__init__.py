@@ -72,9 +72,7 @@ def read_runs(
         if not path.exists():
             raise UnreadableInputError(f"{path}: no such file or directory")
         if format is not None and format not in FORMATS:
-            raise UsageError(
-                f"unknown format {format!r}; choose one of {', '.join(FORMATS)}"
-            )
+            raise UsageError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
         if opts.regex and format is None and path.is_file():
             fmt = "text"
         else:

@@ -130,9 +130,7 @@ def wide_to_long(
             )
         )
     metric_names = [c for c in metric_cols if c not in dropped and df.schema[c] != pl.Null]
-    wide = df.select(
-        pl.col(step_key).alias("step"), pl.col("_wall").alias("wall_time"), *casts
-    )
+    wide = df.select(pl.col(step_key).alias("step"), pl.col("_wall").alias("wall_time"), *casts)
     long = (
         wide.unpivot(index=["step", "wall_time"], on=metric_names, variable_name="metric")
         .filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())

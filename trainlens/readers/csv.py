@@ -98,9 +98,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         runs_named = {m.group("run") for c in cols if (m := _WANDB_COL.match(c))}
         if len(runs_named) == 1:
             run_label = runs_named.pop()
-            df = df.rename(
-                {c: m.group("metric") for c in cols if (m := _WANDB_COL.match(c))}
-            )
+            df = df.rename({c: m.group("metric") for c in cols if (m := _WANDB_COL.match(c))})
             name = run_label
     # data lines are numbered from 2 (line 1 is the header)
     line_numbers = pl.Series("_line", range(2, df.height + 2), dtype=pl.Int64)
@@ -108,8 +106,6 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     issues.extend(more)
     if long.height == 0:
         raise UnreadableInputError(f"{path}: no numeric metric columns found")
-    run = build_run(
-        long, name=name, source=source, fmt=FORMAT, aliases=opts.aliases, issues=issues
-    )
+    run = build_run(long, name=name, source=source, fmt=FORMAT, aliases=opts.aliases, issues=issues)
     run.cursor[source] = len(data)
     return [run]

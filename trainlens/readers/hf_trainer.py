@@ -110,7 +110,12 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if _CHECKPOINT.match(name):
         name = state_path.parent.parent.resolve().name
     run = build_run(
-        long, name=name, source=source, fmt=FORMAT, aliases=opts.aliases, metadata=meta,
+        long,
+        name=name,
+        source=source,
+        fmt=FORMAT,
+        aliases=opts.aliases,
+        metadata=meta,
         issues=issues,
     )
     return [run]

@@ -1,0 +1,160 @@
+"""MFU, compute, GPU-hours and energy of a logged run, when the model size is known.
+
+``analyze`` calls :func:`add_efficiency` when the model's parameter count is known (from
+``--params``, ``[tool.trainlens.model]``, a run config beside the run or MLflow params):
+it adds a derived ``mfu`` series to the frame (from the logged tokens/s; the report plots
+it) and ``mfu`` / ``compute`` entries to the summary. An unknown device is said in the
+summary, not raised: the rest of the analysis stands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from trainlens.calculators import (
+    attention_flops_per_token,
+    energy,
+    mfu_series,
+    resolve_gpu,
+    training_compute,
+)
+from trainlens.calculators.units import parse_number
+from trainlens.core.errors import TrainlensError
+from trainlens.core.run import Run
+
+
+def _int(model: dict[str, Any], key: str) -> int | None:
+    value = model.get(key)
+    if value is None:
+        return None
+    try:
+        return int(parse_number(value, key))
+    except TrainlensError:
+        return None
+
+
+def total_tokens(run: Run) -> float | None:
+    """Tokens processed: a logged cumulative count, else tokens/s × seconds per step."""
+    if run.has("tokens"):
+        _, v = run.series("tokens", finite=True)
+        if v.size:
+            return float(v.max())
+    if not run.has("tokens_per_sec"):
+        return None
+    steps, tps = run.series("tokens_per_sec", finite=True)
+    if steps.size < 2:
+        return None
+    if run.has("step_time"):
+        st_steps, st = run.series("step_time", finite=True)
+        dt = pl.DataFrame({"step": steps, "tps": tps}).join(
+            pl.DataFrame({"step": st_steps, "dt": st}), on="step", how="inner"
+        )
+        if dt.height:
+            per_point = (dt["tps"] * dt["dt"]).sum()
+            # logged every k steps: each point stands for k steps
+            gaps = np.diff(steps)
+            k = float(np.median(gaps)) if gaps.size else 1.0
+            return float(per_point * k)
+    frame = run.series_frame("tokens_per_sec").drop_nulls("wall_time")
+    if frame.height >= 2:
+        wall = frame["wall_time"].to_numpy()
+        rate = frame["value"].to_numpy()
+        dt = np.diff(wall)
+        ok = np.isfinite(rate[1:]) & (dt > 0)
+        return float((rate[1:][ok] * dt[ok]).sum())
+    return None
+
+
+def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> None:
+    """Add ``mfu`` and ``compute`` to ``summary`` (and an ``mfu`` series to the run)."""
+    raw_params = model.get("n_params")
+    if raw_params is None:
+        return
+    try:
+        params = parse_number(raw_params, "n_params")
+    except TrainlensError as exc:
+        summary["efficiency_note"] = str(exc)
+        return
+    n_gpus = _int(model, "n_gpus") or 1
+    dtype = str(model.get("dtype") or "bf16").lower()
+    dtype = {
+        "bfloat16": "bf16",
+        "float16": "fp16",
+        "float32": "fp32",
+        "16-mixed": "fp16",
+        "bf16-mixed": "bf16",
+        "32": "fp32",
+        "32-true": "fp32",
+    }.get(dtype, dtype)
+    layers, heads, seq_len = _int(model, "layers"), _int(model, "heads"), _int(model, "seq_len")
+    head_dim = _int(model, "head_dim")
+    attn = 0.0
+    if layers and heads and seq_len and head_dim:
+        attn = attention_flops_per_token(layers, heads, head_dim, seq_len)
+
+    tokens = total_tokens(run)
+    compute: dict[str, Any] = {"params": params, "tokens": tokens}
+    if tokens:
+        result = training_compute(params, tokens, attn_flops_per_token=attn)
+        compute["flops"] = result.flops
+    wall = summary.get("wall_clock_seconds")
+    if wall:
+        compute["gpu_hours"] = wall / 3600.0 * n_gpus
+
+    gpu_name = model.get("gpu")
+    row = None
+    if gpu_name:
+        try:
+            row, _ = resolve_gpu(str(gpu_name))
+        except TrainlensError as exc:
+            summary["efficiency_note"] = f"MFU not computed: {exc}"
+    if row is not None and run.has("tokens_per_sec"):
+        try:
+            peak = row.peak_flops(dtype)
+        except TrainlensError as exc:
+            summary["efficiency_note"] = f"MFU not computed: {exc}"
+            peak = None
+        if peak is not None:
+            frame = run.series_frame("tokens_per_sec")
+            values = mfu_series(frame["value"].to_numpy(), params, peak, n_gpus, attn)
+            derived = frame.with_columns(
+                pl.Series("value", values, dtype=pl.Float64),
+                pl.lit("mfu").alias("metric"),
+                pl.lit(False).alias("superseded"),
+            ).select(run.frame.columns)
+            run.frame = pl.concat([run.frame.filter(pl.col("metric") != "mfu"), derived])
+            run.metadata.setdefault("derived", []).append("mfu")
+            finite = values[np.isfinite(values)]
+            if finite.size:
+                summary["mfu"] = {
+                    "mean": float(finite.mean()),
+                    "p50": float(np.median(finite)),
+                    "gpu": row.name,
+                    "dtype": dtype,
+                    "peak_flops": peak,
+                    "n_gpus": n_gpus,
+                    "text": (
+                        f"MFU mean {finite.mean():.1%} (median {np.median(finite):.1%}) of "
+                        f"{n_gpus} × {row.name}, dense {dtype} {peak / 1e12:g} TFLOP/s, "
+                        f"6·N with N = {params:.3g}"
+                    ),
+                }
+    if row is not None and wall and row.tdp_w:
+        e = energy(wall_seconds=wall, n_gpus=n_gpus, gpu=row, tokens=tokens)
+        compute.update(kwh=e.kwh, tco2e=e.tco2e, grid=e.grid, pue=e.pue)
+    parts = []
+    if compute.get("flops"):
+        parts.append(f"{compute['flops']:.3g} FLOPs over {tokens:.3g} tokens")
+    if compute.get("gpu_hours"):
+        parts.append(f"{compute['gpu_hours']:.3g} GPU-hours")
+    if compute.get("kwh"):
+        parts.append(
+            f"{compute['kwh']:.3g} kWh, {compute['tco2e']:.3g} tCO2e "
+            f"(grid {compute['grid']}, PUE {compute['pue']:g})"
+        )
+    if parts:
+        compute["text"] = "; ".join(parts)
+        summary["compute"] = compute
