@@ -92,3 +92,17 @@ def test_every_available_detector_has_cases() -> None:
     have = {p.stem for p in CASES_DIR.glob("*.yml")}
     missing = [d for d in available() if d not in have]
     assert not missing, f"detectors without cases: {missing}"
+
+
+def test_every_detector_has_a_docs_page() -> None:
+    from trainlens.detectors import DOC_SECTIONS, available
+
+    docs = Path(__file__).resolve().parents[1] / "docs" / "detectors"
+    for name in available():
+        page = docs / f"{name}.md"
+        assert page.is_file(), f"docs/detectors/{name}.md missing"
+        text = page.read_text()
+        for code in load(name).CODES:
+            assert code in text, f"{page.name} does not mention {code}"
+        for section in DOC_SECTIONS:
+            assert section.lower() in text.lower(), f"{page.name} lacks '{section}'"
