@@ -1,0 +1,812 @@
+"""Gradient-norm tail spikes and loss spikes, paired by lead and lag; absolute grad bounds.
+
+What it flags
+    GRAD001 ``grad-spike-precedes-loss-spike``: the pre-clip grad norm jumped far above
+    its rolling median and the training loss jumped above its own trend at the same step
+    or within ``lag_window`` steps after it — one event, with ``lead_step`` (grad),
+    ``lag_step`` (loss) and ``lag`` (in steps, 0 when both move at the same step).
+    GRAD002 ``grad-spike-without-loss-response``: a grad-norm spike the loss did not
+    follow (an early warning). LOSS001 ``loss-spike``: a loss spike with no grad-norm
+    spike leading it (or no grad norm logged). GRAD003 ``grad-norm-vanishing`` / GRAD004
+    ``grad-norm-exploding``: the grad norm below 1e-2 / above 100 for a sustained
+    stretch.
+
+    Severity of a spike says what happened after it: info for a one-step outlier the loss
+    shrugs off at once; warning when the spike persists (several logged points) or the
+    loss takes a while to come back, or when grad-only spikes repeat in a cluster; error
+    when the loss never returns near its pre-spike level, or turns non-finite.
+
+Why it matters
+    Loss spikes in large runs (PaLM, OPT, BLOOM) are usually preceded by a grad-norm
+    spike one or a few steps earlier (Molybog et al. 2023, "A Theory on Adam Instability
+    in Large-Scale Machine Learning"; Takase et al. 2023, "Spike No More"): the grad norm
+    is the early warning, the lag says how much time there was to react. A spike the loss
+    never recovers from wastes every later step; the usual remedy (PaLM, Chowdhery et al.
+    2022, sec. 5.1) is to restart from a checkpoint before the spike and skip the batches
+    around it, or lower the LR.
+
+Default thresholds
+    Spikes are judged in the tail, against a causal rolling baseline of the previous
+    ``window`` = 50 logged points (counted in logged points, so sparse logging works):
+    the grad norm in log space, the loss against its rolling median (its trend). A grad
+    spike needs a robust z-score >= ``grad_z`` = 6 (MAD-sigma, floored at 0.05 in log
+    units) AND a ratio >= ``grad_ratio`` = 3x the rolling median — Lightning's
+    ``SpikeDetection`` callback uses a running window of 10 and ``rtol`` = 2.0, i.e.
+    3x its running mean; the z-score guard is the W&B-style anomaly filter, set high
+    (6 sigma) because a 1M-step run makes a million tests. A loss spike needs z >=
+    ``loss_z`` = 6 AND an excess >= ``loss_min_rel`` = 5 % of the trend (Megatron's
+    ``check_for_spiky_loss``, 10x the largest loss seen, only catches blow-ups). An
+    excursion starts at a spike point and lasts until the series is back — the value and
+    the median of the next ``recover_points`` = 3 within max(3 sigma, 2 %) of the level
+    frozen at its start (grad norm: max(3 sigma, 1.5x)). The first max(``warmup_steps`` =
+    50, ``warmup_frac`` = 2 % of the run) steps, and a declared warmup, are not judged.
+    Pairing window: ``lag_window`` = 10 steps, or 3 logging intervals if longer. Back
+    within ``transient_points`` = 5 logged points: a one-off (info); never back with at
+    least ``min_points_after`` = 10 points left: error. Grad-only spikes: warning when
+    >= 3 fall within 200 logged points and the run's own spike rate does not explain it
+    (Poisson tail, Bonferroni over the run's windows, level 0.1 %). Bounds: grad norm <
+    ``vanish_below`` = 1e-2 or > ``explode_above`` = 100 (5-point median) for >=
+    ``sustain_points`` = 50 logged points or >= ``sustain_frac`` = 5 % of the run (a
+    stretch ends only once the norm is back past the bound x/÷ 1.5, hysteresis):
+    warning when the norm moved into the band after warmup (and, for vanishing, the loss
+    stopped falling), info when it sits there from the start (grad norms are scaled per
+    implementation; huge-batch / small-LR runs train fine with tiny norms). At most
+    ``max_info_findings`` = 5 info findings per code are listed (the largest).
+
+Known false positives
+    A deliberate change of data mix, sequence length or batch size mid-run moves the loss
+    level (reported as a loss spike that does not come back); fp16 loss-scale overflow
+    steps whose grad norm is logged scaled; grad norms reported after clipping (then a
+    spike is capped and may be missed rather than falsely flagged); runs whose grad norm
+    is per-implementation scaled far outside [1e-2, 100] (only info unless it moves).
+
+Example
+    ``WARNING  GRAD001  steps 31216–31222  grad_norm spiked at step 31216 (2.39, 9.9x its
+    rolling median 0.242; peak 960 at step 31219) and loss followed at step 31216 (lag
+    0): 5.098 at step 31219 vs trend 2.22; the loss stayed up for 34 steps (7 logged
+    points) and was back by step 31250; if it recurs, lower the LR or tighten gradient
+    clipping.``
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from trainlens.core.findings import Finding
+from trainlens.core.run import Run
+from trainlens.detectors._stats import MAD_TO_SIGMA, runs_of
+from trainlens.detectors.base import Context, Skip, finding
+
+CODES = {
+    "GRAD001": "grad-spike-precedes-loss-spike",
+    "GRAD002": "grad-spike-without-loss-response",
+    "GRAD003": "grad-norm-vanishing",
+    "GRAD004": "grad-norm-exploding",
+    "LOSS001": "loss-spike",
+}
+
+GRAD = "grad_norm"
+LOSS = "train/loss"
+
+
+@dataclass(frozen=True)
+class Params:
+    #: causal rolling baseline, in logged points
+    window: int = 50
+    #: points needed before a value can be judged against its baseline
+    min_baseline: int = 3
+    #: steps not judged at the start: max(warmup_steps, warmup_frac of the span)
+    warmup_steps: int = 50
+    warmup_frac: float = 0.02
+    #: grad spike: robust z (log space) AND ratio to the rolling median
+    grad_z: float = 6.0
+    grad_ratio: float = 3.0
+    grad_sigma_floor: float = 0.05
+    #: loss spike: robust z AND relative excess over the trend
+    loss_z: float = 6.0
+    loss_min_rel: float = 0.05
+    loss_sigma_floor_rel: float = 0.005
+    #: a loss spike within this many steps (or lag_window_points intervals) follows
+    lag_window: int = 10
+    lag_window_points: int = 3
+    #: back: the value and the median of recover_points points within max(k sigma, rel)
+    #: of the pre-spike trend — k raised to the run's recover_quantile of robust z when its
+    #: noise is heavy-tailed (capped at the spike threshold)
+    recover_k: float = 3.0
+    recover_rel: float = 0.02
+    recover_points: int = 3
+    recover_quantile: float = 0.99
+    #: back within this many logged points after the start: a transient (info)
+    transient_points: int = 5
+    #: points after a spike needed to call "never recovered" an error
+    min_points_after: int = 10
+    #: grad-only spikes: this many within repeat_window logged points is a warning, when
+    #: the run's own rate of such spikes makes it unlikely (Poisson, Bonferroni, alpha)
+    repeat_count: int = 3
+    repeat_window: int = 200
+    repeat_alpha: float = 0.001
+    #: absolute bounds on the grad norm
+    vanish_below: float = 1e-2
+    explode_above: float = 100.0
+    sustain_points: int = 50
+    sustain_frac: float = 0.05
+    #: a stretch ends only when the norm is back past bound x/÷ this factor
+    bound_hysteresis: float = 1.5
+    #: at most this many info findings per code (the largest; the count is in evidence)
+    max_info_findings: int = 5
+
+
+# ---- shared helpers (usable by other detectors) ------------------------------------------
+
+
+def warmup_end(steps: np.ndarray, ctx: Context, *, min_steps: int, frac: float) -> int:
+    """First step judged: the first logged step + max(min_steps, frac of the span), and
+    not before the end of a declared warmup that starts before the log does."""
+    first, last = int(steps[0]), int(steps[-1])
+    end = first + max(int(min_steps), math.ceil(frac * (last - first)))
+    declared = ctx.schedule.get("warmup_steps") if ctx.schedule else None
+    try:
+        w = int(declared) if declared is not None else 0
+    except (TypeError, ValueError):
+        w = 0
+    if w > first:
+        end = max(end, w)
+    return end
+
+
+def causal_baseline(x: np.ndarray, window: int, min_samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rolling median of the previous ``window`` values and the rolling median of the
+    previous absolute deviations from their own baseline, scaled to a sigma (NaN where
+    there are fewer than ``min_samples`` values before)."""
+    med = _lagged_median(x, window, min_samples)
+    valid = np.flatnonzero(np.isfinite(med))
+    mad = np.full(x.size, np.nan)
+    if valid.size:
+        f = int(valid[0])
+        mad[f:] = _lagged_median(np.abs(x[f:] - med[f:]), window, max(1, min_samples - 1))
+    return med, mad * MAD_TO_SIGMA
+
+
+def _lagged_median(x: np.ndarray, window: int, min_samples: int) -> np.ndarray:
+    # rolling over the values as they are, then shifted by one in numpy: a null in front
+    # would send polars down a much slower path
+    med = pl.Series(x, dtype=pl.Float64).rolling_median(window, min_samples=min_samples)
+    return np.r_[np.nan, med.to_numpy()[:-1]]
+
+
+def forward_median(x: np.ndarray, k: int) -> np.ndarray:
+    """Median of x[i : i + k] at each i (shorter at the end)."""
+    rev = pl.Series(x[::-1].copy(), dtype=pl.Float64)
+    return rev.rolling_median(k, min_samples=1).to_numpy()[::-1]
+
+
+def typical_interval(steps: np.ndarray) -> int:
+    if steps.size < 2:
+        return 1
+    return max(1, int(np.median(np.diff(steps))))
+
+
+# ---- events --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Event:
+    start: int  # index into the series
+    end: int
+    count: int  # spike points in the event
+    last_spike: int  # index of its last spike point
+    peak: int
+    base: float  # pre-spike baseline (value units)
+    sigma: float  # its robust scale (loss units; log units for the grad norm)
+    recovered: int | None = None  # index where it came back
+    nonfinite_step: int | None = None
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Series:
+    steps: np.ndarray
+    values: np.ndarray
+    events: list[_Event]
+    interval: int
+    judged_from: int  # first step judged (after warmup)
+
+
+def _excursions(
+    spike: np.ndarray, x: np.ndarray, fmed: np.ndarray, back: np.ndarray, quick: int = 8
+) -> list[tuple[int, int, int, int, int | None]]:
+    """Excursions: each starts at a spike point and lasts until the series is back —
+    the value and the median of the next few values at or below ``back[start]`` (the
+    level frozen at the start). Spike points before that belong to the same excursion.
+    Returns (start, last index before it is back, spike points, last spike point,
+    recovered index or None)."""
+    idx = np.flatnonzero(spike)
+    n = x.size
+    if idx.size == 0:
+        return []
+    # where each spike point's own excursion ends: most come back within a few points,
+    # so look there for all at once, then search further for the few that did not
+    ahead = idx[:, None] + np.arange(1, quick + 1)[None, :]
+    inside = ahead < n
+    ahead = np.minimum(ahead, n - 1)
+    thr = back[idx][:, None]
+    ok = inside & (x[ahead] <= thr) & (fmed[ahead] <= thr)
+    first = np.where(ok.any(axis=1), idx + 1 + np.argmax(ok, axis=1), -1)
+    rec_of: list[int] = first.tolist()
+    pts: list[int] = idx.tolist()
+    out: list[tuple[int, int, int, int, int | None]] = []
+    i = 0
+    while i < len(pts):
+        a = pts[i]
+        rec: int | None = rec_of[i] if rec_of[i] >= 0 else None
+        if rec is None:
+            t = back[a]
+            lo, chunk = a + 1 + quick, 256
+            while lo < n:  # widening search from where the quick look stopped
+                hi = min(n, lo + chunk)
+                hit = np.flatnonzero((x[lo:hi] <= t) & (fmed[lo:hi] <= t))
+                if hit.size:
+                    rec = lo + int(hit[0])
+                    break
+                lo, chunk = hi, chunk * 4
+        j = int(np.searchsorted(idx, n if rec is None else rec, side="left"))
+        out.append((a, (n if rec is None else rec) - 1, j - i, pts[j - 1], rec))
+        i = j
+    return out
+
+
+def _back_z(z: np.ndarray, steps: np.ndarray, w_end: int, p: Params, cap: float) -> float:
+    """How many sigmas above its baseline a value may sit and count as back: at least
+    ``recover_k``, more when the run's own noise is heavy-tailed (its
+    ``recover_quantile`` of robust z after warmup: 3 sigma may then be crossed often by
+    chance), never more than the spike threshold itself (the quantile of a short run
+    can be inflated by the very spike being judged)."""
+    e = z[(steps >= w_end) & np.isfinite(z)]
+    q = float(np.quantile(e, p.recover_quantile)) if e.size >= 100 else 0.0
+    return float(np.clip(q, p.recover_k, max(cap, p.recover_k)))
+
+
+def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> list[_Event]:
+    x = np.log(g)
+    med, sig = causal_baseline(x, p.window, p.min_baseline)
+    sig = np.fmax(np.nan_to_num(sig, nan=0.0), p.grad_sigma_floor)
+    excess = x - med
+    with np.errstate(invalid="ignore"):
+        spike = (excess >= p.grad_z * sig) & (excess >= math.log(p.grad_ratio)) & (steps >= w_end)
+    k = _back_z(excess / sig, steps, w_end, p, p.grad_z)
+    back = med + np.fmax(k * sig, math.log(1.5))
+    out = []
+    for a, b, n, last, rec in _excursions(spike, x, forward_median(x, p.recover_points), back):
+        pk = a + int(np.argmax(x[a : b + 1]))
+        out.append(_Event(a, b, n, last, pk, float(np.exp(med[a])), float(sig[a]), rec))
+    return out
+
+
+def _loss_events(
+    steps: np.ndarray, v: np.ndarray, p: Params, w_end: int, raw: tuple[np.ndarray, np.ndarray]
+) -> list[_Event]:
+    med, sig = causal_baseline(v, p.window, p.min_baseline)
+    floor = np.fmax(p.loss_sigma_floor_rel * np.abs(np.nan_to_num(med)), 1e-12)
+    sig = np.fmax(np.nan_to_num(sig, nan=0.0), floor)
+    excess = v - med
+    with np.errstate(invalid="ignore"):
+        spike = (
+            (excess >= p.loss_z * sig) & (excess >= p.loss_min_rel * np.abs(med)) & (steps >= w_end)
+        )
+    k = _back_z(excess / sig, steps, w_end, p, p.loss_z)
+    back = med + np.fmax(k * sig, p.recover_rel * np.abs(med))
+    raw_steps, raw_vals = raw
+    bad_steps = np.sort(raw_steps[~np.isfinite(raw_vals)])
+    out = []
+    for a, b, n, last, rec in _excursions(spike, v, forward_median(v, p.recover_points), back):
+        pk = a + int(np.argmax(v[a : b + 1]))
+        ev = _Event(a, b, n, last, pk, float(med[a]), float(sig[a]), rec)
+        if bad_steps.size:
+            j = int(np.searchsorted(bad_steps, steps[a]))
+            until = steps[rec] if rec is not None else np.inf
+            if j < bad_steps.size and bad_steps[j] <= until:
+                ev.nonfinite_step = int(bad_steps[j])
+        out.append(ev)
+    return out
+
+
+# ---- severity ------------------------------------------------------------------------------
+
+
+def _loss_response(ls: _Series, ev: _Event, p: Params) -> tuple[str, str]:
+    """(severity, clause) for what the loss did after a spike."""
+    st = ls.steps
+    if ev.nonfinite_step is not None:
+        return "error", f"the loss became non-finite at step {ev.nonfinite_step}"
+    if ev.recovered is None:
+        after = st.size - 1 - ev.start
+        last = float(ls.values[-1])
+        if after >= p.min_points_after:
+            return "error", (
+                f"the loss never returned near its pre-spike level {ev.base:.4g} "
+                f"(last {last:.4g} at step {int(st[-1])}); restart from a checkpoint before "
+                f"step {int(st[ev.start])} and skip those batches, or lower the LR"
+            )
+        return "warning", (
+            f"the loss had not come back to {ev.base:.4g} by the last logged step "
+            f"{int(st[-1])} ({last:.4g})"
+        )
+    rec_step = int(st[ev.recovered])
+    if ev.recovered - ev.start <= p.transient_points:
+        return "info", f"a one-off: the loss was back by step {rec_step}"
+    return "warning", f"the loss stayed up {_duration(st, ev.start, ev.recovered)}"
+
+
+def _duration(st: np.ndarray, a: int, b: int) -> str:
+    """'for N steps (M logged points)' from index a to index b (where it was back)."""
+    n_steps, n_points = int(st[b] - st[a]), b - a
+    pts = f" ({n_points} logged points)" if n_points != n_steps else ""
+    return f"for {n_steps} steps{pts} and was back by step {int(st[b])}"
+
+
+def _grad_persistent(ev: _Event, p: Params) -> bool:
+    """The grad norm stayed up longer than a transient (or never came back)."""
+    back = ev.recovered if ev.recovered is not None else ev.end + 1
+    return back - ev.start > p.transient_points
+
+
+def _span(gs: _Series, ev: _Event) -> str:
+    if ev.recovered is None:
+        return f"from step {int(gs.steps[ev.start])} to the last logged step"
+    return _duration(gs.steps, ev.start, ev.recovered)
+
+
+def _lead_text(gs: _Series, ev: _Event) -> str:
+    v0, vp = float(gs.values[ev.start]), float(gs.values[ev.peak])
+    txt = f"{v0:.3g}, {v0 / ev.base:.1f}x its rolling median {ev.base:.3g}"
+    if ev.peak != ev.start:
+        txt += f"; peak {vp:.3g} at step {int(gs.steps[ev.peak])}"
+    return txt
+
+
+def _ratio(ev: _Event, g: np.ndarray) -> float:
+    return float(g[ev.peak] / ev.base) if ev.base > 0 else float("inf")
+
+
+# ---- the detector --------------------------------------------------------------------------
+
+
+def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
+    p = params
+    has_g, has_l = run.has(GRAD), run.has(LOSS)
+    if not has_g and not has_l:
+        raise Skip(f"needs {GRAD} or {LOSS}, not logged")
+    gs = ls = None
+    out: list[Finding] = []
+    loss_raw = run.series(LOSS) if has_l else None
+    loss = None
+    if loss_raw is not None:
+        ok = np.isfinite(loss_raw[1])
+        loss = (loss_raw[0][ok], loss_raw[1][ok])
+    if has_g:
+        st, gv = run.series(GRAD, finite=True)
+        if st.size >= p.min_baseline + 2:
+            w_end = warmup_end(st, ctx, min_steps=p.warmup_steps, frac=p.warmup_frac)
+            pos = gv > 0
+            events = _grad_events(st[pos], gv[pos], p, w_end)
+            gs = _Series(st[pos], gv[pos], events, typical_interval(st), w_end)
+            out.extend(_bounds(st, gv, loss, w_end, p))
+    if loss is not None and loss_raw is not None and loss[0].size >= p.min_baseline + 2:
+        st, lv = loss
+        w_end = warmup_end(st, ctx, min_steps=p.warmup_steps, frac=p.warmup_frac)
+        events = _loss_events(st, lv, p, w_end, loss_raw)
+        ls = _Series(st, lv, events, typical_interval(st), w_end)
+    pending = _pair(gs, ls, p)
+    # a grad norm above the absolute bound for long is one GRAD004 finding, not also a
+    # grad-only spike at its start
+    high = [(f.step_start or 0, f.step_end or 0) for f in out if f.code == "GRAD004"]
+    if high and gs is not None:
+        slack = 5 * gs.interval
+        pending = [
+            x
+            for x in pending
+            if not (x.code == "GRAD002" and any(a - slack <= x.step <= b for a, b in high))
+        ]
+    out.extend(_resolve(pending, p))
+    return out
+
+
+def _pair(gs: _Series | None, ls: _Series | None, p: Params) -> list[_Pending]:
+    out: list[_Pending] = []
+    loss_used = np.zeros(len(ls.events) if ls is not None else 0, dtype=bool)
+    grad_answered = np.zeros(len(gs.events) if gs is not None else 0, dtype=bool)
+    if gs is not None and ls is not None and gs.events and ls.events:
+        win = max(p.lag_window, p.lag_window_points * max(gs.interval, ls.interval))
+        l_idx = np.array([e.start for e in ls.events], dtype=np.int64)
+        l_start = ls.steps[l_idx]
+        l_end = ls.steps[np.array([e.end for e in ls.events], dtype=np.int64)]
+        for gi, ge in enumerate(gs.events):
+            # a loss spike follows from the grad spike's first step to lag_window after
+            # its last spike point
+            g0, g1 = int(gs.steps[ge.start]), int(gs.steps[ge.last_spike])
+            li = int(np.searchsorted(l_start, g0, side="left"))
+            while li < l_start.size and l_start[li] <= g1 + win and loss_used[li]:
+                li += 1
+            if li < l_start.size and l_start[li] <= g1 + win:
+                loss_used[li] = grad_answered[gi] = True
+                le = ls.events[li]
+                sev, clause = _loss_response(ls, le, p)
+                if sev == "info" and _grad_persistent(ge, p):
+                    sev = "warning"
+                    clause += f"; grad_norm stayed elevated {_span(gs, ge)}"
+                if sev == "warning":
+                    clause += "; if it recurs, lower the LR or tighten gradient clipping"
+                out.append(
+                    _Pending(
+                        "GRAD001",
+                        sev,
+                        _ratio(ge, gs.values),
+                        g0,
+                        partial(_grad001, gs, ge, ls, le, sev, clause),
+                    )
+                )
+                continue
+            # a loss spike already under way when the grad norm spiked: the grad norm
+            # did not lead, but the spike is not unanswered either
+            lb = int(np.searchsorted(l_start, g0, side="left")) - 1
+            if lb >= 0 and l_end[lb] >= g0 - win:
+                grad_answered[gi] = True
+                extra = ls.events[lb].extra
+                extra.setdefault("grad_spike_step", g0)
+                extra.setdefault("grad_ratio", _ratio(ge, gs.values))
+    if ls is not None:
+        for li in np.flatnonzero(~loss_used).tolist():
+            le = ls.events[li]
+            sev, clause = _loss_response(ls, le, p)
+            if sev == "warning":
+                clause += "; look at the batches at that step (corrupt or out-of-domain data)"
+            z = (float(ls.values[le.peak]) - le.base) / le.sigma if le.sigma > 0 else 0.0
+            out.append(
+                _Pending(
+                    "LOSS001",
+                    sev,
+                    z,
+                    int(ls.steps[le.start]),
+                    partial(_loss001, ls, le, sev, clause, grad_logged=gs is not None),
+                )
+            )
+    if gs is not None:
+        lone = np.flatnonzero(~grad_answered).tolist()
+        out.extend(_grad002(gs, lone, p, loss_logged=ls is not None))
+    return out
+
+
+def _grad001(gs: _Series, ge: _Event, ls: _Series, le: _Event, sev: str, clause: str) -> Finding:
+    lead = int(gs.steps[ge.start])
+    lag_step = int(ls.steps[le.start])
+    ratio = _ratio(ge, gs.values)
+    loss_peak = float(ls.values[le.peak])
+    excess = loss_peak - le.base
+    end = max(int(gs.steps[ge.end]), int(ls.steps[le.end]))
+    return finding(
+        "GRAD001",
+        CODES["GRAD001"],
+        sev,
+        f"grad_norm spiked at step {lead} ({_lead_text(gs, ge)}) and loss followed at "
+        f"step {lag_step} "
+        f"(lag {lag_step - lead}): {loss_peak:.4g} at step {int(ls.steps[le.peak])} vs trend "
+        f"{le.base:.4g}; {clause}.",
+        metric=GRAD,
+        step_start=lead,
+        step_end=end,
+        lead_step=lead,
+        lag_step=lag_step,
+        lag=lag_step - lead,
+        grad_ratio=ratio,
+        grad_ratio_at_lead=float(gs.values[ge.start]) / ge.base if ge.base > 0 else None,
+        grad_baseline=ge.base,
+        grad_peak=float(gs.values[ge.peak]),
+        grad_peak_step=int(gs.steps[ge.peak]),
+        grad_spike_points=ge.count,
+        loss_baseline=le.base,
+        loss_peak=loss_peak,
+        loss_peak_step=int(ls.steps[le.peak]),
+        loss_excess=excess,
+        loss_excess_rel=excess / abs(le.base) if le.base else float("inf"),
+        loss_z=excess / le.sigma if le.sigma > 0 else float("inf"),
+        loss_spike_points=le.count,
+        recovered_step=None if le.recovered is None else int(ls.steps[le.recovered]),
+        nonfinite_step=le.nonfinite_step,
+    )
+
+
+def _loss001(ls: _Series, le: _Event, sev: str, clause: str, *, grad_logged: bool) -> Finding:
+    s0 = int(ls.steps[le.start])
+    loss_peak = float(ls.values[le.peak])
+    excess = loss_peak - le.base
+    if "grad_spike_step" in le.extra:
+        lead_txt = (
+            f"grad_norm spiked only at step {int(le.extra['grad_spike_step'])}, after the "
+            "loss (a bad batch or data, not an optimizer blow-up)"
+        )
+    elif grad_logged:
+        lead_txt = "no grad_norm spike led it"
+    else:
+        lead_txt = "grad_norm is not logged, so its lead cannot be checked"
+    return finding(
+        "LOSS001",
+        CODES["LOSS001"],
+        sev,
+        f"loss spiked at step {s0}: {loss_peak:.4g} at step {int(ls.steps[le.peak])} vs trend "
+        f"{le.base:.4g} (+{excess / abs(le.base):.0%}); {lead_txt}; {clause}."
+        if le.base
+        else f"loss spiked at step {s0}: {loss_peak:.4g}; {lead_txt}; {clause}.",
+        metric=LOSS,
+        step_start=s0,
+        step_end=int(ls.steps[le.end]),
+        loss_baseline=le.base,
+        loss_peak=loss_peak,
+        loss_peak_step=int(ls.steps[le.peak]),
+        loss_excess=excess,
+        loss_excess_rel=excess / abs(le.base) if le.base else float("inf"),
+        loss_z=excess / le.sigma if le.sigma > 0 else float("inf"),
+        loss_spike_points=le.count,
+        recovered_step=None if le.recovered is None else int(ls.steps[le.recovered]),
+        nonfinite_step=le.nonfinite_step,
+        grad_spike_step=le.extra.get("grad_spike_step"),
+        grad_ratio=le.extra.get("grad_ratio"),
+    )
+
+
+def _grad002(gs: _Series, lone: list[int], p: Params, *, loss_logged: bool) -> list[_Pending]:
+    out: list[_Pending] = []
+    if not lone:
+        return out
+    why = "the loss did not follow" if loss_logged else "train/loss is not logged"
+    # repeated grad-only spikes: a window of repeat_window points holding at least
+    # repeat_count of them, more than the run's own rate of such spikes explains
+    # (Poisson tail, Bonferroni over the windows of the run, level repeat_alpha)
+    starts = np.array([gs.events[i].start for i in lone], dtype=np.int64)
+    in_cluster = np.zeros(len(lone), dtype=bool)
+    judged = max(int(np.sum(gs.steps >= gs.judged_from)), 1)
+    w = max(1, min(p.repeat_window, judged))
+    counts = np.searchsorted(starts, starts + w, side="left") - np.arange(len(lone))
+    cand = np.flatnonzero(counts >= p.repeat_count)
+    if cand.size:
+        rate = (len(lone) - counts[cand] + 1) / judged  # outside the window, add-one
+        # sliding windows: about twice as many tests as disjoint ones
+        pval = stats.poisson.sf(counts[cand] - 1, rate * w) * max(2.0 * judged / w, 1.0)
+        for j, c in zip(
+            cand[pval < p.repeat_alpha].tolist(),
+            counts[cand][pval < p.repeat_alpha].tolist(),
+            strict=True,
+        ):
+            in_cluster[j : j + c] = True
+    for a, b in runs_of(in_cluster):
+        evs = [gs.events[lone[i]] for i in range(a, b + 1)]
+        steps = [int(gs.steps[e.start]) for e in evs]
+        ratios = [_ratio(e, gs.values) for e in evs]
+        out.append(
+            _Pending(
+                "GRAD002",
+                "warning",
+                max(ratios),
+                steps[0],
+                partial(
+                    finding,
+                    "GRAD002",
+                    CODES["GRAD002"],
+                    "warning",
+                    f"grad_norm spiked {len(evs)} times between steps {steps[0]} and "
+                    f"{steps[-1]} (up to {max(ratios):.1f}x its rolling median) and {why}; "
+                    "repeated spikes are an early sign of instability — check the LR, warmup "
+                    "and clipping.",
+                    metric=GRAD,
+                    step_start=steps[0],
+                    step_end=int(gs.steps[evs[-1].end]),
+                    spike_steps=steps,
+                    grad_ratios=ratios,
+                    count=len(evs),
+                    lead_step=steps[0],
+                ),
+            )
+        )
+    for j, i in enumerate(lone):
+        if in_cluster[j]:
+            continue
+        ev = gs.events[i]
+        sev = "warning" if _grad_persistent(ev, p) else "info"
+        out.append(
+            _Pending(
+                "GRAD002",
+                sev,
+                _ratio(ev, gs.values),
+                int(gs.steps[ev.start]),
+                partial(_grad002_one, gs, ev, sev, why),
+            )
+        )
+    return out
+
+
+def _grad002_one(gs: _Series, ev: _Event, sev: str, why: str) -> Finding:
+    s0 = int(gs.steps[ev.start])
+    rec = (
+        f"back by step {int(gs.steps[ev.recovered])}"
+        if ev.recovered is not None
+        else "still elevated at the last logged step"
+    )
+    what = f"it stayed elevated {_span(gs, ev)}" if sev != "info" else f"a one-off ({rec})"
+    return finding(
+        "GRAD002",
+        CODES["GRAD002"],
+        sev,
+        f"grad_norm spiked at step {s0} ({_lead_text(gs, ev)}) and {why}: {what}.",
+        metric=GRAD,
+        step_start=s0,
+        step_end=int(gs.steps[ev.end]),
+        lead_step=s0,
+        grad_ratio=_ratio(ev, gs.values),
+        grad_baseline=ev.base,
+        grad_peak=float(gs.values[ev.peak]),
+        grad_peak_step=int(gs.steps[ev.peak]),
+        grad_spike_points=ev.count,
+        recovered_step=None if ev.recovered is None else int(gs.steps[ev.recovered]),
+    )
+
+
+def _bounds(
+    st: np.ndarray,
+    gv: np.ndarray,
+    loss: tuple[np.ndarray, np.ndarray] | None,
+    w_end: int,
+    p: Params,
+) -> list[Finding]:
+    """GRAD003 / GRAD004: the grad norm outside [vanish_below, explode_above] for long."""
+    out: list[Finding] = []
+    if st.size < 5:
+        return out
+    sm = pl.Series(gv, dtype=pl.Float64).rolling_median(5, min_samples=1, center=True).to_numpy()
+    span = max(int(st[-1] - st[0]), 1)
+    h = p.bound_hysteresis
+    for code, core, loose, bound, relaxed in (
+        (
+            "GRAD003",
+            sm < p.vanish_below,
+            sm < p.vanish_below * h,
+            p.vanish_below,
+            p.vanish_below * h,
+        ),
+        (
+            "GRAD004",
+            sm > p.explode_above,
+            sm > p.explode_above / h,
+            p.explode_above,
+            p.explode_above / h,
+        ),
+    ):
+        # a stretch starts where the norm crosses the bound and lasts until it is back
+        # past the relaxed bound (hysteresis), so dips around the bound do not split it
+        inside = np.cumsum(core)
+        for a0, b in runs_of(loose):
+            hits = int(inside[b] - (inside[a0 - 1] if a0 else 0))
+            if hits == 0:
+                continue
+            a = a0 + int(np.argmax(core[a0 : b + 1]))
+            n = b - a + 1
+            length = int(st[b] - st[a])
+            sustained = n >= p.sustain_points or (n >= 5 and length >= p.sustain_frac * span)
+            if not sustained or hits < 0.5 * n:
+                continue
+            before = gv[max(0, a - p.window) : a]
+            moved_in = (
+                before.size >= p.min_baseline
+                and int(st[a]) >= w_end
+                and (
+                    np.median(before) >= bound if code == "GRAD003" else np.median(before) <= bound
+                )
+            )
+            falling = _loss_falls(loss, int(st[a]), int(st[b]))
+            if code == "GRAD003":
+                sev = "warning" if moved_in and falling is not True else "info"
+                what = "vanishing"
+                hint = (
+                    "check for a frozen or detached module, a dead activation, or an LR near zero"
+                )
+            else:
+                sev = "warning" if moved_in or falling is False else "info"
+                what = "exploding"
+                hint = "lower the LR or add/tighten gradient clipping"
+            note = ""
+            if sev == "info":
+                note = (
+                    " (from the start of the log"
+                    + (", while the loss keeps falling" if falling else "")
+                    + "; grad norms are scaled per implementation, so this may be normal)"
+                    if not moved_in
+                    else " (the loss keeps falling, so training still progresses)"
+                )
+            med = float(np.median(gv[a : b + 1]))
+            out.append(
+                finding(
+                    code,
+                    CODES[code],
+                    sev,
+                    (
+                        f"grad_norm is {'below' if code == 'GRAD003' else 'above'} {bound:g} "
+                        f"from the first logged step {int(st[a])} and stayed "
+                        if a == 0
+                        else f"grad_norm {'fell below' if code == 'GRAD003' else 'rose above'} "
+                        f"{bound:g} at step {int(st[a])} and stayed "
+                    )
+                    + f"{'below' if code == 'GRAD003' else 'above'} {relaxed:.3g} until step "
+                    f"{int(st[b])} ({n} logged points, median {med:.3g}): {what} "
+                    f"gradients{note}; {hint}.",
+                    metric=GRAD,
+                    step_start=int(st[a]),
+                    step_end=int(st[b]),
+                    bound=bound,
+                    points=n,
+                    points_beyond_bound=hits,
+                    steps=length,
+                    median=med,
+                    median_before=float(np.median(before)) if before.size else None,
+                    loss_falling=falling,
+                )
+            )
+    return out
+
+
+def _loss_falls(loss: tuple[np.ndarray, np.ndarray] | None, a: int, b: int) -> bool | None:
+    """Whether the loss fell by more than 1 % (smoothed) over steps [a, b]."""
+    if loss is None:
+        return None
+    s, v = loss
+    sel = (s >= a) & (s <= b)
+    if sel.sum() < 10:
+        return None
+    seg = v[sel]
+    k = max(3, seg.size // 10)
+    first, last = float(np.median(seg[:k])), float(np.median(seg[-k:]))
+    return last < first - 0.01 * abs(first)
+
+
+class _Pending(NamedTuple):
+    """A finding decided but not yet built (one-off outliers can number thousands on a
+    long run; only the largest are built and listed)."""
+
+    code: str
+    severity: str
+    score: float
+    step: int
+    build: Callable[[], Finding]
+
+
+def _resolve(pending: list[_Pending], p: Params) -> list[Finding]:
+    """Every warning and error; at most ``max_info_findings`` info findings per code
+    (the largest), each saying how many there were."""
+    out = [x.build() for x in pending if x.severity != "info"]
+    for code in CODES:
+        infos = [x for x in pending if x.severity == "info" and x.code == code]
+        total = len(infos)
+        if total > p.max_info_findings:
+            infos.sort(key=lambda x: x.score, reverse=True)
+            infos = infos[: p.max_info_findings]
+        for x in infos:
+            f = x.build()
+            if total > p.max_info_findings:
+                f = Finding(
+                    f.code,
+                    f.name,
+                    f.severity,
+                    f.metric,
+                    f.step_start,
+                    f.step_end,
+                    f.message.rstrip(".")
+                    + f" (one of the {len(infos)} largest of {total} such one-off spikes).",
+                    {**f.evidence, "similar_total": total},
+                )
+            out.append(f)
+    return out
