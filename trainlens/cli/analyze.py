@@ -196,9 +196,11 @@ def analyze(
 
         typer.echo(render_text(analyses, verbose=verbose), nl=False)
     if report is not None:
+        from trainlens.cli.report import _smoothing
         from trainlens.report import write_report
 
-        written = write_report(analyses, report)
+        origin = str(cfg.path) if cfg.path else "config"
+        written = write_report(analyses, report, smoothing=_smoothing(None, cfg.report, origin))
         if not json_out:
             typer.echo(f"report: {written}")
     if level == "none":

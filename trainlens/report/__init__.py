@@ -1,0 +1,64 @@
+"""The report: annotated plots of one or several runs, as HTML, Markdown, PNG and SVG.
+
+:func:`write_report` writes into a directory one PNG and one SVG per panel, a
+self-contained ``report.html`` (plots embedded, no network, no JavaScript) and a
+``report.md`` for CI summaries. :func:`build_figures` returns the matplotlib Figures
+with every finding drawn, for notebooks and tests. See docs/report.md.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from trainlens.core.errors import UsageError
+from trainlens.report.panels import DPI, DrawnFinding, Figures, Panel, build_figures, style
+
+if TYPE_CHECKING:
+    from trainlens.api import Analysis
+
+
+def _save(panel: Panel, out_dir: Path) -> bytes:
+    buf = io.BytesIO()
+    panel.figure.savefig(buf, format="png", dpi=DPI)
+    png = buf.getvalue()
+    (out_dir / f"{panel.key}.png").write_bytes(png)
+    # the layout is settled by the first draw; the SVG reuses it (same size, same axes)
+    panel.figure.set_layout_engine("none")
+    panel.figure.savefig(out_dir / f"{panel.key}.svg", format="svg", metadata={"Date": None})
+    return png
+
+
+def write_report(
+    analyses: Sequence[Analysis], out_dir: Path | str, *, smoothing: float | None = None
+) -> Path:
+    """Write the report of these analyses into ``out_dir``; returns the path of report.html.
+
+    ``smoothing``: α of a debiased EMA drawn over the raw values (None: raw only).
+    """
+    from trainlens import __version__
+    from trainlens.report.html import render_html
+    from trainlens.report.markdown import render_markdown
+
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: not a directory (the report is a directory of files)")
+    if smoothing is not None and not 0 < smoothing <= 1:
+        raise UsageError(f"smoothing must be between 0 and 1 (the EMA weight α), not {smoothing}")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot create the report directory ({exc.strerror})") from None
+    figures = build_figures(analyses, smoothing=smoothing)
+    with style():
+        pngs = {p.key: _save(p, out) for p in figures.panels}
+    page = render_html(analyses, figures, pngs, smoothing=smoothing, version=__version__)
+    target = out / "report.html"
+    target.write_text(page, "utf-8")
+    (out / "report.md").write_text(render_markdown(analyses, figures), "utf-8")
+    return target
+
+
+__all__ = ["DrawnFinding", "Figures", "Panel", "build_figures", "write_report"]
