@@ -68,41 +68,55 @@ class Run:
     raw_names: dict[str, str] = field(default_factory=dict)  # canonical -> as logged
     cursor: dict[str, int] = field(default_factory=dict)  # file -> offset read up to
 
+    # per-metric views of the standing values, built once per frame object: detectors
+    # ask for the same few series many times, and filtering a 12M-row frame each time
+    # would cost more than reading it
+    _views: dict[str, pl.DataFrame] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _views_of: int | None = field(default=None, init=False, repr=False, compare=False)
+
     # ---- views -------------------------------------------------------------------------
+    def _by_metric(self) -> dict[str, pl.DataFrame]:
+        if self._views is None or self._views_of != id(self.frame):
+            parts = self.standing().partition_by("metric", as_dict=True, maintain_order=True)
+            self._views = {str(key[0]): df.drop("metric") for key, df in parts.items()}
+            self._views_of = id(self.frame)
+        return self._views
+
     @property
     def metrics(self) -> list[str]:
         return sorted(self.frame.get_column("metric").unique().to_list())
 
     def has(self, metric: str) -> bool:
-        return metric in set(self.frame.get_column("metric").unique().to_list())
+        return metric in self._by_metric()
 
     def standing(self) -> pl.DataFrame:
         """The values that stand: superseded segments of restarts left out."""
+        if not self.frame.get_column("superseded").any():
+            return self.frame
         return self.frame.filter(~pl.col("superseded"))
+
+    def series_frame(self, metric: str) -> pl.DataFrame:
+        """step, value, wall_time of one metric: standing values, step order, last per step."""
+        df = self._by_metric().get(metric)
+        if df is None:
+            return pl.DataFrame(schema={"step": pl.Int64, "value": pl.Float64,
+                                        "wall_time": pl.Float64})
+        steps = df.get_column("step").to_numpy()
+        if steps.size > 1 and not bool(np.all(steps[1:] > steps[:-1])):
+            df = df.unique(subset="step", keep="last", maintain_order=True).sort("step")
+        return df.select("step", "value", "wall_time")
 
     def series(self, metric: str, *, finite: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Steps and values of one metric (standing values, step order, last per step)."""
-        df = (
-            self.standing()
-            .filter(pl.col("metric") == metric)
-            .unique(subset="step", keep="last", maintain_order=True)
-            .sort("step")
-        )
+        df = self.series_frame(metric)
         steps = df.get_column("step").to_numpy()
         values = df.get_column("value").to_numpy().astype(np.float64, copy=False)
         if finite:
             ok = np.isfinite(values)
             return steps[ok], values[ok]
         return steps, values
-
-    def series_frame(self, metric: str) -> pl.DataFrame:
-        return (
-            self.standing()
-            .filter(pl.col("metric") == metric)
-            .unique(subset="step", keep="last", maintain_order=True)
-            .sort("step")
-            .select("step", "value", "wall_time")
-        )
 
     def wide(self, metrics: Sequence[str] | None = None) -> pl.DataFrame:
         """One row per step, a column per metric (standing values, last per step)."""
