@@ -1,0 +1,571 @@
+"""TensorBoard reader: files written by torch, tensorboardX and tensorboard's own writer."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from trainlens.core.errors import UnreadableInputError
+from trainlens.core.run import Run
+from trainlens.readers import _tfrecord as tfr
+from trainlens.readers import tensorboard as tb
+from trainlens.readers.base import ReadOptions, read_head
+
+torch_tb = pytest.importorskip("torch.utils.tensorboard")
+tensorboardX = pytest.importorskip("tensorboardX")
+pytest.importorskip("tensorboard")
+
+from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2  # noqa: E402
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto  # noqa: E402
+from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: E402
+
+SPECIAL = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-45, 3.4e38]
+
+
+def _one_file(d: Path) -> Path:
+    files = sorted(d.glob("events.out.tfevents.*"))
+    assert len(files) == 1, files
+    return files[0]
+
+
+def _read(path: Path, start_offset: int = 0) -> list[Run]:
+    return tb.read(path, ReadOptions(start_offset=start_offset))
+
+
+def _series(run: Run, metric: str) -> pl.DataFrame:
+    return run.frame.filter(pl.col("metric") == metric)
+
+
+def _record_offsets(path: Path) -> list[tuple[int, int]]:
+    """(header offset, data length) of every record, walked the plain way."""
+    raw = path.read_bytes()
+    out, o = [], 0
+    while o + 12 <= len(raw):
+        (n,) = struct.unpack_from("<Q", raw, o)
+        if o + 16 + n > len(raw):
+            break
+        out.append((o, n))
+        o += 16 + n
+    return out
+
+
+def _torch_file(d: Path, n: int = 50, **kw: object) -> tuple[Path, dict[str, list]]:
+    """A torch SummaryWriter file with train/loss, lr every step and Loss/val every 5."""
+    rng = np.random.default_rng(1)
+    logged: dict[str, list] = {"train/loss": [], "lr": [], "Loss/val": []}
+    w = torch_tb.SummaryWriter(str(d))
+    for s in range(n):
+        for tag in ("train/loss", "lr") + (("Loss/val",) if s % 5 == 0 else ()):
+            v = float(rng.normal())
+            wall = 1_700_000_000.0 + s + 0.125
+            w.add_scalar(tag, v, s, walltime=wall, **kw)
+            logged[tag].append((s, v, wall))
+    w.close()
+    return _one_file(d), logged
+
+
+# ---- torch -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("new_style", [False, True])
+def test_torch_scalars_round_trip(tmp_path: Path, new_style: bool) -> None:
+    w = torch_tb.SummaryWriter(str(tmp_path))
+    rng = np.random.default_rng(0)
+    values = [*SPECIAL, *rng.normal(size=300).tolist()]
+    for i, v in enumerate(values):
+        w.add_scalar("train/loss", v, 10 * i, walltime=1.7e9 + i / 8, new_style=new_style)
+        w.add_scalar("lr", 1e-3 * (i + 1), 10 * i, walltime=1.7e9 + i / 8, new_style=new_style)
+    w.close()
+    (run,) = _read(tmp_path)
+    assert run.format == "tensorboard"
+    assert run.name == tmp_path.name
+    loss = _series(run, "train/loss")
+    want = np.array(values, dtype=np.float32).astype(np.float64)
+    got = loss["value"].to_numpy()
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.isnan(got[0]) and got[1] == math.inf and got[2] == -math.inf
+    assert loss["step"].to_list() == [10 * i for i in range(len(values))]
+    assert loss["wall_time"].to_list() == [1.7e9 + i / 8 for i in range(len(values))]
+    lr = _series(run, "lr")["value"].to_numpy()
+    assert np.array_equal(lr, np.float32(1e-3 * np.arange(1, len(values) + 1)).astype(np.float64))
+    plugins = run.metadata["plugins"]
+    assert "scalars" in plugins
+    assert run.metadata["records"][_one_file(tmp_path).name] == 2 * len(values) + 1
+    assert run.cursor == {str(_one_file(tmp_path)): _one_file(tmp_path).stat().st_size}
+    assert not [i for i in run.data_quality if i.severity != "info"]
+
+
+def test_torch_double_precision_tensor(tmp_path: Path) -> None:
+    w = torch_tb.SummaryWriter(str(tmp_path))
+    values = [1 / 3, math.pi * 1e10, math.nan, -math.inf, 1e-300]
+    for i, v in enumerate(values):
+        w.add_scalar("grad_norm", v, i, new_style=True, double_precision=True)
+    w.close()
+    (run,) = _read(tmp_path)
+    got = _series(run, "grad_norm")["value"].to_numpy()
+    assert np.array_equal(got, np.array(values), equal_nan=True)
+
+
+def test_non_scalar_summaries_are_counted(tmp_path: Path) -> None:
+    w = torch_tb.SummaryWriter(str(tmp_path))
+    for s in range(4):
+        w.add_scalar("train/loss", 1.0 / (s + 1), s)
+        w.add_histogram("weights", np.random.default_rng(s).normal(size=100), s)
+    w.add_image("img", np.zeros((3, 4, 4), dtype=np.float32), 0)
+    w.add_text("note", "hello", 0)
+    w.close()
+    (run,) = _read(tmp_path)
+    assert run.metrics == ["train/loss"]
+    assert _series(run, "train/loss")["value"].to_list() == [1.0, 0.5, np.float32(1 / 3), 0.25]
+    (issue,) = [i for i in run.data_quality if i.kind == "non-scalar"]
+    assert issue.severity == "info"
+    assert issue.count == 6
+    assert issue.message.startswith("6 non-scalar summaries skipped")
+    assert issue.details == {"histograms": 4, "images": 1, "text": 1}
+    assert {"scalars", "text"} <= set(run.metadata["plugins"])
+
+
+# ---- tensorboardX ------------------------------------------------------------------------
+
+
+def test_tensorboardx_add_scalar_and_add_scalars(tmp_path: Path) -> None:
+    logdir = tmp_path / "exp"
+    w = tensorboardX.SummaryWriter(str(logdir))
+    for s in range(20):
+        w.add_scalar("lr", 0.1 / (s + 1), s)
+        w.add_scalars("loss", {"train": 2.0 - s / 10, "val": 3.0 - s / 10}, s)
+        w.add_scalars("acc/top", {"k1": s / 20}, s)
+    w.close()
+    runs = _read(tmp_path)
+    assert [r.name for r in runs] == ["exp"]
+    (run,) = runs
+    assert run.metrics == ["acc/top/k1", "lr", "train/loss", "val/loss"]
+    assert run.raw_names["train/loss"] == "loss/train"
+    assert run.raw_names["val/loss"] == "loss/val"
+    for metric, fn in (
+        ("train/loss", lambda s: 2.0 - s / 10),
+        ("val/loss", lambda s: 3.0 - s / 10),
+        ("acc/top/k1", lambda s: s / 20),
+        ("lr", lambda s: 0.1 / (s + 1)),
+    ):
+        ser = _series(run, metric)
+        assert ser["step"].to_list() == list(range(20))
+        assert ser["value"].to_list() == [float(np.float32(fn(s))) for s in range(20)]
+    assert len(run.cursor) == 4  # the run's own file and three add_scalars files
+    assert not run.data_quality
+
+
+def test_torch_add_scalars_directories_fold_back(tmp_path: Path) -> None:
+    w = torch_tb.SummaryWriter(str(tmp_path / "run"))
+    for s in range(5):
+        w.add_scalars("Loss", {"train": 1.0 + s, "val": 2.0 + s}, s)
+        w.add_scalars("a/b", {"c": float(s)}, s)
+    w.close()
+    assert (tmp_path / "run" / "Loss_train").is_dir()
+    assert (tmp_path / "run" / "a_b_c").is_dir()
+    (run,) = _read(tmp_path / "run")
+    assert run.name == "run"
+    assert run.metrics == ["a/b/c", "train/loss", "val/loss"]
+    assert _series(run, "val/loss")["value"].to_list() == [2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+# ---- tensorboard's own writer: TF2-style tensors -----------------------------------------
+
+
+def _tensor_event(tag: str, step: int, tensor: tensor_pb2.TensorProto, meta: bool) -> object:
+    from tensorboard.plugins.scalar import metadata as scalar_metadata
+
+    value = summary_pb2.Summary.Value(tag=tag, tensor=tensor)
+    if meta:
+        value.metadata.CopyFrom(scalar_metadata.create_summary_metadata(None, None))
+        value.metadata.data_class = summary_pb2.DATA_CLASS_SCALAR
+    return event_pb2.Event(
+        wall_time=1.7e9 + step, step=step, summary=summary_pb2.Summary(value=[value])
+    )
+
+
+def _bf16_bytes(x: np.ndarray) -> bytes:
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32) >> np.uint32(16)
+    return bits.astype("<u2").tobytes()
+
+
+def _tf2_file(d: Path) -> dict[str, np.ndarray]:
+    """Scalars as TF2 writes them (tensor_content, empty shape), one tag per dtype, plus
+    half_val / int tensors and a histogram-like non-scalar tensor."""
+    rng = np.random.default_rng(3)
+    base = np.concatenate([[np.nan, np.inf, -np.inf, 0.0, -2.5], rng.normal(size=40)])
+    # values exactly representable in each dtype
+    want = {
+        "f32": base.astype(np.float32).astype(np.float64),
+        "f64": base,
+        "f16": base.astype(np.float16).astype(np.float64),
+        "bf16": (
+            (base.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000))
+            .view(np.float32)
+            .astype(np.float64)
+        ),
+        "half_val": base.astype(np.float16).astype(np.float64),
+        "bf16_half_val": (
+            (base.astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000))
+            .view(np.float32)
+            .astype(np.float64)
+        ),
+        "int64": np.arange(len(base), dtype=np.float64) * 1e6 - 7,
+    }
+    w = EventFileWriter(str(d))
+    shape = TensorShapeProto()
+    for i in range(len(base)):
+        x = base[i]
+        tensors = {
+            "f32": tensor_pb2.TensorProto(
+                dtype=types_pb2.DT_FLOAT,
+                tensor_shape=shape,
+                tensor_content=np.float32(x).tobytes(),
+            ),
+            "f64": tensor_pb2.TensorProto(
+                dtype=types_pb2.DT_DOUBLE,
+                tensor_shape=shape,
+                tensor_content=np.float64(x).tobytes(),
+            ),
+            "f16": tensor_pb2.TensorProto(
+                dtype=types_pb2.DT_HALF,
+                tensor_shape=shape,
+                tensor_content=np.float16(x).tobytes(),
+            ),
+            "bf16": tensor_pb2.TensorProto(
+                dtype=types_pb2.DT_BFLOAT16,
+                tensor_shape=shape,
+                tensor_content=_bf16_bytes(np.array([x])),
+            ),
+            "half_val": tensor_pb2.TensorProto(
+                dtype=types_pb2.DT_HALF,
+                tensor_shape=shape,
+                half_val=[int(np.float16(x).view(np.uint16))],
+            ),
+            "bf16_half_val": tensor_pb2.TensorProto(
+                dtype=types_pb2.DT_BFLOAT16,
+                tensor_shape=shape,
+                half_val=[int(np.float32(x).view(np.uint32) >> np.uint32(16))],
+            ),
+            "int64": tensor_pb2.TensorProto(
+                dtype=types_pb2.DT_INT64,
+                tensor_shape=shape,
+                int64_val=[int(want["int64"][i])],
+            ),
+        }
+        for tag, t in tensors.items():
+            w.add_event(_tensor_event(tag, i, t, meta=(i % 2 == 0)))
+        hist = tensor_pb2.TensorProto(
+            dtype=types_pb2.DT_DOUBLE,
+            tensor_shape=TensorShapeProto(
+                dim=[TensorShapeProto.Dim(size=2), TensorShapeProto.Dim(size=3)]
+            ),
+            tensor_content=np.arange(6, dtype=np.float64).tobytes(),
+        )
+        w.add_event(_tensor_event("hist", i, hist, meta=False))
+    w.close()
+    return want
+
+
+def test_tf2_tensor_scalars_exact(tmp_path: Path) -> None:
+    want = _tf2_file(tmp_path)
+    (run,) = _read(tmp_path)
+    for tag, values in want.items():
+        ser = _series(run, tag)
+        assert ser["step"].to_list() == list(range(len(values))), tag
+        assert np.array_equal(ser["value"].to_numpy(), values, equal_nan=True), tag
+        assert ser["wall_time"].to_list() == [1.7e9 + i for i in range(len(values))]
+    (issue,) = [i for i in run.data_quality if i.kind == "non-scalar"]
+    assert issue.count == len(want["f32"])  # the 2x3 tensor, once per step
+
+
+# ---- fast path == general path -------------------------------------------------------------
+
+
+def _mixed_file(d: Path) -> Path:
+    """Irregular record lengths (eval every 7 steps, growing step varints), NaN/inf, new and
+    old style, doubles, histograms, one TF2 tensor tag."""
+    w = torch_tb.SummaryWriter(str(d))
+    rng = np.random.default_rng(5)
+    for i in range(700):
+        s = i * 37  # crosses the 1-, 2- and 3-byte varint boundaries
+        v = SPECIAL[i % len(SPECIAL)] if i % 11 == 0 else float(rng.normal())
+        w.add_scalar("train/loss", v, s)
+        w.add_scalar("lr", 1e-4 * i, s, new_style=True)
+        w.add_scalar("grad_norm", abs(v), s, new_style=True, double_precision=True)
+        if i % 7 == 0:
+            w.add_scalar("val/loss", v / 2, s)
+        if i % 97 == 0:
+            w.add_histogram("w", rng.normal(size=50), s)
+    w.close()
+    path = _one_file(d)
+    # one flipped byte inside record 300's data
+    o, n = _record_offsets(path)[300]
+    raw = bytearray(path.read_bytes())
+    raw[o + 12 + n // 2] ^= 0x40
+    path.write_bytes(bytes(raw))
+    return path
+
+
+def _same(a: tb.FileData, b: tb.FileData, ta: tb._Tags, tb_: tb._Tags) -> None:
+    assert a.records == b.records
+    assert np.array_equal(a.rows.record, b.rows.record)
+    assert np.array_equal(a.rows.step, b.rows.step)
+    assert np.array_equal(a.rows.wall, b.rows.wall, equal_nan=True)
+    assert np.array_equal(a.rows.value, b.rows.value, equal_nan=True)
+    names_a = [ta.names[i] for i in a.rows.tag]
+    names_b = [tb_.names[i] for i in b.rows.tag]
+    assert names_a == names_b
+    assert [(i.kind, i.location, i.message) for i in a.issues] == [
+        (i.kind, i.location, i.message) for i in b.issues
+    ]
+    assert a.skipped == b.skipped
+    assert a.end == b.end
+
+
+def test_fast_path_equals_general_path(tmp_path: Path) -> None:
+    path = _mixed_file(tmp_path / "mixed")
+    tags_fast, tags_slow = tb._Tags(), tb._Tags()
+    fast = tb.read_events_file(path, tags_fast, fast=True)
+    slow = tb.read_events_file(path, tags_slow, fast=False)
+    assert fast.fast_records > 0.9 * len(fast.rows.record)  # the fast path did the work
+    assert slow.fast_records == 0
+    _same(fast, slow, tags_fast, tags_slow)
+    (bad,) = [i for i in fast.issues if i.kind == "corrupt-record"]
+    assert bad.location == f"record 301 (byte offset {_record_offsets(path)[300][0]})"
+
+    want = _tf2_file(tmp_path / "tf2")
+    path2 = _one_file(tmp_path / "tf2")
+    tf, ts = tb._Tags(), tb._Tags()
+    f2 = tb.read_events_file(path2, tf, fast=True)
+    s2 = tb.read_events_file(path2, ts, fast=False)
+    assert f2.fast_records >= 4 * len(want["f32"])  # content tensors take the fast path
+    _same(f2, s2, tf, ts)
+
+
+def test_fallback_crc_without_the_c_extension(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _mixed_file(tmp_path)
+    t1, t2 = tb._Tags(), tb._Tags()
+    with_c = tb.read_events_file(path, t1)
+    monkeypatch.setattr(tfr, "_crc32c_c", None)
+    assert tfr.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    without = tb.read_events_file(path, t2)
+    _same(with_c, without, t1, t2)
+
+
+def test_speculative_framing_matches_plain_walk(tmp_path: Path) -> None:
+    path = _mixed_file(tmp_path)
+    buf = tfr.Buffer.from_file(str(path))
+    fast = tfr.frame_records(buf)
+    slow = tfr.frame_records(buf, speculate=False)
+    assert fast.sequential < len(fast.starts) // 4
+    assert np.array_equal(fast.starts, slow.starts)
+    assert np.array_equal(fast.lens, slow.lens)
+    assert [(o, n) for o, n in zip(fast.starts.tolist(), fast.lens.tolist(), strict=True)] == (
+        _record_offsets(path)
+    )
+
+
+# ---- corrupt, truncated, empty -------------------------------------------------------------
+
+
+def test_flipped_byte_skips_only_that_record(tmp_path: Path) -> None:
+    path, logged = _torch_file(tmp_path, n=60)
+    total = sum(len(v) for v in logged.values())
+    recs = _record_offsets(path)
+    o, n = recs[25]
+    raw = bytearray(path.read_bytes())
+    raw[o + 12 + n - 3] ^= 0x01  # inside the value
+    path.write_bytes(bytes(raw))
+    (run,) = _read(path)
+    assert run.frame.height == total - 1
+    (issue,) = [i for i in run.data_quality if i.kind == "corrupt-record"]
+    assert issue.location == f"record 26 (byte offset {o})"
+    assert "checksum" in issue.message
+    assert issue.source == str(path)
+
+
+def test_corrupt_header_resynchronises(tmp_path: Path) -> None:
+    path, logged = _torch_file(tmp_path, n=60)
+    total = sum(len(v) for v in logged.values())
+    recs = _record_offsets(path)
+    o, n = recs[40]
+    raw = bytearray(path.read_bytes())
+    raw[o] ^= 0x10  # the length field: its checksum no longer matches
+    path.write_bytes(bytes(raw))
+    (run,) = _read(path)
+    assert run.frame.height == total - 1
+    (issue,) = [i for i in run.data_quality if i.kind == "corrupt-record"]
+    assert issue.location == f"record 41 (byte offset {o})"
+    assert f"skipped {16 + n} bytes" in issue.message
+
+
+def test_truncated_last_record_keeps_the_rest(tmp_path: Path) -> None:
+    path, logged = _torch_file(tmp_path, n=30)
+    total = sum(len(v) for v in logged.values())
+    o, _ = _record_offsets(path)[-1]
+    size = path.stat().st_size
+    with path.open("r+b") as fh:
+        fh.truncate(size - 7)
+    (run,) = _read(path)
+    assert run.frame.height == total - 1
+    (issue,) = [i for i in run.data_quality if i.kind == "truncated-record"]
+    assert issue.severity == "warning"
+    assert issue.location == f"record {len(_record_offsets(path)) + 1} (byte offset {o})"
+    assert run.cursor[str(path)] == o
+
+
+def test_empty_file_is_unreadable(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.123.host"
+    path.write_bytes(b"")
+    with pytest.raises(UnreadableInputError, match="empty") as err:
+        _read(path)
+    assert str(path) in str(err.value)
+
+
+def test_garbage_is_unreadable(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.123.host"
+    path.write_bytes(np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8).tobytes())
+    with pytest.raises(UnreadableInputError, match="not a TensorBoard event file") as err:
+        _read(path)
+    assert str(path) in str(err.value)
+
+
+def test_file_without_scalars_is_unreadable(tmp_path: Path) -> None:
+    w = torch_tb.SummaryWriter(str(tmp_path))
+    w.add_histogram("w", np.arange(10.0), 0)
+    w.close()
+    with pytest.raises(UnreadableInputError, match="no scalar summaries"):
+        _read(_one_file(tmp_path))
+
+
+# ---- directories, resumes, names, cursors ----------------------------------------------------
+
+
+def test_directory_with_two_runs(tmp_path: Path) -> None:
+    _torch_file(tmp_path / "runs" / "a", n=10)
+    _torch_file(tmp_path / "runs" / "b" / "seed1", n=12)
+    runs = _read(tmp_path / "runs")
+    assert sorted(r.name for r in runs) == ["a", "b/seed1"]
+    by = {r.name: r for r in runs}
+    assert _series(by["a"], "train/loss").height == 10
+    assert _series(by["b/seed1"], "train/loss").height == 12
+    assert by["b/seed1"].source == str(tmp_path / "runs" / "b" / "seed1")
+
+
+def test_resume_writes_second_file_and_restarts(tmp_path: Path) -> None:
+    w = torch_tb.SummaryWriter(str(tmp_path), filename_suffix=".first")
+    for s in range(10):
+        w.add_scalar("train/loss", 10.0 - s, s, walltime=1e9 + s)
+    w.close()
+    first = _one_file(tmp_path)
+    # a resumed job starts a new file (a later timestamp in its name) from a checkpoint
+    second = first.with_name(
+        first.name.replace(first.name.split(".")[3], str(int(first.name.split(".")[3]) + 60))
+    )
+    w = torch_tb.SummaryWriter(str(tmp_path / "tmp"))
+    for s in range(6, 15):
+        w.add_scalar("train/loss", 100.0 + s, s, walltime=2e9 + s)
+    w.close()
+    shutil.move(_one_file(tmp_path / "tmp"), second)
+    shutil.rmtree(tmp_path / "tmp")
+    (run,) = _read(tmp_path)
+    assert run.metadata["files"] == [first.name, second.name]
+    (restart,) = [i for i in run.data_quality if i.kind == "restart"]
+    assert restart.details["from_step"] == 9 and restart.details["to_step"] == 6
+    steps, values = run.series("train/loss")
+    assert steps.tolist() == list(range(15))
+    assert values.tolist() == [10.0 - s for s in range(6)] + [100.0 + s for s in range(6, 15)]
+
+
+def test_canonical_names(tmp_path: Path) -> None:
+    w = torch_tb.SummaryWriter(str(tmp_path / "a"))
+    w.add_scalar("Loss/train", 1.0, 0)
+    w.add_scalar("lr", 0.1, 0)
+    w.close()
+    w = torch_tb.SummaryWriter(str(tmp_path / "b"))
+    w.add_scalar("train/loss", 2.0, 0)
+    w.close()
+    runs = {r.name: r for r in _read(tmp_path)}
+    assert runs["a"].metrics == ["lr", "train/loss"]
+    assert runs["a"].raw_names["train/loss"] == "Loss/train"
+    assert runs["b"].metrics == ["train/loss"]
+
+
+def test_cursor_and_start_offset_tail_a_growing_file(tmp_path: Path) -> None:
+    src, logged = _torch_file(tmp_path / "src", n=40)
+    total = sum(len(v) for v in logged.values())
+    recs = _record_offsets(src)
+    raw = src.read_bytes()
+    live = tmp_path / "live" / src.name
+    live.parent.mkdir()
+    # the writer has flushed 70 records and is half-way through the 71st
+    cut = recs[70][0] + 9
+    live.write_bytes(raw[:cut])
+    (run,) = _read(live)
+    assert run.frame.height == 69  # 70 records minus the file_version event
+    offset = run.cursor[str(live)]
+    assert offset == recs[70][0]
+    live.write_bytes(raw)  # the rest arrives
+    (more,) = _read(live, start_offset=offset)
+    assert more.frame.height == total - 69
+    assert more.cursor[str(live)] == len(raw)
+    assert not [i for i in more.data_quality if i.severity != "info"]
+    (nothing,) = _read(live, start_offset=len(raw))
+    assert nothing.frame.height == 0
+    with pytest.raises(UnreadableInputError, match="past the end"):
+        _read(live, start_offset=len(raw) + 1)
+
+
+def test_sniff(tmp_path: Path) -> None:
+    path, _ = _torch_file(tmp_path / "d", n=3)
+    plain = tmp_path / "renamed.bin"
+    shutil.copy(path, plain)
+    other = tmp_path / "x.csv"
+    other.write_text("step,loss\n1,2\n")
+    assert tb.sniff(path, read_head(path))
+    assert tb.sniff(plain, read_head(plain))
+    assert tb.sniff(tmp_path, b"")
+    assert not tb.sniff(other, read_head(other))
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    assert not tb.sniff(empty_dir, b"")
+    (run,) = _read(plain)
+    assert run.name == "renamed"
+    assert run.frame.height == 7
+
+
+def test_event_with_several_values(tmp_path: Path) -> None:
+    # TF1's merged summaries put several values into one Event
+    w = EventFileWriter(str(tmp_path))
+    for s in range(1, 4):
+        summary = summary_pb2.Summary(
+            value=[
+                summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / s),
+                summary_pb2.Summary.Value(tag="learning_rate", simple_value=0.5 * s),
+                summary_pb2.Summary.Value(
+                    tag="hist", histo=summary_pb2.HistogramProto(min=0, max=1, num=2)
+                ),
+            ]
+        )
+        w.add_event(event_pb2.Event(wall_time=100.0 + s, step=s, summary=summary))
+    w.close()
+    (run,) = _read(tmp_path)
+    assert run.frame.select("step", "metric", "value").rows() == [
+        (1, "train/loss", 1.0),
+        (1, "lr", 0.5),
+        (2, "train/loss", 0.5),
+        (2, "lr", 1.0),
+        (3, "train/loss", float(np.float32(1 / 3))),
+        (3, "lr", 1.5),
+    ]
+    (issue,) = [i for i in run.data_quality if i.kind == "non-scalar"]
+    assert issue.details == {"histograms": 3}
