@@ -8,6 +8,7 @@ params of an MLflow run. Keys are matched under the spellings frameworks use.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,11 @@ def normalize_schedule(raw: dict[str, Any], origin: str = "schedule") -> dict[st
             out[key] = _number(value, key, origin)
     if "shape" not in out:
         return {}
+    # HF TrainingArguments: warmup_ratio of the total steps, when warmup_steps is 0/absent
+    ratio = _pick(flat, ("warmup_ratio", "warmup_frac"), prefer)
+    if ratio is not None and not out.get("warmup_steps") and out.get("total_steps"):
+        out["warmup_steps"] = math.ceil(_number(ratio, "warmup_ratio", origin) *
+                                        out["total_steps"])
     for key in (
         "warmup_steps",
         "total_steps",

@@ -1,0 +1,193 @@
+"""Declared learning-rate schedules as pure, vectorized functions of the step.
+
+A declared schedule is a dict with the canonical keys that
+:func:`trainlens.runconfig.normalize_schedule` produces: ``shape`` (constant, linear,
+cosine, inverse-sqrt, step, warmup-stable-decay), ``peak_lr``, ``min_lr`` (absolute,
+default 0), ``warmup_steps`` (default 0), ``total_steps``, ``decay_steps``,
+``stable_steps``, ``step_size``, ``gamma`` and ``first_step`` (the step number of the
+first optimizer step in the log, default 0). ``decay_shape`` (linear, cosine, 1-sqrt) and
+``timescale`` are honoured when present.
+
+Convention. With ``n = step - first_step + 1`` (1 for the first optimizer step):
+
+- warmup, ``n <= W``: ``peak * n / W`` (the ramp reaches the peak at step W). HF's
+  schedulers (ramp from 0), PyTorch's schedulers and LR read before ``scheduler.step()``
+  give this whole curve one step later, which the LR schedule detector tolerates;
+- after warmup, ``p = clip((n - W) / (total - W), 0, 1)``:
+  cosine ``min + (peak - min) * (1 + cos(pi p)) / 2`` (PyTorch's CosineAnnealingLR and
+  HF's get_cosine_schedule_with_warmup are both this curve), linear
+  ``peak + (min - peak) p``, constant ``peak``;
+- inverse-sqrt: ``peak / sqrt((n - W + tau) / tau)``, tau = W (or 10 000 without warmup,
+  as HF's get_inverse_sqrt_schedule), which is fairseq's ``peak * sqrt(W / n)``;
+- step: ``peak * gamma ** floor((n - 1 - W) / step_size)`` (PyTorch's StepLR after W
+  warmup steps; gamma defaults to 0.1);
+- warmup-stable-decay: peak until ``W + stable_steps`` (or ``total - decay_steps``), then
+  ``decay_shape`` (linear by default) to min over ``decay_steps`` steps; with neither
+  given the decay is the last 20 % of the steps after warmup (Hägele et al. 2024,
+  "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations").
+
+Steps past ``total_steps`` keep the final value (schedulers clamp there), and nothing
+goes below ``min_lr`` except during warmup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+SHAPES = ("constant", "linear", "cosine", "inverse-sqrt", "step", "warmup-stable-decay")
+
+_SHAPE_SPELLINGS = {
+    "constant": "constant",
+    "constant_with_warmup": "constant",
+    "linear": "linear",
+    "linear_with_warmup": "linear",
+    "cosine": "cosine",
+    "cos": "cosine",
+    "cosine_with_warmup": "cosine",
+    "inverse-sqrt": "inverse-sqrt",
+    "inverse_sqrt": "inverse-sqrt",
+    "rsqrt": "inverse-sqrt",
+    "step": "step",
+    "steplr": "step",
+    "warmup-stable-decay": "warmup-stable-decay",
+    "warmup_stable_decay": "warmup-stable-decay",
+    "wsd": "warmup-stable-decay",
+}
+
+#: share of the post-warmup steps a warmup-stable-decay schedule decays over when
+#: neither decay_steps nor stable_steps is declared
+WSD_DEFAULT_DECAY_FRAC = 0.2
+
+
+def shape_of(schedule: dict[str, Any]) -> str:
+    """The canonical shape name of a declared schedule (ValueError when unknown)."""
+    raw = str(schedule.get("shape", "")).strip().lower().replace(" ", "_")
+    shape = _SHAPE_SPELLINGS.get(raw)
+    if shape is None:
+        raise ValueError(f"unknown schedule shape {schedule.get('shape')!r}")
+    return shape
+
+
+def _num(schedule: dict[str, Any], key: str) -> float | None:
+    value = schedule.get(key)
+    if value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if np.isfinite(out) else None
+
+
+def _positive(schedule: dict[str, Any], key: str) -> float | None:
+    value = _num(schedule, key)
+    return value if value is not None and value > 0 else None
+
+
+def missing_keys(schedule: dict[str, Any]) -> list[str]:
+    """Keys the declared shape needs but the schedule lacks (empty when complete)."""
+    shape = shape_of(schedule)
+    missing = [] if _positive(schedule, "peak_lr") is not None else ["peak_lr"]
+    has_total = _positive(schedule, "total_steps") is not None
+    if shape in ("linear", "cosine") and not (
+        has_total or _positive(schedule, "decay_steps") is not None
+    ):
+        missing.append("total_steps")
+    if shape == "warmup-stable-decay" and not (
+        has_total
+        or (
+            _positive(schedule, "decay_steps") is not None
+            and _num(schedule, "stable_steps") is not None
+        )
+    ):
+        missing.append("total_steps")
+    if shape == "step" and _positive(schedule, "step_size") is None:
+        missing.append("step_size")
+    return missing
+
+
+def _decay(shape: str, p: np.ndarray, peak: float, lo: float) -> np.ndarray:
+    """From peak (p = 0) to lo (p = 1)."""
+    if shape == "cosine":
+        return lo + (peak - lo) * 0.5 * (1.0 + np.cos(np.pi * p))
+    if shape in ("1-sqrt", "1_sqrt", "sqrt"):
+        return lo + (peak - lo) * (1.0 - np.sqrt(p))
+    return peak + (lo - peak) * p
+
+
+def lr_at(
+    schedule: dict[str, Any], n: np.ndarray, *, warmup_start_factor: float = 0.0
+) -> np.ndarray:
+    """The declared LR at optimizer-step count ``n`` (1 = the first step; floats allowed).
+
+    ``warmup_start_factor`` f starts the ramp above 0: ``peak * (f + (1 - f) * n / W)``
+    (PyTorch's LinearLR, whose default f is 1/3, is this ramp one step later).
+    """
+    shape = shape_of(schedule)
+    missing = missing_keys(schedule)
+    if missing:
+        raise ValueError(f"declared {shape} schedule lacks {', '.join(missing)}")
+    n = np.asarray(n, dtype=np.float64)
+    peak = float(_num(schedule, "peak_lr") or 0.0)
+    lo = _num(schedule, "min_lr") or 0.0
+    warm = max(0, int(_num(schedule, "warmup_steps") or 0))
+    total = _positive(schedule, "total_steps")
+    decay_steps = _positive(schedule, "decay_steps")
+
+    if shape == "constant":
+        out = np.full(n.shape, peak)
+    elif shape in ("linear", "cosine"):
+        if total is None:
+            total = warm + float(decay_steps or 0.0)
+        p = np.clip((n - warm) / max(total - warm, 1.0), 0.0, 1.0)
+        out = _decay(shape, p, peak, lo)
+    elif shape == "inverse-sqrt":
+        tau = _positive(schedule, "timescale") or (float(warm) if warm > 0 else 10_000.0)
+        out = peak / np.sqrt(np.maximum(n - warm + tau, tau) / tau)
+        out = np.maximum(out, lo)
+    elif shape == "step":
+        size = float(_positive(schedule, "step_size") or 1.0)
+        gamma = _num(schedule, "gamma")
+        gamma = 0.1 if gamma is None else gamma
+        k = np.floor(np.maximum(n - 1 - warm, 0.0) / size)
+        out = np.maximum(peak * np.power(gamma, k), lo)
+    else:  # warmup-stable-decay
+        stable = _num(schedule, "stable_steps")
+        if decay_steps is None:
+            if total is not None and stable is not None:
+                decay_steps = max(total - warm - stable, 1.0)
+            elif total is not None:
+                decay_steps = max(WSD_DEFAULT_DECAY_FRAC * (total - warm), 1.0)
+            else:
+                decay_steps = 1.0
+        if stable is not None:
+            start = warm + max(stable, 0.0)
+        else:
+            assert total is not None  # missing_keys checked it
+            start = total - decay_steps
+        p = np.clip((n - start) / max(decay_steps, 1.0), 0.0, 1.0)
+        out = _decay(str(schedule.get("decay_shape", "linear")).lower(), p, peak, lo)
+
+    if warm > 0:
+        f = warmup_start_factor
+        ramp = f + (1.0 - f) * n / warm
+        in_warmup = n <= warm
+        out = np.where(in_warmup, peak * np.clip(ramp, 0.0, 1.0), out)
+    return out
+
+
+def declared_lr(schedule: dict[str, Any], steps: np.ndarray) -> np.ndarray:
+    """The declared LR at each logged ``step`` (the report plots it as "LR vs plan").
+
+    ``steps`` are the run's step numbers; ``schedule['first_step']`` (default 0) is the
+    step number of the first optimizer step. Raises ValueError when the schedule lacks a
+    key its shape needs (see :func:`missing_keys`).
+    """
+    first = int(_num(schedule, "first_step") or 0)
+    n = np.asarray(steps, dtype=np.float64) - first + 1.0
+    return lr_at(schedule, n)
+
+
+__all__ = ["SHAPES", "declared_lr", "lr_at", "missing_keys", "shape_of"]
