@@ -144,5 +144,15 @@ def test_convert_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for command in ("analyze", "convert", "mfu", "flops", "memory", "energy", "gpus"):
+    for command in (
+        "analyze",
+        "convert",
+        "report",
+        "gate",
+        "mfu",
+        "flops",
+        "memory",
+        "energy",
+        "gpus",
+    ):
         assert command in out, command

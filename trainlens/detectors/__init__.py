@@ -89,7 +89,8 @@ def _code_kept(code: str, detector: str, cfg: Config) -> bool:
     return True
 
 
-def _selected(detector: str, codes: dict[str, str], cfg: Config) -> bool:
+def is_selected(detector: str, codes: dict[str, str], cfg: Config) -> bool:
+    """Whether select/ignore leave any of this detector's codes to report."""
     return any(_code_kept(code, detector, cfg) for code in codes)
 
 
@@ -109,8 +110,10 @@ def make_params(name: str, module: ModuleType, overrides: dict[str, Any]) -> Any
 
 def validate_config(cfg: Config) -> None:
     """Check detector names, parameters and severity codes in the config."""
+    from trainlens.core.codes import GATE_CODES
+
     names = available()
-    all_codes: set[str] = set()
+    all_codes: set[str] = set(GATE_CODES)
     for name in names:
         all_codes.update(load(name).CODES)
     for name, overrides in cfg.detectors.items():
@@ -135,7 +138,7 @@ def run_detectors(
     severity = {k.upper(): Severity.parse(v) for k, v in cfg.severity.items()}
     for name in available():
         module = load(name)
-        if not _selected(name, module.CODES, cfg):
+        if not is_selected(name, module.CODES, cfg):
             continue
         params = make_params(name, module, cfg.detectors.get(name, {}))
         try:

@@ -1,0 +1,18 @@
+"""Finding codes that do not come from a detector: the gate's outcome and baseline checks.
+
+Kept in core so configuration (``[tool.trainlens.severity]``) can be validated the same
+way for ``analyze`` and ``gate``; documented in docs/gate.md.
+"""
+
+from __future__ import annotations
+
+GATE_CODES: dict[str, str] = {
+    "VAL002": "val-loss-regression",
+    "VAL003": "time-to-target-regression",
+    "VAL004": "val-loss-above-limit",
+    "VAL005": "target-not-reached-in-budget",
+    "TPUT003": "throughput-regression",
+    "MEM002": "memory-regression",
+    "MFU001": "mfu-below-limit",
+    "DATA005": "restart-not-allowed",
+}

@@ -1,0 +1,60 @@
+"""``trainlens gate --format markdown``: the verdict as a Markdown table (also written to
+``$GITHUB_STEP_SUMMARY`` under ``--format github``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainlens.gate.result import GateResult
+
+ICONS = {"pass": "✅ pass", "fail": "❌ fail", "unreadable": "⚠️ unreadable"}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(result: GateResult) -> str:
+    from trainlens.gate.result import steps_text
+
+    icon = "✅" if result.verdict == "pass" else "❌"
+    lines = [
+        f"## {icon} trainlens gate: {result.headline()}",
+        "",
+        "| run | verdict | worst finding | errors | warnings | acknowledged |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    for r in result.reports:
+        c = r.counts()
+        lines.append(
+            f"| `{_cell(r.name)}` | {ICONS.get(r.verdict, r.verdict)} | {_cell(r.worst_text(80))} "
+            f"| {c['error']} | {c['warning']} | {c['acknowledged']} |"
+        )
+    failing = [r for r in result.reports if r.failing or r.verdict == "unreadable"]
+    if failing:
+        lines += ["", "### What failed", ""]
+        for r in failing:
+            if r.verdict == "unreadable":
+                lines.append(f"- `{_cell(r.name)}`: unreadable: {_cell(r.error or '')}")
+                continue
+            lines.append(f"- `{_cell(r.name)}` (`{_cell(r.source)}`)")
+            for g in r.failing:
+                f = g.finding
+                where = steps_text(f)
+                lines.append(
+                    f"  - **{f.code}** {f.name}"
+                    + (f" ({where})" if where else "")
+                    + f": {_cell(f.message)}"
+                )
+    acked = [(r, g) for r in result.reports for g in r.acknowledged]
+    if acked:
+        lines += ["", "### Acknowledged", ""]
+        for r, g in acked:
+            where = steps_text(g.finding)
+            lines.append(
+                f"- `{_cell(r.name)}` **{g.finding.code}**"
+                + (f" ({where})" if where else "")
+                + f": {_cell(g.reason or '')}"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,236 @@
+"""Find the runs under the paths and globs given to ``trainlens gate``.
+
+- a file is one run source (whatever its name);
+- a directory that is itself a run store (an MLflow store, a Hugging Face output
+  directory, a folder holding TensorBoard event files) is one source;
+- any other directory is walked: each run-store sub-directory and each file that holds
+  metrics becomes a source. Hidden entries and run-configuration files (config.json,
+  hparams.yaml, meta.yaml, labels.json, ...) are skipped. A ``.jsonl``/``.csv`` file
+  that cannot be sniffed is still taken (it is then reported unreadable, so an empty or
+  corrupt metrics file never disappears silently); a ``.log``/``.txt``/``.json`` file is
+  taken only when it looks like a run.
+- globs are expanded (``**`` crosses directories); names are relative to the glob's
+  fixed prefix.
+
+A run is named by its path relative to the root it was found under, without a generic
+file name: ``runs/lr_shock/metrics.jsonl`` under ``runs`` is ``lr_shock``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainlens.core.errors import TrainlensError, UsageError
+
+SKIP_NAMES = frozenset(
+    {
+        "config.json",
+        "run_config.json",
+        "trainlens.json",
+        "trainlens.toml",
+        "pyproject.toml",
+        "hparams.yaml",
+        "hparams.yml",
+        "config.yaml",
+        "config.yml",
+        "meta.yaml",
+        "labels.json",
+        "tags.json",
+        "requirements.txt",
+    }
+)
+# a metrics file with one of these suffixes is a run even when it cannot be sniffed
+METRIC_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".tsv")
+# these are taken only when they sniff as a run
+MAYBE_SUFFIXES = (".json", ".log", ".txt", ".out", ".db", ".sqlite")
+GENERIC_STEMS = frozenset({"metrics", "trainer_state", "log", "train", "events", "scalars"})
+STRIP_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".log", ".txt")
+_GLOB_CHARS = re.compile(r"[*?\[]")
+_EVENT_FILE = re.compile(r"(^|\.)tfevents\.")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One run source: a file or a run-store directory, and the name the gate gives it."""
+
+    path: str
+    name: str
+
+
+def is_glob(spec: str) -> bool:
+    return bool(_GLOB_CHARS.search(spec))
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".") or name == "__pycache__"
+
+
+def _has_event_files(path: Path) -> bool:
+    try:
+        return any(_EVENT_FILE.search(e.name) and e.is_file() for e in os.scandir(path))
+    except OSError:
+        return False
+
+
+def is_run_store(path: Path) -> bool:
+    """An MLflow store, a Hugging Face output dir, or a folder with TensorBoard events.
+
+    (A folder with event files only deeper down is walked instead, so a tree of several
+    TensorBoard runs beside JSONL runs yields each of them.)"""
+    from trainlens.readers import hf_trainer, mlflow
+
+    if _has_event_files(path):
+        return True
+    try:
+        return bool(mlflow.sniff(path, b"") or hf_trainer.sniff(path, b""))
+    except OSError:
+        return False
+
+
+def _file_is_run(path: Path) -> bool:
+    name = path.name
+    lower = name.lower()
+    if lower in SKIP_NAMES or lower.endswith(".config.json") or _hidden(name):
+        return False
+    if _EVENT_FILE.search(name):
+        return True
+    if lower.endswith(METRIC_SUFFIXES):
+        return True
+    if not lower.endswith(MAYBE_SUFFIXES):
+        return False
+    from trainlens.readers import detect_format
+
+    try:
+        fmt = detect_format(path)
+    except (TrainlensError, OSError):
+        return False
+    if lower.endswith(".json"):
+        # a compact JSON object sniffs as JSONL; only run formats count here
+        return fmt in ("hf-trainer", "mlflow")
+    return True
+
+
+def _walk(top: Path) -> Iterator[Path]:
+    """Sources under a directory that is not itself a run store, in sorted order."""
+    try:
+        entries = sorted(os.scandir(top), key=lambda e: e.name)
+    except OSError:
+        return
+    for e in entries:
+        if _hidden(e.name):
+            continue
+        p = Path(e.path)
+        if e.is_dir():
+            if is_run_store(p):
+                yield p
+            else:
+                yield from _walk(p)
+        elif e.is_file() and _file_is_run(p):
+            yield p
+
+
+def run_name(source: Path, root: Path) -> str:
+    """``root/a/b/metrics.jsonl`` -> ``a/b``; ``root/a/b.csv`` -> ``a/b``."""
+    try:
+        rel = source.relative_to(root)
+    except ValueError:
+        rel = Path(source.name)
+    parts = list(rel.parts) if rel.parts else [source.resolve().name]
+    if source.is_file() or not source.exists():
+        last = parts[-1]
+        stem = last
+        for suffix in STRIP_SUFFIXES:
+            if stem.lower().endswith(suffix):
+                stem = stem[: -len(suffix)]
+                break
+        if stem.lower() in GENERIC_STEMS or _EVENT_FILE.search(last):
+            parts.pop()
+            if not parts:
+                parent = source.resolve().parent.name
+                parts = [parent or stem]
+        else:
+            parts[-1] = stem
+    return "/".join(parts)
+
+
+def _glob_root(spec: str) -> Path:
+    fixed: list[str] = []
+    for part in Path(spec).parts:
+        if is_glob(part):
+            break
+        fixed.append(part)
+    return Path(*fixed) if fixed else Path(".")
+
+
+def _expand(spec: str) -> Iterator[tuple[Path, Path]]:
+    """(source path, root it is named under) for one command-line argument."""
+    if is_glob(spec):
+        root = _glob_root(spec)
+        hits = sorted(glob.glob(spec, recursive=True))
+        if not hits:
+            raise UsageError(f"{spec}: the pattern matches nothing")
+        # "runs/*/metrics.jsonl" or "*.log" name the files wanted: take every hit;
+        # "runs/**/*" also matches READMEs and configs: take only what looks like a run
+        explicit = not Path(spec).name.endswith(("*", "?", "]"))
+        for hit in hits:
+            p = Path(hit)
+            if p.is_dir():
+                if is_run_store(p):
+                    yield p, root
+                else:
+                    for sub in _walk(p):
+                        yield sub, root
+            elif _file_is_run(p) or (
+                explicit and not _hidden(p.name) and p.name.lower() not in SKIP_NAMES
+            ):
+                yield p, root
+        return
+    p = Path(spec)
+    if p.is_dir() and not is_run_store(p):
+        under = list(_walk(p))
+        if not under:
+            raise UsageError(f"{spec}: no runs found in this directory")
+        for sub in under:
+            yield sub, p
+    else:
+        # a file, a run store, or a path that does not exist (reported unreadable)
+        yield p, p
+
+
+def discover(specs: Iterable[str]) -> list[Source]:
+    """Every run source under the given paths / globs, deduplicated, in a stable order."""
+    seen: set[str] = set()
+    found: list[tuple[Path, Path]] = []
+    for spec in specs:
+        for path, root in _expand(str(spec)):
+            key = os.path.realpath(path)
+            if key in seen:
+                continue
+            seen.add(key)
+            found.append((path, root))
+    names = [run_name(p, r) for p, r in found]
+    # two sources under one name (metrics.jsonl and metrics.csv in one folder): keep the
+    # file names to tell them apart
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    out: list[Source] = []
+    used: set[str] = set()
+    for (path, root), name in zip(found, names, strict=True):
+        if counts[name] > 1:
+            try:
+                name = path.relative_to(root).as_posix()
+            except ValueError:
+                name = path.name
+        base, k = name, 2
+        while name in used:
+            name = f"{base}#{k}"
+            k += 1
+        used.add(name)
+        out.append(Source(path=str(path), name=name))
+    return out

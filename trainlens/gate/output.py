@@ -1,0 +1,105 @@
+"""The gate's own renderings: a human table (text) and JSON; ``render`` picks any format,
+including the CI formats in :mod:`trainlens.formatters` (junit, github, markdown)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from trainlens.gate.result import FAIL, UNREADABLE, GateResult, RunReport, steps_text
+
+OUTPUT_FORMATS = ("text", "json", "junit", "github", "markdown")
+
+
+def verdict_text(r: RunReport) -> str:
+    return {FAIL: "FAIL", UNREADABLE: "UNREADABLE"}.get(r.verdict, "pass")
+
+
+def render_text(result: GateResult) -> str:
+    rows = [("run", "verdict", "worst finding", "err", "warn", "info", "ack")]
+    for r in result.reports:
+        c = r.counts()
+        rows.append(
+            (
+                r.name,
+                verdict_text(r),
+                r.worst_text(60),
+                str(c["error"]),
+                str(c["warning"]),
+                str(c["info"]),
+                str(c["acknowledged"]),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    lines = []
+    for row in rows:
+        head = "  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=False))
+        tail = "".join(cell.rjust(5) for cell in row[3:])
+        lines.append(f"{head} {tail}".rstrip())
+
+    details: list[str] = []
+    for r in result.reports:
+        failing = r.failing
+        if r.verdict == UNREADABLE:
+            details.append(f"{r.name}: unreadable: {r.error}")
+        elif failing:
+            details.append(f"{r.name} ({r.source})")
+            details.extend(f"  {g.line()}" for g in failing)
+        notes = [
+            c
+            for c in r.checks
+            if c.kind != "detector" and c.status == "skipped" and not c.detail.endswith("logged")
+        ]
+        details.extend(f"  note: {r.name}: {n.name} skipped: {n.detail}" for n in notes)
+    acked = [(r, g) for r in result.reports for g in r.acknowledged]
+    if acked:
+        details.append("acknowledged (not failing the gate):")
+        details.extend(
+            f"  {r.name}: {g.finding.code} {steps_text(g.finding)} — {g.reason}" for r, g in acked
+        )
+    for a in result.unused_acknowledgements:
+        details.append(
+            f"note: acknowledgement of {a['code']} for {', '.join(a['runs'])} matched no finding"
+        )
+    out = "\n".join(lines)
+    if details:
+        out += "\n\n" + "\n".join(details)
+    verdict = "PASS" if result.verdict == "pass" else "FAIL"
+    return out + f"\n\ngate {verdict}: {result.headline()}\n"
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def render_json(result: GateResult) -> str:
+    return json.dumps(_clean(result.to_dict()), indent=2, allow_nan=False) + "\n"
+
+
+def render(result: GateResult, fmt: str) -> str:
+    if fmt == "text":
+        return render_text(result)
+    if fmt == "json":
+        return render_json(result)
+    if fmt == "junit":
+        from trainlens.formatters.junit import render_junit
+
+        return render_junit(result)
+    if fmt == "github":
+        from trainlens.formatters.github import render_github
+
+        return render_github(result)
+    if fmt == "markdown":
+        from trainlens.formatters.markdown import render_markdown
+
+        return render_markdown(result)
+    from trainlens.core.errors import UsageError
+
+    raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, not {fmt!r}")

@@ -1,0 +1,217 @@
+"""What the gate returns: plain dataclasses that cross process boundaries and render.
+
+A worker turns one run into a :class:`RunReport` (no Run object, no polars frame: a
+summary dict, findings and check results); the main process collects them into a
+:class:`GateResult`, whose :meth:`~GateResult.exit_code` is the gate's verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainlens.core.findings import Finding, Severity
+
+FAIL_LEVELS: tuple[str, ...] = ("none", "info", "warning", "error")
+
+PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
+UNREADABLE = "unreadable"
+
+
+def fail_rank(level: str) -> int:
+    """The lowest severity rank that fails the gate (``none``: nothing fails)."""
+    if level not in FAIL_LEVELS:
+        from trainlens.core.errors import UsageError
+
+        raise UsageError(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}, not {level!r}")
+    return 99 if level == "none" else FAIL_LEVELS.index(level) - 1
+
+
+def steps_text(f: Finding) -> str:
+    if f.step_start is None:
+        return ""
+    if f.step_end is None or f.step_end == f.step_start:
+        return f"step {f.step_start}"
+    return f"steps {f.step_start}–{f.step_end}"
+
+
+@dataclass
+class CheckResult:
+    """One check of one run: a detector that ran, or an outcome / baseline limit."""
+
+    name: str  # "detector:grad_spikes", "check:max_final_val_loss", "baseline:throughput"
+    kind: str  # detector | outcome | baseline
+    status: str = PASS  # pass | fail | skipped
+    detail: str = ""  # why it was skipped, or what was measured
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "status": self.status, "detail": self.detail}
+
+
+@dataclass
+class GateFinding:
+    """A finding as the gate judged it: which check raised it, whether it fails the gate."""
+
+    finding: Finding
+    check: str
+    acknowledged: bool = False
+    reason: str | None = None  # the acknowledgement's reason
+    fails: bool = False  # unacknowledged and at or above the fail level
+
+    def line(self) -> str:
+        f = self.finding
+        where = steps_text(f)
+        return (
+            f"{f.severity.value.upper()} {f.code} {f.name}"
+            + (f" ({where})" if where else "")
+            + f": {f.message}"
+        )
+
+    def to_dict(self, run: str) -> dict[str, Any]:
+        return {
+            "run": run,
+            **self.finding.to_dict(),
+            "check": self.check,
+            "acknowledged": self.acknowledged,
+            "acknowledgement_reason": self.reason,
+            "fails_gate": self.fails,
+        }
+
+
+@dataclass
+class RunReport:
+    """The gate's verdict on one run (or on one unreadable input)."""
+
+    name: str
+    source: str
+    format: str | None
+    verdict: str  # pass | fail | unreadable
+    error: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+    outcomes: dict[str, Any] = field(default_factory=dict)
+    findings: list[GateFinding] = field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
+    data_quality: list[dict[str, Any]] = field(default_factory=list)
+    acks_used: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failing(self) -> list[GateFinding]:
+        return [g for g in self.findings if g.fails]
+
+    @property
+    def acknowledged(self) -> list[GateFinding]:
+        return [g for g in self.findings if g.acknowledged]
+
+    def worst(self) -> GateFinding | None:
+        """The worst unacknowledged finding (earliest among equals)."""
+        open_ = [g for g in self.findings if not g.acknowledged]
+        if not open_:
+            return None
+        return min(
+            open_,
+            key=lambda g: (
+                not g.fails,
+                -g.finding.severity.rank,
+                g.finding.step_start if g.finding.step_start is not None else math.inf,
+            ),
+        )
+
+    def worst_text(self, width: int | None = None) -> str:
+        """``NAN001 non-finite-value (step 450)``: the worst unacknowledged finding."""
+        if self.verdict == UNREADABLE:
+            text = self.error or "unreadable"
+        else:
+            g = self.worst()
+            if g is None:
+                return "—"
+            where = steps_text(g.finding)
+            text = f"{g.finding.code} {g.finding.name}" + (f" ({where})" if where else "")
+        if width is not None and len(text) > width:
+            text = text[: width - 1] + "…"
+        return text
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in Severity}
+        for g in self.findings:
+            if not g.acknowledged:
+                out[g.finding.severity.value] += 1
+        out["acknowledged"] = len(self.acknowledged)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.name,
+            "source": self.source,
+            "format": self.format,
+            "verdict": self.verdict,
+            "error": self.error,
+            "counts": self.counts(),
+            "summary": self.summary,
+            "outcomes": self.outcomes,
+            "checks": [c.to_dict() for c in self.checks],
+            "data_quality": self.data_quality,
+            "seconds": round(self.seconds, 4),
+        }
+
+
+@dataclass
+class GateResult:
+    """Every run's report, in discovery order, and what the gate was asked."""
+
+    reports: list[RunReport]
+    fail_on: str = "error"
+    allow_unreadable: bool = False
+    baseline: str | None = None
+    unused_acknowledgements: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[RunReport]:
+        return [r for r in self.reports if r.verdict == FAIL]
+
+    @property
+    def unreadable(self) -> list[RunReport]:
+        return [r for r in self.reports if r.verdict == UNREADABLE]
+
+    @property
+    def passed(self) -> list[RunReport]:
+        return [r for r in self.reports if r.verdict == PASS]
+
+    @property
+    def verdict(self) -> str:
+        if self.failed or (self.unreadable and not self.allow_unreadable):
+            return FAIL
+        return PASS
+
+    def exit_code(self, *, exit_zero: bool = False) -> int:
+        """0 pass; 1 a run failed; 2 an input was unreadable (unless allowed)."""
+        if exit_zero:
+            return 0
+        if self.unreadable and not self.allow_unreadable:
+            return 2
+        return 1 if self.failed else 0
+
+    def headline(self) -> str:
+        n = len(self.reports)
+        parts = [f"{len(self.passed)} passed", f"{len(self.failed)} failed"]
+        if self.unreadable:
+            parts.append(f"{len(self.unreadable)} unreadable")
+        return f"{n} run{'s' if n != 1 else ''}: {', '.join(parts)} (fail on {self.fail_on})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "verdict": self.verdict,
+            "fail_on": self.fail_on,
+            "baseline": self.baseline,
+            "counts": {
+                "runs": len(self.reports),
+                "passed": len(self.passed),
+                "failed": len(self.failed),
+                "unreadable": len(self.unreadable),
+            },
+            "runs": [r.to_dict() for r in self.reports],
+            "findings": [g.to_dict(r.name) for r in self.reports for g in r.findings],
+            "unused_acknowledgements": self.unused_acknowledgements,
+        }

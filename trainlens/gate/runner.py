@@ -1,0 +1,232 @@
+"""Gate every source, in parallel over processes.
+
+Each worker reads and analyzes one source and returns :class:`RunReport` objects (plain
+dicts and small dataclasses; no Run, no polars frame crosses a process boundary). The
+pool is a ``spawn`` ProcessPoolExecutor (forking a process that already runs polars'
+thread pool can deadlock); ``jobs=1`` runs in this process.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+
+from trainlens.core.config import Config
+from trainlens.core.errors import TrainlensError
+from trainlens.core.findings import Finding, Severity
+from trainlens.core.names import AliasTable
+from trainlens.core.run import Run
+from trainlens.gate.baseline import Baseline
+from trainlens.gate.checks import Outcome, baseline_checks, outcome_checks
+from trainlens.gate.codes import CHECK_CODES, GATE_CODES
+from trainlens.gate.discover import Source
+from trainlens.gate.result import (
+    FAIL,
+    PASS,
+    SKIPPED,
+    UNREADABLE,
+    CheckResult,
+    GateFinding,
+    RunReport,
+)
+from trainlens.gate.rules import GateRules
+
+
+@dataclass(frozen=True)
+class GateJob:
+    """What every worker needs, sent once per worker process."""
+
+    cfg: Config
+    rules: GateRules
+    fail_rank: int
+    baseline: Baseline | None = None
+    detect: bool = True  # False: summary and outcomes only (reading a baseline)
+
+
+def _code_detectors() -> dict[str, str]:
+    from trainlens.detectors import available, load
+
+    return {code: name for name in available() for code in load(name).CODES}
+
+
+def _kept(code: str, cfg: Config) -> bool:
+    """Gate codes honour ``ignore`` (code or family), like detector codes."""
+    return not any(code.startswith(p.upper()) for p in cfg.ignore)
+
+
+def gate_run(run: Run, name: str, job: GateJob) -> RunReport:
+    """Judge one run: detectors, outcome checks, baseline checks, acknowledgements."""
+    from trainlens.api import analyze_run, build_context
+    from trainlens.detectors import available, is_selected, load
+    from trainlens.summary import summarize
+
+    t0 = time.perf_counter()
+    cfg, checks = job.rules.for_run(name, job.cfg)
+    report = RunReport(name=name, source=run.source, format=run.format, verdict=PASS)
+    report.data_quality = [d.to_dict() for d in run.data_quality]
+    if not job.detect:
+        ctx = build_context(run, cfg)
+        report.summary = summarize(run)
+        from trainlens.gate.outcomes import outcome_metrics
+
+        report.outcomes = outcome_metrics(run, report.summary, checks, ctx.model)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    analysis = analyze_run(run, cfg)
+    from trainlens.gate.outcomes import outcome_metrics
+
+    report.summary = analysis.summary
+    report.outcomes = outcome_metrics(run, analysis.summary, checks, analysis.context.model)
+
+    owner = _code_detectors()
+    checks_out: list[CheckResult] = []
+    found: list[tuple[Finding, str]] = []
+    for det in available():
+        if not is_selected(det, load(det).CODES, cfg):
+            continue
+        if det in analysis.skipped:
+            checks_out.append(
+                CheckResult(f"detector:{det}", "detector", SKIPPED, analysis.skipped[det])
+            )
+        else:
+            checks_out.append(CheckResult(f"detector:{det}", "detector", PASS))
+    for f in analysis.findings:
+        found.append((f, f"detector:{owner.get(f.code, 'unknown')}"))
+
+    outcomes: list[Outcome] = outcome_checks(checks, report.outcomes)
+    if job.baseline is not None:
+        base_name, base, why = job.baseline.pick(name)
+        outcomes.extend(
+            baseline_checks(job.rules.baseline, report.outcomes, base, base_name or "", why, checks)
+        )
+    severity = {k.upper(): Severity.parse(v) for k, v in cfg.severity.items()}
+    for oc in outcomes:
+        code = CHECK_CODES[oc.check.name]
+        if not _kept(code, cfg):
+            oc.check.status, oc.check.detail = SKIPPED, f"{code} ignored by the config"
+            checks_out.append(oc.check)
+            continue
+        checks_out.append(oc.check)
+        for f in oc.findings:
+            if f.code in severity:
+                f = f.with_severity(severity[f.code])
+            found.append((f, oc.check.name))
+
+    acks = job.rules.acknowledge
+    used: set[int] = set()
+    for f, check in found:
+        g = GateFinding(finding=f, check=check)
+        for ack in acks:
+            if ack.covers(name, f):
+                g.acknowledged, g.reason = True, ack.reason
+                used.add(ack.index)
+                break
+        g.fails = not g.acknowledged and f.severity.rank >= job.fail_rank
+        report.findings.append(g)
+
+    failing_checks = {g.check for g in report.findings if g.fails}
+    for c in checks_out:
+        if c.name in failing_checks:
+            c.status = FAIL
+        elif c.status == FAIL:  # an outcome check whose finding was downgraded or acknowledged
+            c.status = PASS
+    report.checks = checks_out
+    report.acks_used = sorted(used)
+    report.verdict = FAIL if failing_checks else PASS
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def gate_source(source: Source, job: GateJob) -> list[RunReport]:
+    """Read one source and judge each run in it; an unreadable source is one report."""
+    from trainlens.readers import ReadOptions, read_runs
+
+    t0 = time.perf_counter()
+    try:
+        runs = read_runs([source.path], options=ReadOptions(aliases=AliasTable(job.cfg.aliases)))
+    except TrainlensError as exc:
+        return [
+            RunReport(
+                name=source.name,
+                source=source.path,
+                format=None,
+                verdict=UNREADABLE,
+                error=str(exc),
+                seconds=time.perf_counter() - t0,
+            )
+        ]
+    reports = []
+    for run in runs:
+        name = source.name if len(runs) == 1 else f"{source.name}/{run.name}"
+        reports.append(gate_run(run, name, job))
+    if reports:
+        reports[0].seconds += time.perf_counter() - t0 - sum(r.seconds for r in reports)
+    return reports
+
+
+# ---- the pool -----------------------------------------------------------------------------
+
+_JOB: GateJob | None = None
+
+
+def _init_worker(job: GateJob) -> None:
+    global _JOB
+    _JOB = job
+
+
+def _work(index: int, source: Source) -> tuple[int, list[RunReport]]:
+    assert _JOB is not None, "worker not initialized"
+    return index, gate_source(source, _JOB)
+
+
+def run_sources(
+    sources: Sequence[Source],
+    job: GateJob,
+    *,
+    jobs: int = 1,
+    on_done: Callable[[int, int], None] | None = None,
+) -> list[RunReport]:
+    """Gate every source; reports come back in the sources' order."""
+    total = len(sources)
+    results: list[list[RunReport]] = [[] for _ in sources]
+    workers = max(1, min(jobs, total))
+    if workers == 1:
+        for i, source in enumerate(sources):
+            results[i] = gate_source(source, job)
+            if on_done:
+                on_done(i + 1, total)
+    else:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(job,)
+        )
+        try:
+            futures = [pool.submit(_work, i, s) for i, s in enumerate(sources)]
+            for done, fut in enumerate(as_completed(futures), 1):
+                i, reports = fut.result()
+                results[i] = reports
+                if on_done:
+                    on_done(done, total)
+        except BrokenProcessPool:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise TrainlensError(
+                "a gate worker process died abruptly (out of memory, a crash in a native "
+                "library, or, when trainlens.gate.gate() is called from a script, a missing "
+                "`if __name__ == '__main__':` guard around the call)",
+                hint="rerun with --jobs 1 (jobs=1) to see the error in this process",
+            ) from None
+        except BaseException:
+            # Ctrl-C or a bug in a worker: do not wait for the queued sources
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+    return [r for rs in results for r in rs]
+
+
+__all__ = ["GATE_CODES", "GateJob", "gate_run", "gate_source", "run_sources"]
