@@ -1,0 +1,261 @@
+"""Data-path signals: padding that wastes compute, and a data loader the step waits on.
+
+What it flags
+    DATA003 ``padding-high``: ``padding_frac`` (the fraction of the batch's tokens that
+    are padding) high for a sustained stretch — the step it began, the mean padding in
+    the stretch and before it.
+
+    DATA004 ``dataloader-wait-high``: ``dataloader_wait`` (seconds per step spent
+    waiting for the next batch) a large share of the step time for a sustained stretch
+    — the step it began and the share before and in it. The step time is
+    ``step_time``, or the wall-clock interval per step when that is not logged. When
+    the wait exceeds the logged step time at more than 5 % of the steps, ``step_time``
+    evidently excludes the wait, and the share is wait / (wait + step_time).
+
+    Method (both): the series (padding fraction, or wait share per step) is
+    median-filtered over 2 % of the run (at least 5 points); stretches where the
+    filtered value is above the info bound for at least ``min_frac`` of the run are
+    reported, the start refined on the raw values (the split that best separates the
+    level before from the level inside).
+
+Why it matters
+    Padding tokens cost the same FLOPs as real ones: 40 % padding is 40 % of the
+    compute budget spent on nothing; packing or length-grouped batching removes it
+    (Krell et al. 2021, "Efficient Sequence Packing without Cross-contamination",
+    measured ~50 % padding in BERT pre-training on Wikipedia). Waiting for data leaves
+    the accelerator idle: the step cannot go faster than the loader.
+
+Default thresholds
+    Padding: info from ``padding_info`` 0.3, warning from ``padding_warn`` 0.4 (mean
+    over the stretch) — Krell et al. report padding of 50 % as the motivating waste;
+    HF Transformers' ``group_by_length`` and packing exist for exactly this. Loader
+    wait: info from ``wait_info`` 10 %, warning from ``wait_warn`` 20 % of the step
+    time — the PyTorch profiler (torch-tb-profiler, ``analyze()``) already recommends
+    more DataLoader workers when more than 5 % of the step time is in the DataLoader;
+    twice that, sustained, is a clear bottleneck, four times that a warning.
+    ``min_frac`` 5 % of the logged points (and ``min_points`` 5): a few slow batches
+    (a cold cache, the first batch of an epoch) are not a pattern.
+
+Known false positives
+    Padding: variable-length fine-tuning data (chat, classification) is padded by
+    nature unless packed — the finding is then a suggestion, not a bug; a
+    ``padding_frac`` that counts the loss-masked prompt tokens as padding. Loader wait:
+    timers that include the host-to-device copy or ``torch.cuda.synchronize``;
+    the first batch of every epoch when workers are not persistent (short runs with
+    many epochs).
+
+Example
+    ``WARNING  DATA003  steps 600–900  padding_frac averaged 0.63 from step 600 (0.0527
+    before): 63% of every batch's compute is spent on padding; pack sequences or batch
+    them by length.``
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from trainlens.core.findings import Finding
+from trainlens.core.run import Run
+from trainlens.detectors._stats import runs_of
+from trainlens.detectors.base import Context, Skip, finding
+from trainlens.detectors.throughput import centered_median, odd, refine_split
+
+CODES = {"DATA003": "padding-high", "DATA004": "dataloader-wait-high"}
+
+
+@dataclass(frozen=True)
+class Params:
+    #: mean padding fraction reported as info ...
+    padding_info: float = 0.3
+    #: ... and as a warning
+    padding_warn: float = 0.4
+    #: dataloader wait as a share of step time reported as info ...
+    wait_info: float = 0.10
+    #: ... and as a warning
+    wait_warn: float = 0.20
+    #: a stretch must cover this fraction of the logged points ...
+    min_frac: float = 0.05
+    #: ... and this many points
+    min_points: int = 5
+    #: median-filter window as a fraction of the points
+    window_frac: float = 0.02
+    #: at most this many findings per code
+    max_findings: int = 3
+
+
+@dataclass
+class _Stretch:
+    start: int  # index where it begins (refined)
+    end: int  # last index
+    level: float  # mean inside
+    before: float | None  # median before (None when it starts the run)
+
+
+def _stretches(v: np.ndarray, bound: float, params: Params) -> list[_Stretch]:
+    n = len(v)
+    w = max(5, min(odd(params.window_frac * n), 201))
+    f = centered_median(v, w)
+    min_len = max(params.min_points, math.ceil(params.min_frac * n))
+    out: list[_Stretch] = []
+    merged: list[tuple[int, int]] = []
+    for a, b in runs_of(np.nan_to_num(f, nan=-np.inf) >= bound):
+        if merged and a - merged[-1][1] - 1 < min_len:  # a short dip does not end it
+            merged[-1] = (merged[-1][0], b)
+        else:
+            merged.append((a, b))
+    for a, b in merged:
+        if b - a + 1 < min_len:
+            continue
+        inside = float(np.median(v[a : b + 1]))
+        start = a
+        before: float | None = None
+        if a > 0:
+            prev = v[max(0, a - 4 * w) : a]
+            before = float(np.median(prev))
+            lo, hi = max(0, a - w), min(b, a + w)
+            start = refine_split(v, lo, hi + 1, before, inside) if hi > lo else a
+            start = min(start, b)
+            before = float(np.median(v[max(0, start - 4 * w) : start])) if start > 0 else None
+        out.append(_Stretch(start, b, float(np.mean(v[start : b + 1])), before))
+    return out
+
+
+def _padding(run: Run, params: Params) -> list[Finding]:
+    s, v = run.series("padding_frac", finite=True)
+    if len(v) < params.min_points:
+        return []
+    note = None
+    if np.median(v) > 1.0 and v.max() <= 100.0:
+        v = v / 100.0  # logged in percent
+        note = "padding_frac looked like a percentage; divided by 100"
+    out = []
+    for st in _stretches(v, params.padding_info, params)[: params.max_findings]:
+        if st.level < params.padding_info:
+            continue
+        sev = "warning" if st.level >= params.padding_warn else "info"
+        to_end = st.end == len(v) - 1
+        whole = st.before is None
+        where = (
+            "throughout the run"
+            if whole and to_end
+            else (
+                f"from step {int(s[st.start])}" + ("" if to_end else f" to step {int(s[st.end])}")
+            )
+        )
+        prior = "" if st.before is None else f" ({st.before:.3g} before)"
+        msg = (
+            f"padding_frac averaged {st.level:.2g} {where}{prior}: "
+            f"{100 * st.level:.0f}% of every batch's compute is spent on padding; "
+            "pack sequences or batch them by length."
+        )
+        ev: dict[str, Any] = {
+            "mean": st.level,
+            "before": st.before,
+            "n_points": st.end - st.start + 1,
+        }
+        if note:
+            ev["note"] = note
+        out.append(
+            finding(
+                "DATA003",
+                CODES["DATA003"],
+                sev,
+                msg,
+                metric="padding_frac",
+                step_start=int(s[st.start]),
+                step_end=int(s[st.end]),
+                **ev,
+            )
+        )
+    return out
+
+
+def _wait_share(run: Run) -> tuple[np.ndarray, np.ndarray, str, bool]:
+    """Steps, wait share of the step time, what the step time came from, and whether
+    step_time was read as excluding the wait."""
+    wait = run.series_frame("dataloader_wait").filter(pl.col("value").is_finite())
+    if run.has("step_time"):
+        st = run.series_frame("step_time").filter(
+            pl.col("value").is_finite() & (pl.col("value") > 0)
+        )
+        j = wait.join(st.select("step", pl.col("value").alias("st")), on="step", how="inner")
+        steps = j.get_column("step").to_numpy()
+        wv = j.get_column("value").to_numpy().astype(np.float64)
+        tv = j.get_column("st").to_numpy().astype(np.float64)
+        if len(steps):
+            exclusive = bool(np.mean(wv > tv * 1.01) > 0.05)
+            share = wv / (wv + tv) if exclusive else wv / tv
+            return steps, share, "step_time", exclusive
+    wt = wait.filter(pl.col("wall_time").is_not_null())
+    if wt.height >= 3:
+        steps = wt.get_column("step").to_numpy()
+        wall = wt.get_column("wall_time").to_numpy().astype(np.float64)
+        wv = wt.get_column("value").to_numpy().astype(np.float64)
+        per = np.diff(wall) / np.maximum(np.diff(steps), 1)
+        ok = per > 0
+        return steps[1:][ok], wv[1:][ok] / per[ok], "wall-clock interval", False
+    raise Skip("dataloader_wait needs step_time or wall-clock times to compare with, not logged")
+
+
+def _loader(run: Run, params: Params) -> list[Finding]:
+    s, share, source, exclusive = _wait_share(run)
+    if len(share) < params.min_points:
+        return []
+    share = np.clip(share, 0.0, 1.0)
+    out = []
+    for st in _stretches(share, params.wait_info, params)[: params.max_findings]:
+        if st.level < params.wait_info:
+            continue
+        sev = "warning" if st.level >= params.wait_warn else "info"
+        to_end = st.end == len(share) - 1
+        where = (
+            "throughout the run"
+            if st.before is None and to_end
+            else (
+                f"from step {int(s[st.start])}" + ("" if to_end else f" to step {int(s[st.end])}")
+            )
+        )
+        prior = "" if st.before is None else f" ({100 * st.before:.1f}% before)"
+        msg = (
+            f"the step waited for data {100 * st.level:.0f}% of its time {where}{prior}; "
+            "the accelerator idles while the loader catches up — add DataLoader workers, "
+            "prefetch, or move preprocessing off the training process."
+        )
+        out.append(
+            finding(
+                "DATA004",
+                CODES["DATA004"],
+                sev,
+                msg,
+                metric="dataloader_wait",
+                step_start=int(s[st.start]),
+                step_end=int(s[st.end]),
+                share=st.level,
+                share_before=st.before,
+                step_time_source=source,
+                step_time_excludes_wait=exclusive,
+                n_points=st.end - st.start + 1,
+            )
+        )
+    return out
+
+
+def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
+    has_pad, has_wait = run.has("padding_frac"), run.has("dataloader_wait")
+    if not has_pad and not has_wait:
+        raise Skip("needs padding_frac or dataloader_wait, not logged")
+    out: list[Finding] = []
+    if has_pad:
+        out.extend(_padding(run, params))
+    if has_wait:
+        try:
+            out.extend(_loader(run, params))
+        except Skip:
+            if not has_pad:
+                raise
+    return out

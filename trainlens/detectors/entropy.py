@@ -1,0 +1,332 @@
+"""Entropy collapse: an abrupt fall of the output entropy, or entropy near zero.
+
+What it flags
+    ENT001 ``entropy-collapse``: the mean entropy of the model's output distribution
+    (``entropy``, nats) either falls abruptly — at least halves within a short window
+    while it had been drifting slowly just before — or sinks near zero and stays there
+    after it was clearly above. The finding gives the step the fall began, the levels
+    before and after, how fast it fell compared with the drift before it, and whether
+    it came back.
+
+    Method: on the log of the entropy, median-filtered over a few points, the fall over
+    a window of L points (2 % of the run, at least 5) is compared with (a) the fall per
+    L over the 3 L points before it (the run's own recent rate of change — learning
+    makes entropy fall smoothly, fastest at the start, so a learning curve never falls
+    faster than it just did) and (b) the robust spread of all such L-point changes. The
+    first ``warmup_frac`` of the run (and the declared LR warmup) is the baseline only:
+    the initial fall from ln(vocabulary) is learning.
+
+Why it matters
+    A healthy language model keeps an output entropy near its loss (a few nats). A
+    sudden collapse means the model became certain for a reason other than learning: a
+    label leak (the target visible in the input), a degenerate shortcut, logits
+    growing without bound before a divergence (the attention/logit entropy collapse of
+    Zhai et al. 2023, "Stabilizing Transformer Training by Preventing Attention Entropy
+    Collapse"), or, in RL fine-tuning, policy entropy collapse (Cui et al. 2025, "The
+    Entropy Mechanism of Reinforcement Learning for Reasoning Language Models").
+
+Default thresholds
+    ``fall_ratio`` 0.5: the entropy must at least halve (the loss drops of healthy
+    phase changes, e.g. induction-head formation, are ~10–20 %); ``rate_factor`` 5: it
+    falls at least five times faster than over the preceding 3 L points; ``noise_z`` 6
+    robust standard deviations of the L-point change (the 6-sigma rule of control
+    charts, for runs of up to millions of points); ``near_zero`` 0.1 nats sustained for
+    L points after it was above ``clearly_above`` 0.5 nats (a language model's
+    predictive entropy is well above 1 nat; 0.1 nats is a 97 %+ confident
+    distribution on average). A fall that recovers is info; one that stays is a
+    warning.
+
+Known false positives
+    Tasks that can be solved exactly (copying, sorting, arithmetic, a classification
+    head that learns a clean separation) end near zero entropy by design; fine-tuning
+    on a small set can memorize it; a sudden switch to a much easier data mix or a
+    temperature/label-smoothing change mid-run lowers entropy abruptly. Entropy logged
+    in bits instead of nats shifts the near-zero bound (set ``near_zero``).
+
+Example
+    ``WARNING  ENT001  steps 511–1000  output entropy collapsed from step 511: it fell
+    from 1.94 to 0.0549 nats (÷35.3) within 53 steps, 82× faster than its drift before,
+    stayed near zero (< 0.1 nats) from step 583; look for a label leak, a degenerate
+    shortcut or growing logits.``
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainlens.core.findings import Finding
+from trainlens.core.run import Run
+from trainlens.detectors._stats import runs_of
+from trainlens.detectors.base import Context, Skip, finding, require
+from trainlens.detectors.throughput import centered_median, odd, robust_sigma
+
+CODES = {"ENT001": "entropy-collapse"}
+
+_EPS = 1e-6  # nats; log of smaller entropies is clamped
+_MAX_FILTER = 201  # the widest median filter (points)
+_MAX_CANDIDATES = 20  # candidate falls examined in detail
+
+
+@dataclass(frozen=True)
+class Params:
+    #: entropy below this (nats), sustained, is near zero
+    near_zero: float = 0.1
+    #: ... which counts only if the entropy was at least this before
+    clearly_above: float = 0.5
+    #: an abrupt fall ends at most at this fraction of the level before
+    fall_ratio: float = 0.5
+    #: the fall window L as a fraction of the logged points ...
+    window_frac: float = 0.02
+    #: ... and at least this many points
+    min_window: int = 5
+    #: the preceding drift is measured over this many windows
+    prior_windows: int = 3
+    #: the fall must be this many times the preceding fall per window
+    rate_factor: float = 5.0
+    #: ... and this many robust sigmas of all window-long changes
+    noise_z: float = 6.0
+    #: the first fraction of the run is baseline only (initial learning)
+    warmup_frac: float = 0.05
+    #: at most this many findings
+    max_findings: int = 3
+
+
+def _knee(y: np.ndarray, max_points: int = 400) -> int:
+    """Index where y ≈ a − b·max(0, i − k) bends (least squares over every k; long
+    windows are reduced to block medians first)."""
+    m = len(y)
+    if m < 4:
+        return 0
+    if m > max_points:
+        block = -(-m // max_points)
+        nb = m // block
+        coarse = np.median(y[: nb * block].reshape(nb, block), axis=1)
+        return _knee(coarse, max_points) * block
+    i = np.arange(m, dtype=np.float64)
+    ks = i[:-1]
+    h = np.maximum(0.0, i[None, :] - ks[:, None])
+    hc = h - h.mean(axis=1, keepdims=True)
+    yc = y - y.mean()
+    shh = (hc**2).sum(axis=1)
+    shy = (hc * yc[None, :]).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gain = np.where((shh > 0) & (shy < 0), shy**2 / shh, -np.inf)
+    return int(np.argmax(gain))
+
+
+def _nats(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
+    require(run, "entropy")
+    steps, e = run.series("entropy", finite=True)
+    n = len(e)
+    L = max(params.min_window, round(params.window_frac * n))
+    K = params.prior_windows
+    if n < (K + 2) * L + params.min_window:
+        raise Skip(f"entropy: only {n} values, too few to judge")
+    z = np.log(np.maximum(e, _EPS))
+    ws = max(3, min(odd(L / 2), _MAX_FILTER))
+    zs = centered_median(z, ws)
+    z3 = centered_median(z, 3)
+
+    # the baseline-only start: a fraction of the run, or the declared LR warmup
+    warm_step = float(steps[0]) + params.warmup_frac * float(steps[-1] - steps[0])
+    declared = ctx.schedule.get("warmup_steps") if ctx and ctx.schedule else None
+    if isinstance(declared, (int, float)) and declared > 0:
+        warm_step = max(warm_step, float(declared))
+    i0 = int(np.searchsorted(steps, warm_step))
+
+    # fall over L points, and the fall per L over the K*L points before
+    t = np.arange(n)
+    valid = t - (K + 1) * L >= i0
+    d = np.full(n, np.nan)
+    idx = t[valid]
+    d[idx] = zs[idx - L] - zs[idx]
+    # noise of an L-point change of the filtered series, from the point-to-point noise
+    # (not from the spread of the changes themselves: after a collapse the log keeps
+    # falling, which would inflate it)
+    sigma_point = robust_sigma(z - zs)
+    sigma_d = math.sqrt(2.0) * 1.2533 * sigma_point / math.sqrt(ws)
+    min_fall = math.log(1.0 / params.fall_ratio)
+    with np.errstate(invalid="ignore"):
+        cand = valid & (d >= min_fall) & (d >= params.noise_z * sigma_d)
+
+    out: list[Finding] = []
+    used_until = -1
+    events: list[dict[str, Any]] = []
+    runs = runs_of(cand)
+    if len(runs) > _MAX_CANDIDATES:  # keep the largest falls (noise can make many)
+        peak = [float(np.nanmax(d[a : b + 1])) for a, b in runs]
+        keep = sorted(np.argsort(peak)[-_MAX_CANDIDATES:].tolist())
+        runs = [runs[i] for i in keep]
+    for a, b in runs:
+        if a <= used_until:
+            continue
+        # the steepest point: the first to come near the largest fall of the stretch
+        seg = d[a : b + 1]
+        tt = a + int(np.argmax(seg >= np.nanmax(seg) - max(2.0 * sigma_d, 0.05 * np.nanmax(seg))))
+        before = float(np.median(z[tt - (K + 1) * L : tt - L]))
+        after_seg = z[tt : min(n, tt + L)]
+        if len(after_seg) < params.min_window:
+            continue
+        after = float(np.median(after_seg))
+        if before - after < min_fall:
+            continue
+        settled = z[tt + L : min(n, tt + 3 * L)]
+        if len(settled) >= params.min_window:
+            after = min(after, float(np.median(settled)))
+        # where the fall began: the knee of a hinge (level, then a straight fall)
+        # fitted to the log entropy over the K+1 windows up to the steepest point
+        lo = max(tt - (K + 1) * L, i0)
+        hi = min(n, tt + L)
+        knee = min(_knee(z[lo:hi]) + lo, tt)
+        # ... moved to where the values left the trend they followed before (an
+        # accelerating fall bends away from it before the fitted knee; a step is
+        # located exactly)
+        pre_end = knee - L // 2 if knee - L // 2 - lo >= 3 else knee
+        onset = knee
+        if pre_end - lo >= 3:
+            xs = np.arange(lo, pre_end, dtype=np.float64)
+            slope, icpt = np.polyfit(xs, z[lo:pre_end], 1)
+        else:
+            slope, icpt = 0.0, float(np.median(z[lo : max(pre_end, lo + 1)]))
+        trend = icpt + slope * np.arange(lo, tt + 1)
+        stay = np.flatnonzero(z3[lo : tt + 1] >= trend - 4.0 * sigma_point)
+        if len(stay):
+            onset = min(tt, lo + int(stay[-1]) + 1)
+        # abrupt: the steepest L-point fall against the drift per L in the K*L points
+        # before the fall began (a learning curve never falls faster than it just did)
+        p0 = max(onset - K * L, i0)
+        if onset - p0 < 2 * L:
+            continue
+        first_lv = float(np.median(z[p0 : p0 + L]))
+        last_lv = float(np.median(z[onset - L : onset]))
+        prior = max((first_lv - last_lv) * L / (onset - p0 - L), 0.0)
+        if d[tt] < params.rate_factor * prior:
+            continue
+        before = float(np.median(z[max(onset - L, p0) : onset]))
+        # recovered: later back above half-way (in log) between before and after
+        back = (
+            np.flatnonzero(zs[tt + L :] >= before - 0.5 * min_fall)
+            if tt + L < n
+            else np.empty(0, dtype=np.int64)
+        )
+        rec = tt + L + int(back[0]) if len(back) else None
+        used_until = rec if rec is not None else n
+        events.append(
+            {
+                "onset": onset,
+                "t": tt,
+                "before": before,
+                "after": after,
+                "rate": float(d[tt]),
+                "prior": prior,
+                "rec": rec,
+            }
+        )
+
+    # near zero, sustained, after being clearly above
+    nz_runs = [
+        (a, b)
+        for a, b in runs_of(zs < math.log(params.near_zero))
+        if b - a + 1 >= L and np.nanmax(zs[: a + 1]) >= math.log(params.clearly_above)
+    ]
+    for a, b in nz_runs:
+        ev = next(
+            (ev for ev in events if ev["onset"] <= a and (ev["rec"] is None or ev["rec"] > a)), None
+        )
+        if ev is not None:
+            ev.setdefault("near_zero_at", a)
+            ev.setdefault("near_zero_end", b)
+            continue
+        # a slide, not a fall: the finding starts where it became near zero
+        above = np.flatnonzero(zs[:a] >= math.log(params.clearly_above))
+        last_above = int(above[-1]) if len(above) else 0
+        before = float(np.median(z[max(0, last_above - L + 1) : last_above + 1]))
+        events.append(
+            {
+                "onset": a,
+                "last_above": last_above,
+                "t": a,
+                "before": before,
+                "after": float(np.median(z[a : b + 1])),
+                "rate": None,
+                "prior": None,
+                "rec": b + 1 if b + 1 < n else None,
+                "near_zero_at": a,
+                "near_zero_end": b,
+            }
+        )
+
+    for ev in sorted(events, key=lambda x: x["onset"])[: params.max_findings]:
+        onset, before, after = ev["onset"], math.exp(ev["before"]), math.exp(ev["after"])
+        rec = ev["rec"]
+        nz = ev.get("near_zero_at")
+        start = int(steps[onset])
+        if "last_above" in ev:
+            parts = [
+                f"output entropy has been near zero (< {params.near_zero:g} nats) since step "
+                f"{start}: it slid from {_nats(before)} nats (at step "
+                f"{int(steps[ev['last_above']])}) to {_nats(after)}"
+            ]
+        else:
+            parts = [
+                f"output entropy collapsed from step {start}: it fell from {_nats(before)} "
+                f"to {_nats(after)} nats"
+            ]
+        if ev["rate"] is not None:
+            within = int(steps[ev["t"]] - steps[onset]) + 1
+            speed = ev["rate"] / ev["prior"] if ev["prior"] > 0 else float("inf")
+            parts[0] += f" (÷{before / after:.3g}) within {within} step{'s' if within != 1 else ''}"
+            parts.append(
+                f"{speed:.0f}× faster than its drift before"
+                if math.isfinite(speed)
+                else "after it had not been falling"
+            )
+        if nz is not None and "last_above" not in ev:
+            parts.append(
+                f"stayed near zero (< {params.near_zero:g} nats) from step {int(steps[nz])}"
+            )
+        if rec is not None:
+            parts.append(f"came back at step {int(steps[rec])}")
+        hint = (
+            "a model memorizing a small train set does this; otherwise look for a label "
+            "leak or a degenerate shortcut"
+            if "last_above" in ev
+            else "look for a label leak, a degenerate shortcut or growing logits"
+        )
+        msg = ", ".join(parts) + f"; {hint}."
+        sev = "info" if rec is not None and nz is None else "warning"
+        end = int(steps[rec - 1]) if rec is not None else int(steps[-1])
+        evidence: dict[str, Any] = {
+            "before": before,
+            "after": after,
+            "fall_ratio": after / before if before > 0 else None,
+            "fall_step": int(steps[ev["t"]]),
+            "recovered_step": int(steps[rec]) if rec is not None else None,
+            "near_zero_step": int(steps[nz]) if nz is not None else None,
+            "last_clearly_above_step": int(steps[ev["last_above"]]) if "last_above" in ev else None,
+            "window_points": L,
+        }
+        if ev["rate"] is not None:
+            evidence["log_fall_per_window"] = ev["rate"]
+            evidence["prior_log_fall_per_window"] = ev["prior"]
+        out.append(
+            finding(
+                "ENT001",
+                CODES["ENT001"],
+                sev,
+                msg,
+                metric="entropy",
+                step_start=start,
+                step_end=end,
+                **evidence,
+            )
+        )
+    return out

@@ -1,0 +1,158 @@
+"""Stalls: wall-clock gaps between logged steps far above the run's own step time.
+
+What it flags
+    DATA002 ``stall``: a pause in the wall clock between two consecutive logged points
+    that is far longer than the run's typical time per step would explain — the step
+    after the pause, the gap in seconds, and the typical per-step interval.
+
+    Method: every logged point's wall time (the earliest wall time of any metric at
+    that step, so an eval's or a checkpoint's duration shows up as a gap before the
+    next step) is taken in wall-clock order — not step order, so the re-run steps after
+    a resume add no false gap and the pause before the resume is measured as it
+    happened. The typical time per step is the median of gap/Δstep; a gap is a
+    candidate when its excess over the expected length (typical × Δstep) is at least
+    ``factor`` − 1 typical steps and ``min_gap_s``, and the gap at least doubles the
+    expected interval (sparse logging). When at least ``min_recurring`` candidates
+    exist (evals, periodic checkpoints), their median excess is the routine pause and
+    only gaps ``recurring_factor`` × longer are reported.
+
+Why it matters
+    A stalled job burns its allocation without training: a hung collective (NCCL
+    timeout pending), a blocked checkpoint write to a slow filesystem, a data loader
+    waiting on storage, a preempted or requeued job. Stalls that recur at the same
+    place point to a bug; one long stall points to infrastructure.
+
+Default thresholds
+    ``factor`` 10 (an order of magnitude above the run's own step time — the judgment
+    is relative, so a 4 s pause in a run of 10 ms steps counts while a 60 s eval in a
+    run of 2 s steps does not when it recurs); ``min_gap_s`` 1 s (pauses under a second
+    are garbage collection and logging, not worth a person's time);
+    ``recurring_factor`` 3 over the routine pauses. A stall is info unless it is at
+    least ``warn_run_frac`` 5 % of the run's whole wall-clock span (then warning: the
+    run lost a twentieth of its time to one pause).
+
+Known false positives
+    An eval or checkpoint that happens only once or twice (there is nothing to call
+    routine yet); logs whose clock is coarse (whole seconds) in very fast runs; runs
+    stitched from separate jobs where the queueing time between them is expected; a
+    clock that jumped (NTP) on one host.
+
+Example
+    ``WARNING  DATA002  step 300  no step was logged for 4.01 s between step 299 and step
+    300 (343× the expected 0.0117 s); look for a blocked checkpoint write, a hung
+    collective or a data loader waiting on storage.``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from trainlens.core.findings import Finding
+from trainlens.core.run import Run
+from trainlens.detectors.base import Context, Skip, finding
+
+CODES = {"DATA002": "stall"}
+
+
+@dataclass(frozen=True)
+class Params:
+    #: a gap's excess over its expected length (typical × Δstep) must be worth
+    #: this many typical steps minus one
+    factor: float = 10.0
+    #: ... and this many seconds
+    min_gap_s: float = 1.0
+    #: this many candidate gaps make a routine-pause level ...
+    min_recurring: int = 3
+    #: ... and only gaps this much longer than it are reported
+    recurring_factor: float = 3.0
+    #: a stall this large a fraction of the run's wall-clock span is a warning
+    warn_run_frac: float = 0.05
+    #: at most this many findings (the longest)
+    max_findings: int = 10
+
+
+def _fmt_s(x: float) -> str:
+    if x >= 3600:
+        return f"{x / 3600:.3g} h"
+    if x >= 120:
+        return f"{x / 60:.3g} min"
+    return f"{x:.3g} s"
+
+
+def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
+    pts = (
+        run.frame.filter(pl.col("wall_time").is_not_null() & pl.col("wall_time").is_finite())
+        .group_by("step", "superseded")
+        .agg(pl.col("wall_time").min())
+        .sort("wall_time", "step")
+    )
+    if pts.height < 3:
+        raise Skip("needs wall-clock times (a time/timestamp per logged step), not logged")
+    s = pts.get_column("step").to_numpy()
+    w = pts.get_column("wall_time").to_numpy().astype(np.float64)
+    gap = np.diff(w)
+    ds = np.diff(s)
+    fwd = (ds > 0) & (gap > 0)
+    if fwd.sum() < 2:
+        raise Skip("wall-clock times do not advance with the steps")
+    typical = float(np.median(gap[fwd] / ds[fwd]))
+    expected = typical * np.maximum(ds, 1)
+    # the pause beyond what the steps in the interval explain must be worth
+    # ``factor`` - 1 step times; with sparse logging the interval must also at least double
+    excess = gap - expected
+    cand = (
+        (excess >= (params.factor - 1.0) * typical)
+        & (gap >= 2.0 * expected)
+        & (excess >= params.min_gap_s)
+    )
+    routine = None
+    if cand.sum() >= params.min_recurring:
+        routine = float(np.median(excess[cand]))
+        cand &= excess >= params.recurring_factor * routine
+    idx = np.flatnonzero(cand)
+    if len(idx) == 0:
+        return []
+    total = float(w[-1] - w[0])
+    idx = idx[np.argsort(-gap[idx])][: params.max_findings]
+    out: list[Finding] = []
+    median_interval = float(np.median(gap[gap >= 0]))
+    for i in sorted(idx.tolist()):
+        g, prev, nxt = float(gap[i]), int(s[i]), int(s[i + 1])
+        sev = "warning" if total > 0 and g >= params.warn_run_frac * total else "info"
+        lost = (
+            f", {_fmt_s(float(excess[i]))} more than {int(ds[i])} steps take" if ds[i] > 1 else ""
+        )
+        where = (
+            f"between step {prev} and the resumed step {nxt}"
+            if nxt <= prev
+            else f"between step {prev} and step {nxt}"
+        )
+        msg = (
+            f"no step was logged for {_fmt_s(g)} {where}{lost} ({g / expected[i]:.0f}× the "
+            f"expected {_fmt_s(float(expected[i]))}); look for a blocked checkpoint write, a "
+            "hung collective or a data loader waiting on storage."
+        )
+        out.append(
+            finding(
+                "DATA002",
+                CODES["DATA002"],
+                sev,
+                msg,
+                metric="wall_time",
+                step_start=nxt,
+                step_end=nxt,
+                gap_seconds=round(g, 4),
+                expected_seconds=float(expected[i]),
+                excess_seconds=float(excess[i]),
+                typical_step_seconds=typical,
+                median_gap_seconds=median_interval,
+                previous_step=prev,
+                share_of_run=round(g / total, 4) if total > 0 else None,
+                routine_pause_seconds=routine,
+                across_restart=bool(nxt <= prev),
+            )
+        )
+    return out

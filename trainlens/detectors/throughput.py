@@ -1,0 +1,682 @@
+"""Throughput: a sustained drop in tokens/s (or samples/s, or a rise in step time), and
+per-rank stragglers.
+
+What it flags
+    TPUT001 ``throughput-drop``: a change point after which the run's throughput stays
+    lower — the step it began, the level before and after (in the metric's own units)
+    and the percentage lost, and the step it recovered if it did. The signal is the
+    first of ``tokens_per_sec``, ``samples_per_sec``, ``step_time`` (a rise in step
+    time is a drop in throughput) or the per-step increments of a cumulative
+    ``train_time`` that the run logged; with none of those but per-rank metrics, the
+    median over ranks.
+
+    TPUT002 ``straggler-rank``: when per-rank metrics exist, one rank persistently
+    slower than the median of the others. Supported names: ``<metric>/rank<N>``,
+    ``<metric>_rank<N>``, ``<metric>.rank<N>``, ``<metric>-rank<N>`` and
+    ``rank<N>/<metric>`` (``rank_<N>`` too), where ``<metric>`` is any spelling the alias
+    table maps to ``tokens_per_sec``, ``samples_per_sec`` or ``step_time`` (so
+    ``step_time_ms/rank3`` works).
+
+    Method: the log of the throughput (rate, or 1/step time) is median-filtered with a
+    window of about half the minimum duration, so slow stretches shorter than that
+    (an eval, a checkpoint save, a recompile) vanish; binary segmentation (the L2 cost
+    of Scott & Knott 1974 / Killick & Eckley's ``changepoint`` package, with a BIC-style
+    penalty of 2 σ² log n on the robust noise σ) cuts it into levels; segments that are
+    too short (in points or in steps) or whose medians differ by less than the smallest
+    reported drop or not significantly (robust z < 5) are merged; then each fall
+    between consecutive levels (a staircase down counts as one episode) is a drop,
+    judged against the median of everything before it. The step is refined on the raw
+    values (the split that minimizes the absolute deviation from the two levels).
+
+Why it matters
+    Throughput is cost: a 10 % drop in a month-long job is three lost days on every
+    GPU. A sudden sustained drop usually has one cause worth finding — a slow or
+    throttling GPU (BLOOM-176B lost ~5 % to one slow GPU from iteration 42783), a
+    degraded network link, a host process competing for CPU, a data-loader or storage
+    change. A synchronous job runs at the speed of its slowest rank, so one straggler
+    slows everybody.
+
+Default thresholds
+    ``min_drop`` 3 % (smaller level shifts are within what shared clusters and
+    data-dependent step times produce: MLPerf Training's rules treat run-to-run timing
+    variation of a few percent as noise), reported as info; ``warn_drop`` 10 % makes
+    it a warning (a loss of that size is worth an engineer's hour on any cluster; the
+    BLOOM drop of ~5 % is therefore info — it is real there, but on shared or
+    data-dependent clusters 5 % moves are common; set ``warn_drop = 0.05`` on a
+    dedicated cluster). A level must last at least ``min_duration_frac`` 2 % of the
+    run's steps and ``min_points`` 3 logged points: a few slow steps (eval,
+    checkpoint) and the slow first steps (warmup, compilation — a rise, never a drop)
+    are not a drop. A warning also needs the drop to last ``sustained_frac`` 10 % of
+    the run when it persists to the end, ``recovered_frac`` 25 % when it ended by
+    itself (transient slowdowns that go away are usually a neighbour's job on a shared
+    node: info), and to be ≥ 10 % against the median level over the 10 % of the run
+    before it (which must exist) and in what is still lost at the end; a dip under
+    10 % that recovered within 10 % of the run is not reported. Stragglers:
+    ``straggler_min`` 5 % slower than the median of the other ranks for the same 2 % of
+    the run (info), ``straggler_warn`` 10 % (warning) — the same bands as the drop.
+
+Known false positives
+    Planned changes in work per step: a sequence-length or batch-size ramp
+    (Megatron's ``--rampup-batch-size``), curriculum data with longer sequences, a
+    switch to a larger eval set inside the timed region; a job that moved to other
+    hardware on a restart. ``tokens_per_sec`` that counts only non-padding tokens
+    falls when padding rises (see DATA003).
+
+Example
+    ``WARNING  TPUT001  step 500  tokens_per_sec fell 32% at step 500 (from 4.35e+04
+    to 2.95e+04) and stayed there to the last logged step (1000, 501 steps); look for a
+    slow or throttled GPU, a competing process, or a data-loader/IO change at that
+    step.``
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import re
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from trainlens.core.findings import Finding
+from trainlens.core.names import AliasTable
+from trainlens.core.run import Run
+from trainlens.detectors._stats import MAD_TO_SIGMA, runs_of
+from trainlens.detectors.base import Context, Skip, finding
+
+CODES = {"TPUT001": "throughput-drop", "TPUT002": "straggler-rank"}
+
+RATE_METRICS = ("tokens_per_sec", "samples_per_sec")
+TIME_METRICS = ("step_time",)
+RANKED_BASES = ("tokens_per_sec", "samples_per_sec", "step_time")
+
+_RANK_PATTERNS = (
+    re.compile(r"^(?P<base>.+?)[/_.\-]rank[_\-]?(?P<rank>\d+)$", re.IGNORECASE),
+    re.compile(r"^rank[_\-]?(?P<rank>\d+)[/_.\-](?P<base>.+)$", re.IGNORECASE),
+)
+
+
+@dataclass(frozen=True)
+class Params:
+    #: smallest sustained drop reported (fraction of the level before), as info
+    min_drop: float = 0.03
+    #: a drop at least this large is a warning
+    warn_drop: float = 0.10
+    #: a level must last this fraction of the run's step span ...
+    min_duration_frac: float = 0.02
+    #: ... and at least this many logged points
+    min_points: int = 3
+    #: a drop is a warning only when it lasts this fraction of the run (or more);
+    #: shorter ones that recover are transient (info)
+    sustained_frac: float = 0.10
+    #: ... and one that recovered by itself, this fraction
+    recovered_frac: float = 0.25
+    #: two levels must differ by this many robust standard errors
+    z_min: float = 5.0
+    #: the largest median-filter window (points)
+    max_filter: int = 101
+    #: a rank this much slower than the median of the others is a straggler (info)
+    straggler_min: float = 0.05
+    #: ... and a warning from this much
+    straggler_warn: float = 0.10
+    #: at most this many findings per code
+    max_findings: int = 5
+
+
+# ---- helpers shared with other detectors (entropy, data_path) ---------------------------
+
+
+def nanmedian_rows(a: np.ndarray) -> np.ndarray:
+    """Median of each row ignoring NaN; NaN (and no warning) for all-NaN rows."""
+    if a.size == 0:
+        return np.full(a.shape[0], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.asarray(np.nanmedian(a, axis=1), dtype=np.float64)
+
+
+def odd(n: float) -> int:
+    """The odd integer at or above ``n`` (at least 1)."""
+    k = max(1, math.ceil(n))
+    return k if k % 2 else k + 1
+
+
+def centered_median(x: np.ndarray, window: int) -> np.ndarray:
+    """Centered rolling median (NaN treated as missing); edges use what is there."""
+    n = len(x)
+    window = min(odd(window), odd(n) - 2 if n > 2 else 1)
+    if window <= 1 or n < 3:
+        return np.asarray(x, dtype=np.float64).copy()
+    s = pl.Series(x, dtype=pl.Float64).fill_nan(None)
+    return (
+        s.rolling_median(window, center=True, min_samples=1)
+        .fill_null(float("nan"))
+        .to_numpy()
+        .astype(np.float64)
+    )
+
+
+def robust_sigma(x: np.ndarray) -> float:
+    """MAD-based standard deviation of the finite values (0 when fewer than 2)."""
+    x = x[np.isfinite(x)]
+    if len(x) < 2:
+        return 0.0
+    return float(MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
+
+
+def noise_sigma(y: np.ndarray) -> float:
+    """Point-to-point noise: robust sigma of first differences / sqrt(2) (immune to level
+    shifts and slow trends)."""
+    if len(y) < 3:
+        return 0.0
+    d = np.diff(y)
+    return float(MAD_TO_SIGMA * np.median(np.abs(d - np.median(d))) / math.sqrt(2))
+
+
+def refine_split(y: np.ndarray, lo: int, hi: int, left: float, right: float) -> int:
+    """The index k in [lo, hi] splitting y[lo:hi] into a part at level ``left`` and a part
+    at level ``right`` with the least absolute deviation (ties: the earliest)."""
+    w = y[lo:hi]
+    c1 = np.concatenate(([0.0], np.cumsum(np.abs(w - left))))
+    c2 = np.concatenate(([0.0], np.cumsum(np.abs(w - right))))
+    cost = c1 + (c2[-1] - c2)
+    return lo + int(np.argmin(cost))
+
+
+def binary_segmentation(
+    f: np.ndarray, min_len: int, penalty: float, max_cps: int = 24
+) -> list[int]:
+    """Change points of ``f`` (indices where a new segment starts) by binary segmentation
+    on the L2 cost, largest gain first; every segment keeps ``min_len`` points."""
+    f = f - float(np.mean(f))
+    n = len(f)
+    heap: list[tuple[float, int, int, int]] = []
+
+    def push(a: int, b: int) -> None:
+        m = b - a
+        if m < 2 * min_len:
+            return
+        cs = np.cumsum(f[a:b])
+        tot = cs[-1]
+        k = np.arange(min_len, m - min_len + 1)
+        left = cs[k - 1]
+        gain = left**2 / k + (tot - left) ** 2 / (m - k) - tot**2 / m
+        j = int(np.argmax(gain))
+        heapq.heappush(heap, (-float(gain[j]), a + int(k[j]), a, b))
+
+    push(0, n)
+    cps: list[int] = []
+    while heap and len(cps) < max_cps:
+        g, t, a, b = heapq.heappop(heap)
+        if -g < penalty:
+            break
+        cps.append(t)
+        push(a, t)
+        push(t, b)
+    return sorted(cps)
+
+
+@dataclass
+class Levels:
+    """Segments [bounds[i], bounds[i+1]) of a series and their medians."""
+
+    bounds: list[int]
+    levels: list[float]
+
+
+def segment_levels(
+    y: np.ndarray,
+    steps: np.ndarray,
+    *,
+    min_points: int,
+    min_frac: float,
+    min_span: float,
+    min_effect: float,
+    z_min: float,
+    max_filter: int = 101,
+    max_blocks: int = 20000,
+) -> Levels:
+    """Piecewise-constant levels of ``y``: median filter, binary segmentation, then merge
+    segments that are too short (points or steps) or not different enough."""
+    n = len(y)
+    min_len = max(min_points, math.ceil(min_frac * n), 1)
+    if n < 2 * min_len:
+        return Levels([0, n], [float(np.median(y))])
+    dstep = float(np.median(np.diff(steps)))
+    # long series: segment block medians (each block far shorter than a level must
+    # last), then map the boundaries back; the levels below use every value
+    block = max(1, n // max_blocks)
+    if block > 1:
+        nb = n // block
+        fb = np.median(y[: nb * block].reshape(nb, block), axis=1)
+        min_len_b = max(2, min_len // block)
+        window = min(odd(min_len_b), odd(max_filter))
+        f = centered_median(fb, window) if window >= 3 else fb
+        sigma = noise_sigma(fb)
+        penalty = max(0.25 * min_len_b * min_effect**2, 2.0 * sigma**2 * math.log(max(nb, 2)))
+        cps = [c * block for c in binary_segmentation(f, min_len_b, penalty)]
+    else:
+        window = min(odd(min_len), odd(max_filter))
+        f = centered_median(y, window) if window >= 3 else y
+        sigma = noise_sigma(y)
+        penalty = max(0.25 * min_len * min_effect**2, 2.0 * sigma**2 * math.log(max(n, 2)))
+        cps = binary_segmentation(f, min_len, penalty)
+    bounds = [0, *cps, n]
+    levels = [float(np.median(y[a:b])) for a, b in itertools.pairwise(bounds)]
+    resid = np.concatenate(
+        [y[a:b] - lv for a, b, lv in zip(bounds[:-1], bounds[1:], levels, strict=True)]
+    )
+    pooled = max(robust_sigma(resid), 1e-12)
+    last_step = float(steps[-1]) + dstep
+
+    def span(a: int, b: int) -> float:
+        end = float(steps[b]) if b < n else last_step
+        return end - float(steps[a])
+
+    def merge(i: int) -> None:
+        """Remove boundary i (1..len-2): segments i-1 and i become one."""
+        del bounds[i]
+        a, b = bounds[i - 1], bounds[i]
+        levels[i - 1 : i + 1] = [float(np.median(y[a:b]))]
+
+    while len(levels) > 1:
+        k = len(levels)
+        sizes = [bounds[i + 1] - bounds[i] for i in range(k)]
+        short = [
+            i
+            for i in range(k)
+            if sizes[i] < min_points or span(bounds[i], bounds[i + 1]) < min_span
+        ]
+        if short:
+            i = min(short, key=lambda j: sizes[j])
+            if i == 0:
+                merge(1)
+            elif i == k - 1:
+                merge(k - 1)
+            else:
+                left = abs(levels[i] - levels[i - 1])
+                right = abs(levels[i] - levels[i + 1])
+                merge(i if left <= right else i + 1)
+            continue
+        diffs = []
+        for i in range(1, k):
+            d = abs(levels[i] - levels[i - 1])
+            se = 1.2533 * pooled * math.sqrt(1.0 / sizes[i - 1] + 1.0 / sizes[i])
+            if d < min_effect or d < z_min * se:
+                diffs.append((d, i))
+        if not diffs:
+            break
+        merge(min(diffs)[1])
+    return Levels(bounds, levels)
+
+
+# ---- TPUT001 ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Signal:
+    metric: str  # what was logged
+    steps: np.ndarray
+    y: np.ndarray  # log throughput (higher is faster)
+    kind: str  # "rate" or "time"
+    note: str = ""
+
+    def natural(self, level: float) -> float:
+        """A level of y back in the metric's own units."""
+        return math.exp(level) if self.kind == "rate" else math.exp(-level)
+
+
+def _signal(run: Run, ranked: dict[str, dict[int, str]]) -> _Signal | None:
+    for m in RATE_METRICS:
+        if run.has(m):
+            s, v = run.series(m, finite=True)
+            ok = v > 0
+            return _Signal(m, s[ok], np.log(v[ok]), "rate")
+    for m in TIME_METRICS:
+        if run.has(m):
+            s, v = run.series(m, finite=True)
+            ok = v > 0
+            return _Signal(m, s[ok], -np.log(v[ok]), "time")
+    if run.has("train_time"):
+        s, v = run.series("train_time", finite=True)
+        ds, dv = np.diff(s), np.diff(v)
+        ok = (ds > 0) & (dv > 0)  # a reset of the timer (dv < 0) is not a step
+        if ok.sum() >= 3:
+            per_step = dv[ok] / ds[ok]
+            return _Signal(
+                "train_time",
+                s[1:][ok],
+                -np.log(per_step),
+                "time",
+                note="seconds per step from the increments of train_time",
+            )
+    for base in RANKED_BASES:
+        ranks = ranked.get(base)
+        if not ranks:
+            continue
+        wide = run.wide(list(ranks.values()))
+        mat = wide.select(list(ranks.values())).to_numpy().astype(np.float64)
+        mat[~(mat > 0)] = np.nan
+        med = nanmedian_rows(np.log(mat))
+        s = wide.get_column("step").to_numpy()
+        ok = np.isfinite(med)
+        kind = "time" if base == "step_time" else "rate"
+        y = med[ok] if kind == "rate" else -med[ok]
+        return _Signal(base, s[ok], y, kind, note=f"median over {len(ranks)} ranks")
+    return None
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.3g}"
+
+
+def _drops(sig: _Signal, params: Params) -> list[Finding]:
+    steps, y = sig.steps, sig.y
+    n = len(y)
+    dstep = float(np.median(np.diff(steps)))
+    span_total = float(steps[-1] - steps[0]) + dstep
+    min_span = params.min_duration_frac * span_total
+    min_effect = -math.log1p(-params.min_drop)  # a drop of min_drop, in log units
+    seg = segment_levels(
+        y,
+        steps,
+        min_points=params.min_points,
+        min_frac=params.min_duration_frac,
+        min_span=min_span,
+        min_effect=min_effect,
+        z_min=params.z_min,
+        max_filter=params.max_filter,
+    )
+    b, lv = seg.bounds, seg.levels
+
+    def step_at(i: int) -> float:
+        return float(steps[i]) if i < n else float(steps[-1]) + dstep
+
+    def refine(i: int) -> int:
+        """Boundary i (between segments i-1 and i) refined on the raw values."""
+        r = max(3, (b[i] - b[i - 1]) // 4, (b[i + 1] - b[i]) // 4)
+        lo, hi = max(b[i - 1] + 1, b[i] - r), min(b[i + 1] - 1, b[i] + r)
+        return refine_split(y, lo, hi, lv[i - 1], lv[i]) if hi > lo else b[i]
+
+    out: list[Finding] = []
+    i = 1
+    while i < len(lv):
+        if lv[i] >= lv[i - 1]:
+            i += 1
+            continue
+        first = i  # the boundary where the fall starts
+        # a quick staircase down (short intermediate levels) is one transition ...
+        while (
+            i + 1 < len(lv)
+            and lv[i + 1] < lv[i]
+            and step_at(b[i + 1]) - step_at(b[i]) < params.sustained_frac * span_total / 2
+        ):
+            i += 1
+        quick = i
+        # ... which starts at its first substantial step (a small dip just before the
+        # main fall is part of the level before)
+        falls = [lv[j - 1] - lv[j] for j in range(first, quick + 1)]
+        first += next(j for j, f in enumerate(falls) if f >= 0.5 * max(falls))
+        # ... and later, smaller falls with no rise in between continue the same
+        # episode (a larger one starts its own)
+        main_fall = lv[first - 1] - lv[quick]
+        while i + 1 < len(lv) and 0 < lv[i] - lv[i + 1] <= main_fall:
+            i += 1
+        last = i  # the lowest level of the episode
+        i += 1
+        before, after, lowest = lv[first - 1], lv[quick], lv[last]
+        # judged against everything before too: a return from a fast stretch is no drop
+        pre = float(np.median(y[: b[first]]))
+        total = 1.0 - math.exp(lowest - before)
+        if pre - lowest < min_effect or total < params.min_drop:
+            continue
+        # recovered: a later level back within a quarter of the fall from the level
+        # before (the lower of the level just before and the median of all before);
+        # partly: back at least half-way
+        ref = min(before, pre)
+        back_at = ref - max(min_effect, 0.25 * (ref - after))
+        rec = next((j for j in range(last + 1, len(lv)) if lv[j] >= back_at), None)
+        # partly: from some later level on, the rest of the run is half-way back
+        half_at = lowest + 0.5 * (ref - lowest)
+        part = (
+            next(
+                (j for j in range(last + 1, len(lv)) if float(np.median(y[b[j] :])) >= half_at),
+                None,
+            )
+            if rec is None
+            else None
+        )
+        k = refine(first)
+        stop = refine(rec) if rec is not None else n
+        # the low stretch, from the refined start, must itself be sustained
+        if (
+            stop - k < max(params.min_points, math.ceil(params.min_duration_frac * n))
+            or step_at(stop) - float(steps[k]) < min_span
+        ):
+            continue
+        if quick == first:
+            after = float(np.median(y[k : b[quick + 1]]))
+            if last == quick:
+                lowest = after
+        drop = 1.0 - math.exp(after - before)
+        total = 1.0 - math.exp(lowest - before)
+        if total < params.min_drop:
+            continue
+        duration = step_at(stop) - float(steps[k])
+        # what is still lost: from the partial recovery on, or over the whole stretch
+        kept = 1.0 - math.exp(float(np.median(y[b[part] if part is not None else k : stop])) - ref)
+        start = int(steps[k])
+        nb, na = sig.natural(before), sig.natural(after)
+        pct = 100.0 * drop
+        # persisting to the end, a drop must last sustained_frac of the run to be a
+        # warning; one that ended by itself (contention from a neighbour, a slow
+        # filesystem for a while) must last recovered_frac
+        need = params.recovered_frac if rec is not None else params.sustained_frac
+        sustained = duration >= need * span_total
+        # a warning compares with the typical level over the stretch just before (as
+        # long as a sustained drop lasts), which must exist: after a short fast stretch
+        # — an idle machine at the start of a run, a pause in a neighbour's load — the
+        # lower level may be the normal one
+        window = params.sustained_frac * span_total
+        established = float(steps[k]) - float(steps[0]) >= window
+        recent_sel = (steps >= steps[k] - window) & (steps < steps[k])
+        recent = float(np.median(y[recent_sel])) if recent_sel.any() else before
+        vs_recent = 1.0 - math.exp(after - recent)
+        kept_recent = 1.0 - math.exp(
+            float(np.median(y[b[part] if part is not None else k : stop])) - recent
+        )
+        serious = min(total, kept, vs_recent, kept_recent) >= params.warn_drop
+        if rec is not None and total < params.warn_drop and duration < window:
+            continue  # a small dip that went away: the noise of a shared machine
+        sev = "warning" if serious and sustained and established else "info"
+        at = (
+            f"between step {start} and step {int(steps[b[quick]])}"
+            if quick > first
+            else f"at step {start}"
+        )
+        if sig.kind == "time":
+            what = (
+                f"{sig.metric} rose {100 * (math.exp(before - after) - 1):.0f}% {at} "
+                f"(from {_fmt(nb)} s to {_fmt(na)} s per step, throughput -{pct:.0f}%)"
+            )
+        else:
+            what = f"{sig.metric} fell {pct:.0f}% {at} (from {_fmt(nb)} to {_fmt(na)})"
+        if last > quick:
+            what += (
+                f", kept falling to {_fmt(sig.natural(lowest))} by step {int(steps[b[last]])} "
+                f"(-{100 * total:.0f}% in all)"
+            )
+        if rec is not None:
+            tail = f"recovered at step {int(steps[stop])} ({duration:.0f} steps later)"
+        elif part is not None:
+            tail = (
+                f"partly recovered from step {int(steps[b[part]])} (still "
+                f"-{100 * kept:.0f}% on average to the last logged step {int(steps[-1])})"
+            )
+        else:
+            tail = f"stayed there to the last logged step ({int(steps[-1])}, {duration:.0f} steps)"
+        hint = (
+            "look for a slow or throttled GPU, a competing process, or a data-loader/IO "
+            "change at that step"
+            if sev == "warning" or (rec is None and part is None)
+            else "a transient slowdown (contention from another job, a slow filesystem)"
+        )
+        ev: dict[str, Any] = {
+            "before": nb,
+            "after": na,
+            "drop_pct": round(pct, 2),
+            "total_drop_pct": round(100 * total, 2),
+            "kept_drop_pct": round(100 * kept, 2),
+            "lowest": sig.natural(lowest),
+            "n_before": b[first] - b[first - 1],
+            "n_after": b[last + 1] - k,
+            "fall_end_step": int(steps[b[quick]]),
+            "lowest_step": int(steps[b[last]]),
+            "recovered_step": int(steps[stop]) if rec is not None else None,
+            "partly_recovered_step": int(steps[b[part]]) if part is not None else None,
+            "duration_steps": duration,
+            "share_of_run": round(duration / span_total, 4),
+            "recent_level": sig.natural(recent),
+            "established_before": established,
+            "source": sig.metric,
+        }
+        if sig.note:
+            ev["note"] = sig.note
+        out.append(
+            finding(
+                "TPUT001",
+                CODES["TPUT001"],
+                sev,
+                f"{what} and {tail}; {hint}.",
+                metric=sig.metric,
+                step_start=start,
+                step_end=int(steps[stop - 1]),
+                **ev,
+            )
+        )
+    out.sort(key=lambda f: (-f.severity.rank, -float(f.evidence["drop_pct"])))
+    return sorted(out[: params.max_findings], key=lambda f: f.step_start or 0)
+
+
+# ---- TPUT002 ------------------------------------------------------------------------------
+
+
+def _finite_median(x: np.ndarray) -> float:
+    x = x[np.isfinite(x)]
+    return float(np.median(x)) if len(x) else 0.0
+
+
+def ranked_metrics(metrics: list[str]) -> dict[str, dict[int, str]]:
+    """``{canonical base: {rank: metric name}}`` for the per-rank names this module reads."""
+    table = AliasTable()
+    out: dict[str, dict[int, str]] = {}
+    for name in metrics:
+        for pat in _RANK_PATTERNS:
+            m = pat.match(name)
+            if not m:
+                continue
+            base = m.group("base")
+            alias = table.lookup(base)
+            canon = alias.canonical if alias is not None else base
+            if canon in RANKED_BASES:
+                out.setdefault(canon, {})[int(m.group("rank"))] = name
+            break
+    return {k: v for k, v in out.items() if len(v) >= 2}
+
+
+def _stragglers(run: Run, ranked: dict[str, dict[int, str]], params: Params) -> list[Finding]:
+    base = max(ranked, key=lambda k: (len(ranked[k]), -RANKED_BASES.index(k)))
+    ranks = sorted(ranked[base])
+    names = [ranked[base][r] for r in ranks]
+    wide = run.wide(names)
+    steps = wide.get_column("step").to_numpy()
+    mat = wide.select(names).to_numpy().astype(np.float64)
+    mat[~(mat > 0)] = np.nan
+    y = np.log(mat)
+    if base == "step_time":
+        y = -y
+    n, nr = y.shape
+    if n < 2 * params.min_points:
+        return []
+    out: list[Finding] = []
+    span_total = float(steps[-1] - steps[0])
+    min_len = max(params.min_points, math.ceil(params.min_duration_frac * n))
+    thr = -math.log1p(-params.straggler_min)
+    med_all = nanmedian_rows(y) if nr > 64 else None
+    for j, rank in enumerate(ranks):
+        others = med_all if med_all is not None else nanmedian_rows(np.delete(y, j, axis=1))
+        lag = others - y[:, j]  # > 0: this rank is slower
+        sigma = max(robust_sigma(lag), 1e-12)
+        smooth = centered_median(lag, min(odd(min_len), odd(params.max_filter)))
+        mask = np.nan_to_num(smooth, nan=0.0) >= thr
+        best: tuple[float, int, int] | None = None
+        for a, bb in runs_of(mask):
+            if bb - a + 1 < min_len:
+                continue
+            width = float(steps[bb] - steps[a])
+            if width < params.min_duration_frac * span_total:
+                continue
+            med_lag = _finite_median(lag[a : bb + 1])
+            if med_lag < params.z_min * 1.2533 * sigma / math.sqrt(bb - a + 1):
+                continue  # not distinguishable from the noise between ranks
+            score = med_lag * (bb - a + 1)
+            if best is None or score > best[0]:
+                best = (score, a, bb)
+        if best is None:
+            continue
+        _, a, bb = best
+        med_lag = _finite_median(lag[a : bb + 1])
+        slow = 1.0 - math.exp(-med_lag)
+        if slow < params.straggler_min:
+            continue
+        share = (bb - a + 1) / n
+        sev = "warning" if slow >= params.straggler_warn else "info"
+        msg = (
+            f"rank {rank} ran {100 * slow:.0f}% slower than the median of the other "
+            f"{nr - 1} ranks ({base}) from step {int(steps[a])} to step {int(steps[bb])} "
+            f"({100 * share:.0f}% of logged steps); check that node's GPU (clocks, "
+            "thermals, ECC errors) and network link — a synchronous job runs at its "
+            "slowest rank's pace."
+        )
+        out.append(
+            finding(
+                "TPUT002",
+                CODES["TPUT002"],
+                sev,
+                msg,
+                metric=names[j],
+                step_start=int(steps[a]),
+                step_end=int(steps[bb]),
+                rank=rank,
+                slower_pct=round(100 * slow, 2),
+                ranks=nr,
+                share_of_steps=round(share, 4),
+                source=base,
+            )
+        )
+    out.sort(key=lambda f: -float(f.evidence["slower_pct"]))
+    return out[: params.max_findings]
+
+
+def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
+    ranked = ranked_metrics(run.metrics)
+    sig = _signal(run, ranked)
+    if sig is None and not ranked:
+        raise Skip(
+            "needs tokens_per_sec, samples_per_sec, step_time or train_time "
+            "(or per-rank <metric>/rank<N>), not logged"
+        )
+    out: list[Finding] = []
+    if sig is not None:
+        if len(sig.y) < 2 * params.min_points + 1:
+            if not ranked:
+                raise Skip(f"{sig.metric}: only {len(sig.y)} values, too few to judge")
+        else:
+            out.extend(_drops(sig, params))
+    if ranked:
+        out.extend(_stragglers(run, ranked, params))
+    return out
