@@ -408,6 +408,10 @@ def test_sweep_sane_schedules_silent_and_bugs_named() -> None:
         assert _loud(_detect(healthy, sched)) == [], (i, sched, fmt)
         assert _loud(_detect(healthy)) == [], (i, sched, fmt)
         code = list(bugs)[i % len(bugs)]
-        buggy = _lr_run(steps, _printed(bugs[code](sched, n), fmt))
+        values = _printed(bugs[code](sched, n), fmt)
+        buggy = _lr_run(steps, values)
         found = [f.code for f in _detect(buggy, sched) if f.severity.rank >= 1]
-        assert found == [code], (i, code, sched, fmt, found)
+        # a bug that drives the LR to exactly 0 early is also an LR005 stretch
+        zero_early = bool((np.asarray(values, dtype=float) == 0).any())
+        assert found[:1] == [code], (i, code, sched, fmt, found)
+        assert set(found) <= ({code, "LR005"} if zero_early else {code}), (i, code, found)

@@ -382,8 +382,8 @@ def _declared(
     out: list[Finding] = []
     mismatch = ~fit.ok
 
-    # exact zeros where the plan (and its timing neighbours) train: LR005 unless a
-    # diagnosis below explains them (a schedule run too fast reaches a floor of 0 early)
+    # exact zeros where the plan (and its timing neighbours) train: LR005, beside any
+    # diagnosis below (a schedule run too fast reaches a floor of 0 early)
     zeros = (r == 0) & (fit.lo > atol) & mismatch
     q = print_quantum(r)
     for a, b in _segments(zeros, gap=0):
@@ -418,7 +418,8 @@ def _declared(
         out.append(_diagnosis(hyp, hf, d, s, n, r, fit, rest, metric, sched, atol, ctxinfo, params))
         # what the diagnosis leaves unexplained is reported against the plan below
         rest = rest & ~hf.ok
-        zeros = zeros & ~hf.ok
+    # zeros are reported even when a diagnosis explains how they came about: a stretch
+    # with no training is the symptom a person acts on
     out.extend(_zero_findings(zeros, s, r, fit, metric, shape, ctxinfo))
     if not rest.any():
         return out
