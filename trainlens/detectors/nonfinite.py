@@ -20,9 +20,10 @@ Default thresholds
 
 Known false positives
     fp16 loss-scale overflow steps without a logged loss scale look like Inf gradient
-    norms (reported as warnings, since finite values return); metrics that are NaN by
-    convention before their first computation (e.g. an accuracy logged as NaN until the
-    first eval).
+    norms (reported as warnings, since finite values return). Metrics that are NaN by
+    convention before their first computation (modded-nanogpt prints ``step_avg:nanms``
+    on its first steps) are reported as info only: non-finite values that all come
+    before the metric's first finite value.
 
 Example
     ``ERROR  NAN001  steps 812–830  train/loss became NaN at step 812 (19 non-finite
@@ -56,6 +57,11 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     standing = run.standing()
     if standing.height == 0:
         raise Skip("no values")
+    # the usual case, every value finite, decided on the per-metric views (no copy, no
+    # grouping); otherwise the grouping below finds where
+    views = run._by_metric().values()
+    if all(bool(np.isfinite(v.get_column("value").to_numpy()).all()) for v in views):
+        return []
     bad = standing.with_columns(
         (pl.col("value").is_nan() | pl.col("value").is_infinite()).alias("_bad")
     )
@@ -66,6 +72,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
             pl.col("step").filter(pl.col("_bad")).min().alias("first"),
             pl.col("step").filter(pl.col("_bad")).max().alias("last_bad"),
             pl.col("step").filter(~pl.col("_bad")).max().alias("last_good"),
+            pl.col("step").filter(~pl.col("_bad")).min().alias("first_good"),
             pl.col("value").filter(pl.col("_bad")).first().alias("kind"),
             pl.len().alias("n"),
         )
@@ -85,18 +92,24 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         n_bad = int(r["n_bad"])
         is_loss = metric in LOSSES or metric.startswith("val/loss/")
         is_grad = metric == "grad_norm" or metric.startswith("grad_norm/")
-        if is_loss and not recovered:
+        # non-finite only before the first finite value: a metric logged before it is
+        # computed (a running mean printed as nan on the first steps), not a divergence
+        leading = r["first_good"] is not None and last_bad < int(r["first_good"])
+        if leading:
+            severity = "info"
+        elif is_loss and not recovered:
             severity = "error"
         elif is_grad and has_scale and recovered:
             severity = "info"
         else:
             severity = "warning"
         tail = "finite values came back afterwards" if recovered else "never finite again"
-        advice = (
-            "fp16 loss scaling skips such steps; check the loss scale kept up"
-            if severity == "info"
-            else f"look at the batch and the LR at step {first} and at what spiked before it"
-        )
+        if leading:
+            advice = "only before its first finite value: logged before it was computed?"
+        elif severity == "info":
+            advice = "fp16 loss scaling skips such steps; check the loss scale kept up"
+        else:
+            advice = f"look at the batch and the LR at step {first} and at what spiked before it"
         out.append(
             finding(
                 "NAN001",
@@ -113,6 +126,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
                 of=int(r["n"]),
                 kind=kind,
                 recovered=recovered,
+                leading_only=leading,
             )
         )
     if len(rows) > params.max_metrics:
