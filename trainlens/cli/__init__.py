@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-import click
 import typer
 
 # importing a command module registers its commands on ``app``
@@ -17,14 +16,30 @@ from trainlens.cli import report as _report  # noqa: F401
 from trainlens.cli.app import app
 from trainlens.core.errors import TrainlensError
 
-try:  # typer >= 0.20 vendors its own click; older releases use click itself
-    from typer._click import exceptions as _typer_click
-except ImportError:  # pragma: no cover - depends on the installed typer
-    _typer_click = click.exceptions  # type: ignore[assignment]
 
-_CLICK_ERRORS = (click.exceptions.ClickException, _typer_click.ClickException)
-_EXITS = (click.exceptions.Exit, typer.Exit)
-_ABORTS = (click.exceptions.Abort, typer.Abort)
+def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
+    """Usage-error, exit and abort types of the click typer runs on: recent typer vendors
+    its own copy (``typer._click``), older typer uses the click package; catch both."""
+    modules = []
+    try:
+        from typer._click import exceptions as vendored
+
+        modules.append(vendored)
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        pass
+    try:
+        from click import exceptions as standalone
+
+        modules.append(standalone)
+    except ImportError:  # recent typer does not need the click package
+        pass
+    errors = tuple(m.ClickException for m in modules)
+    exits = (typer.Exit, *(m.Exit for m in modules if hasattr(m, "Exit")))
+    aborts = (typer.Abort, *(m.Abort for m in modules if hasattr(m, "Abort")))
+    return errors, exits, aborts
+
+
+_CLICK_ERRORS, _EXITS, _ABORTS = _click_exception_types()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -32,10 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = app(args=args, prog_name="trainlens", standalone_mode=False)
     except TrainlensError as exc:
-        click.echo(f"trainlens: error: {exc}", err=True)
+        typer.echo(f"trainlens: error: {exc}", err=True)
         return exc.exit_code
     except _ABORTS:
-        click.echo("trainlens: aborted", err=True)
+        typer.echo("trainlens: aborted", err=True)
         return 130
     except _CLICK_ERRORS as exc:
         exc.show()
@@ -46,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
-        click.echo("trainlens: interrupted", err=True)
+        typer.echo("trainlens: interrupted", err=True)
         return 130
     return int(result) if isinstance(result, int) else 0
 
