@@ -52,15 +52,20 @@ def _codes(event: dict[str, Any]) -> list[str]:
     return code if isinstance(code, list) else [code]
 
 
-def score_run(name: str, findings: list[Any], label: dict[str, Any], scores: dict[str, Score]) -> None:
+def score_run(
+    name: str, findings: list[Any], label: dict[str, Any], scores: dict[str, Score]
+) -> None:
     events = label.get("events", [])
     matched: set[int] = set()
     for ev in events:
         codes = _codes(ev)
         hit = None
         for i, f in enumerate(findings):
-            if f.code in codes and f.step_start is not None and \
-                    abs(f.step_start - int(ev["step"])) <= int(ev.get("tolerance", 0)):
+            if (
+                f.code in codes
+                and f.step_start is not None
+                and abs(f.step_start - int(ev["step"])) <= int(ev.get("tolerance", 0))
+            ):
                 hit = i
                 break
         key = codes[0]

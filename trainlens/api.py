@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -116,18 +116,14 @@ def analyze(
     """Read and judge every run at the path(s) (or the given Runs)."""
     cfg = config if isinstance(config, Config) else load_config(config)
     validate_config(cfg)
+    loaded: list[Run]
     if isinstance(paths, Run):
         loaded = [paths]
     elif isinstance(paths, Sequence) and paths and all(isinstance(p, Run) for p in paths):
-        loaded = list(paths)  # type: ignore[arg-type]
+        loaded = [p for p in paths if isinstance(p, Run)]
     else:
-        loaded = read(
-            paths,
-            format=format,
-            runs=runs,
-            regex=regex,  # type: ignore[arg-type]
-            aliases=cfg.aliases,
-        )
+        sources = cast("str | Path | Iterable[str | Path]", paths)
+        loaded = read(sources, format=format, runs=runs, regex=regex, aliases=cfg.aliases)
     return [analyze_run(run, cfg) for run in loaded]
 
 

@@ -49,15 +49,15 @@ def total_tokens(run: Run) -> float | None:
         return None
     if run.has("step_time"):
         st_steps, st = run.series("step_time", finite=True)
-        dt = pl.DataFrame({"step": steps, "tps": tps}).join(
+        joined = pl.DataFrame({"step": steps, "tps": tps}).join(
             pl.DataFrame({"step": st_steps, "dt": st}), on="step", how="inner"
         )
-        if dt.height:
-            per_point = (dt["tps"] * dt["dt"]).sum()
+        if joined.height:
+            per_point = float((joined["tps"] * joined["dt"]).sum())
             # logged every k steps: each point stands for k steps
             gaps = np.diff(steps)
             k = float(np.median(gaps)) if gaps.size else 1.0
-            return float(per_point * k)
+            return per_point * k
     frame = run.series_frame("tokens_per_sec").drop_nulls("wall_time")
     if frame.height >= 2:
         wall = frame["wall_time"].to_numpy()

@@ -198,8 +198,7 @@ def normalize_schedule(raw: dict[str, Any], origin: str = "schedule") -> dict[st
     # HF TrainingArguments: warmup_ratio of the total steps, when warmup_steps is 0/absent
     ratio = _pick(flat, ("warmup_ratio", "warmup_frac"), prefer)
     if ratio is not None and not out.get("warmup_steps") and out.get("total_steps"):
-        out["warmup_steps"] = math.ceil(_number(ratio, "warmup_ratio", origin) *
-                                        out["total_steps"])
+        out["warmup_steps"] = math.ceil(_number(ratio, "warmup_ratio", origin) * out["total_steps"])
     for key in (
         "warmup_steps",
         "total_steps",

@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         typer.echo("trainlens: aborted", err=True)
         return 130
     except _CLICK_ERRORS as exc:
-        exc.show()
+        exc.show()  # type: ignore[attr-defined]
         code = int(getattr(exc, "exit_code", 2))
         return code if code in (0, 1) else 2
     except _EXITS as exc:
