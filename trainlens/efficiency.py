@@ -36,12 +36,13 @@ def _int(model: dict[str, Any], key: str) -> int | None:
         return None
 
 
-def total_tokens(run: Run) -> float | None:
-    """Tokens processed: a logged cumulative count, else tokens/s × seconds per step."""
+def cumulative_tokens(run: Run) -> tuple[np.ndarray, np.ndarray] | None:
+    """Tokens seen by each logged step: a logged ``tokens`` count, else the integral of
+    tokens/s over the step time (or over wall-clock deltas)."""
     if run.has("tokens"):
-        _, v = run.series("tokens", finite=True)
+        steps, v = run.series("tokens", finite=True)
         if v.size:
-            return float(v.max())
+            return steps, np.maximum.accumulate(v)
     if not run.has("tokens_per_sec"):
         return None
     steps, tps = run.series("tokens_per_sec", finite=True)
@@ -52,20 +53,27 @@ def total_tokens(run: Run) -> float | None:
         joined = pl.DataFrame({"step": steps, "tps": tps}).join(
             pl.DataFrame({"step": st_steps, "dt": st}), on="step", how="inner"
         )
-        if joined.height:
-            per_point = float((joined["tps"] * joined["dt"]).sum())
-            # logged every k steps: each point stands for k steps
-            gaps = np.diff(steps)
-            k = float(np.median(gaps)) if gaps.size else 1.0
-            return per_point * k
+        if joined.height >= 2:
+            s = joined.get_column("step").to_numpy()
+            # each logged point stands for the steps since the one before it
+            gap = np.diff(s, prepend=s[0] - (s[1] - s[0]))
+            per = joined.get_column("tps").to_numpy() * joined.get_column("dt").to_numpy() * gap
+            return s, np.cumsum(per)
     frame = run.series_frame("tokens_per_sec").drop_nulls("wall_time")
+    frame = frame.filter(pl.col("value").is_finite())
     if frame.height >= 2:
-        wall = frame["wall_time"].to_numpy()
-        rate = frame["value"].to_numpy()
-        dt = np.diff(wall)
-        ok = np.isfinite(rate[1:]) & (dt > 0)
-        return float((rate[1:][ok] * dt[ok]).sum())
+        s = frame.get_column("step").to_numpy()
+        wall = frame.get_column("wall_time").to_numpy()
+        rate = frame.get_column("value").to_numpy()
+        dt = np.clip(np.diff(wall, prepend=wall[0]), 0.0, None)
+        return s, np.cumsum(rate * dt)
     return None
+
+
+def total_tokens(run: Run) -> float | None:
+    """Tokens processed over the run (see :func:`cumulative_tokens`)."""
+    got = cumulative_tokens(run)
+    return float(got[1][-1]) if got is not None and got[1].size else None
 
 
 def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> None:

@@ -17,7 +17,8 @@ def _num(x: float | None, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
-def _duration(seconds: float | None) -> str:
+def duration_text(seconds: float | None) -> str:
+    """Seconds as people read them: 12.5s, 3m 04s, 2h 05m 00s."""
     if seconds is None:
         return "—"
     s = round(seconds)
@@ -51,7 +52,7 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
     st = s["steps"]
     lines.append(
         f"steps       {st['first']} … {st['last']}  ({st['count']:,} steps, "
-        f"{s['values']:,} values)   wall clock {_duration(s['wall_clock_seconds'])}"
+        f"{s['values']:,} values)   wall clock {duration_text(s['wall_clock_seconds'])}"
     )
     lines.append(f"metrics     {_metric_list(s['metrics'])}")
     if s.get("step_time"):
@@ -67,7 +68,7 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
     ep = s.get("epochs")
     if ep and ep.get("seconds_per_epoch"):
         per = ", ".join(
-            f"{k}: {_duration(v)}" for k, v in list(ep["seconds_per_epoch"].items())[:6]
+            f"{k}: {duration_text(v)}" for k, v in list(ep["seconds_per_epoch"].items())[:6]
         )
         lines.append(f"epochs      {_num(ep['count'])}   time per epoch {per}")
     if s.get("train_loss"):

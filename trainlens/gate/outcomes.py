@@ -14,6 +14,7 @@ import polars as pl
 
 from trainlens.core.errors import TrainlensError
 from trainlens.core.run import Run
+from trainlens.efficiency import cumulative_tokens
 from trainlens.gate.rules import Checks
 
 MEMORY_METRICS = ("mem/allocated", "mem/reserved", "mem/rss")
@@ -73,40 +74,6 @@ def peak_memory(run: Run) -> dict[str, Any] | None:
 def _last_at_or_before(steps: np.ndarray, values: np.ndarray, step: int) -> float | None:
     k = int(np.searchsorted(steps, step, side="right")) - 1
     return float(values[k]) if k >= 0 else None
-
-
-def cumulative_tokens(run: Run) -> tuple[np.ndarray, np.ndarray] | None:
-    """Tokens seen by each logged step: a logged ``tokens`` count, else the integral of
-    tokens/s over the step time (or over wall-clock deltas)."""
-    if run.has("tokens"):
-        steps, v = run.series("tokens", finite=True)
-        if v.size:
-            return steps, np.maximum.accumulate(v)
-    if not run.has("tokens_per_sec"):
-        return None
-    steps, tps = run.series("tokens_per_sec", finite=True)
-    if steps.size < 2:
-        return None
-    if run.has("step_time"):
-        st_steps, st = run.series("step_time", finite=True)
-        joined = pl.DataFrame({"step": steps, "tps": tps}).join(
-            pl.DataFrame({"step": st_steps, "dt": st}), on="step", how="inner"
-        )
-        if joined.height >= 2:
-            s = joined.get_column("step").to_numpy()
-            # each logged point stands for the steps since the one before it
-            gap = np.diff(s, prepend=s[0] - (s[1] - s[0]))
-            per = joined.get_column("tps").to_numpy() * joined.get_column("dt").to_numpy() * gap
-            return s, np.cumsum(per)
-    frame = run.series_frame("tokens_per_sec").drop_nulls("wall_time")
-    frame = frame.filter(pl.col("value").is_finite())
-    if frame.height >= 2:
-        s = frame.get_column("step").to_numpy()
-        wall = frame.get_column("wall_time").to_numpy()
-        rate = frame.get_column("value").to_numpy()
-        dt = np.clip(np.diff(wall, prepend=wall[0]), 0.0, None)
-        return s, np.cumsum(rate * dt)
-    return None
 
 
 def elapsed_seconds(run: Run) -> tuple[np.ndarray, np.ndarray] | None:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainlens.formatters.text import duration_text
 from trainlens.report.panels import Figures, Panel, summary_mfu
 
 if TYPE_CHECKING:
@@ -84,19 +85,6 @@ def _num(x: Any, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    s = round(seconds)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    if h:
-        return f"{h}h {m:02d}m {sec:02d}s"
-    if m:
-        return f"{m}m {sec:02d}s"
-    return f"{seconds:.1f}s"
-
-
 def steps_text(start: int | None, end: int | None) -> str:
     if start is None and end is None:
         return "whole run"
@@ -128,7 +116,7 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
             )
         )
     rows.append(("metrics", f"{len(s.get('metrics') or {})}"))
-    rows.append(("wall clock", esc(_duration(s.get("wall_clock_seconds")))))
+    rows.append(("wall clock", esc(duration_text(s.get("wall_clock_seconds")))))
     if s.get("step_time"):
         t = s["step_time"]
         rows.append(("step time", f"mean {_num(t.get('mean'))} s, p95 {_num(t.get('p95'))} s"))
