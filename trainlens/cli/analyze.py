@@ -59,6 +59,23 @@ AliasOpt = Annotated[
     ),
 ]
 
+SelectOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--select",
+        help="Only these codes, families or detectors (repeatable).",
+        show_default=False,
+    ),
+]
+IgnoreOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--ignore",
+        help="Skip these codes, families or detectors (repeatable).",
+        show_default=False,
+    ),
+]
+
 
 def parse_schedule(spec: str) -> dict[str, Any]:
     """``cosine:warmup_steps=100,peak_lr=3e-4,min_lr=3e-5,total_steps=10000``."""
@@ -115,22 +132,8 @@ def analyze(
             show_default=False,
         ),
     ] = None,
-    select: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--select",
-            help="Only these codes, families or detectors (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
-    ignore: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--ignore",
-            help="Skip these codes, families or detectors (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
+    select: SelectOpt = None,
+    ignore: IgnoreOpt = None,
     alias: AliasOpt = None,
     params: Annotated[
         str | None,

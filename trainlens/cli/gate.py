@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from trainlens.cli.analyze import IgnoreOpt, SelectOpt
 from trainlens.cli.app import app
 
 OUTPUT_FORMATS = ("text", "json", "junit", "github", "markdown")
@@ -97,22 +98,8 @@ def gate(
             show_default=False,
         ),
     ] = None,
-    select: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--select",
-            help="Only these codes, families or detectors (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
-    ignore: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--ignore",
-            help="Skip these codes, families or detectors (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
+    select: SelectOpt = None,
+    ignore: IgnoreOpt = None,
     allow_unreadable: Annotated[
         bool,
         typer.Option(
