@@ -1,5 +1,3 @@
-import sys
+from trainlens.cli import entry
 
-from trainlens.cli import main
-
-sys.exit(main())
+entry()

@@ -66,5 +66,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(result) if isinstance(result, int) else 0
 
 
-def entry() -> None:  # pragma: no cover - console script shim
-    sys.exit(main())
+def entry() -> None:
+    """Console script: exit with main's code; a closed pipe (``| head``) is not an error."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # as the Python docs advise: point stdout at devnull so the interpreter's own
+        # flush at exit does not fail again
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    sys.exit(code)
