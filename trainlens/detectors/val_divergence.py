@@ -17,7 +17,9 @@ Default thresholds
     the rise from the best to the mean of the last three evaluations must exceed both
     ``min_rise`` = 2 % of the best value and ``noise_k`` = 3 times the evaluation noise
     (robust scale of successive differences, MAD × 1.4826 / √2), and the Theil–Sen slope
-    of the evaluations after the best must be positive. The training loss must have
+    of the evaluations after the best must be positive. The best level is the median
+    of the five evaluations around the best one, so a lucky low evaluation among
+    thousands of noisy ones is not taken for a turning point. The training loss must have
     fallen over the same steps (smoothed, by more than its own noise). This is the
     "generalization loss" criterion of early stopping (Prechelt 1998, "Early Stopping —
     But When?", GL_α with α = 2 %) with a noise guard. Severity: warning; error when
@@ -97,8 +99,12 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
             continue
         best_v = float(v[best])
         tail_mean = float(after[-params.tail :].mean())
-        rise = tail_mean - best_v
-        rel = rise / max(abs(best_v), 1e-12)
+        # the rise is measured from the level around the best evaluation, not from the
+        # single lowest one: among thousands of noisy evaluations the lowest is an
+        # outlier, and every later evaluation would look like a rise from it
+        best_level = float(np.median(v[max(best - 2, 0) : best + 3]))
+        rise = tail_mean - best_level
+        rel = rise / max(abs(best_level), 1e-12)
         noise = _noise(v)
         if rel < params.min_rise or rise < params.noise_k * noise:
             continue
