@@ -158,8 +158,12 @@ def test_hf_warmup_ratio_becomes_warmup_steps() -> None:
     from trainlens.runconfig import normalize_schedule
 
     sched = normalize_schedule(
-        {"lr_scheduler_type": "cosine", "learning_rate": 5e-5, "warmup_ratio": 0.1,
-         "warmup_steps": 0, "max_steps": 1000}
+        {
+            "lr_scheduler_type": "cosine",
+            "learning_rate": 5e-5,
+            "warmup_ratio": 0.1,
+            "warmup_steps": 0,
+            "max_steps": 1000,
+        }
     )
-    assert sched == {"shape": "cosine", "warmup_steps": 100, "peak_lr": 5e-5,
-                     "total_steps": 1000}
+    assert sched == {"shape": "cosine", "warmup_steps": 100, "peak_lr": 5e-5, "total_steps": 1000}
