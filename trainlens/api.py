@@ -26,7 +26,6 @@ from trainlens.detectors import DetectionResult, run_detectors, validate_config
 from trainlens.detectors.base import Context
 from trainlens.readers import ReadOptions, read_runs
 from trainlens.runconfig import find_run_config, model_info, normalize_schedule
-from trainlens.summary import summarize
 
 
 @dataclass
@@ -85,6 +84,14 @@ def build_context(run: Run, config: Config) -> Context:
         ctx.schedule_source = origin if ctx.schedule else None
     ctx.model = {**(model_info(raw) if raw else {}), **config.model}
     return ctx
+
+
+def summarize(run: Run) -> dict[str, Any]:
+    """A JSON-ready summary of one run (:func:`trainlens.summary.summarize`)."""
+    # imported here: the summary needs numpy, which reading a run does not
+    from trainlens.summary import summarize as summary_of
+
+    return summary_of(run)
 
 
 def analyze_run(run: Run, config: Config | None = None) -> Analysis:

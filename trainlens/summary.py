@@ -40,30 +40,28 @@ def _step_times(run: Run) -> np.ndarray:
 def summarize(run: Run) -> dict[str, Any]:
     """A JSON-ready summary of one run (keys documented in docs/json.md)."""
     standing = run.standing()
-    steps = standing.get_column("step")
-    counts = (
-        run.frame.group_by("metric")
-        .agg(pl.len().alias("values"), pl.col("step").n_unique().alias("steps"))
-        .sort("metric")
-    )
+    views = run._by_metric() if standing is run.frame else None
+    counts = _metric_counts(run, views)
     metrics = {
-        r["metric"]: {
-            "values": int(r["values"]),
-            "steps": int(r["steps"]),
-            "logged_as": run.raw_names.get(r["metric"], r["metric"]),
+        m: {
+            "values": values,
+            "steps": steps,
+            "logged_as": run.raw_names.get(m, m),
         }
-        for r in counts.iter_rows(named=True)
+        for m, (values, steps) in counts.items()
     }
-    wall = standing.get_column("wall_time").drop_nulls()
+    steps = standing.get_column("step")
+    wall = standing.get_column("wall_time")
+    has_wall = wall.null_count() < wall.len()
     out: dict[str, Any] = {
         "steps": {
             "first": int(steps.min()) if steps.len() else None,  # type: ignore[arg-type]
             "last": int(steps.max()) if steps.len() else None,  # type: ignore[arg-type]
-            "count": int(steps.n_unique()),
+            "count": _distinct_steps(views) if views is not None else int(steps.n_unique()),
         },
         "values": int(run.frame.height),
         "metrics": metrics,
-        "wall_clock_seconds": _f(float(wall.max()) - float(wall.min())) if wall.len() else None,  # type: ignore[arg-type]
+        "wall_clock_seconds": _f(float(wall.max()) - float(wall.min())) if has_wall else None,  # type: ignore[arg-type]
     }
 
     dt = _step_times(run)
@@ -110,18 +108,67 @@ def summarize(run: Run) -> dict[str, Any]:
                 "final_perplexity": _f(math.exp(v[-1])) if v[-1] < 700 else None,
                 "evaluations": int(v.size),
             }
+    out["non_finite"] = _non_finite(run)
+    out["restarts"] = [d.details for d in run.data_quality if d.kind == "restart"]
+    return out
+
+
+# ---- per-metric numbers: from the per-metric views when nothing is superseded --------------
+
+
+def _increasing(steps: np.ndarray) -> bool:
+    return steps.size < 2 or bool(np.all(steps[1:] > steps[:-1]))
+
+
+def _step_arrays(views: dict[str, pl.DataFrame]) -> dict[str, np.ndarray]:
+    return {m: v.get_column("step").to_numpy() for m, v in views.items()}
+
+
+def _metric_counts(run: Run, views: dict[str, pl.DataFrame] | None) -> dict[str, tuple[int, int]]:
+    """metric -> (values, distinct steps) over the whole frame, sorted by metric."""
+    if views is not None:
+        out: dict[str, tuple[int, int]] = {}
+        for m, st in sorted(_step_arrays(views).items()):
+            n = int(st.size)
+            out[m] = (n, n if _increasing(st) else int(pl.Series(st).n_unique()))
+        return out
+    counts = (
+        run.frame.group_by("metric")
+        .agg(pl.len().alias("values"), pl.col("step").n_unique().alias("steps"))
+        .sort("metric")
+    )
+    return {r["metric"]: (int(r["values"]), int(r["steps"])) for r in counts.iter_rows(named=True)}
+
+
+def _distinct_steps(views: dict[str, pl.DataFrame]) -> int:
+    """Distinct steps over all metrics; metrics that share one step buffer (a wide table's
+    step column, cut per metric) are counted once."""
+    arrays: dict[tuple[int, int], np.ndarray] = {}
+    for st in _step_arrays(views).values():
+        arrays.setdefault((st.__array_interface__["data"][0], st.size), st)
+    parts = list(arrays.values())
+    if len(parts) == 1 and _increasing(parts[0]):
+        return int(parts[0].size)
+    if not parts:
+        return 0
+    return int(pl.Series(np.concatenate(parts)).n_unique())
+
+
+def _non_finite(run: Run) -> dict[str, dict[str, int]]:
+    """metric -> count and first step of its NaN/±inf standing values."""
+    views = run._by_metric()
+    if all(bool(np.isfinite(v.get_column("value").to_numpy()).all()) for v in views.values()):
+        return {}
     nonfinite = (
         run.standing()
         .filter(pl.col("value").is_nan() | pl.col("value").is_infinite())
         .group_by("metric")
         .agg(pl.len().alias("n"), pl.col("step").min().alias("first_step"))
     )
-    out["non_finite"] = {
+    return {
         r["metric"]: {"count": int(r["n"]), "first_step": int(r["first_step"])}
         for r in nonfinite.iter_rows(named=True)
     }
-    out["restarts"] = [d.details for d in run.data_quality if d.kind == "restart"]
-    return out
 
 
 def _epochs(run: Run) -> dict[str, Any] | None:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
 from trainlens.core.names import AliasTable
+
+if TYPE_CHECKING:  # numpy is imported only where an array is made (Run.series): building
+    # a Run needs only polars, so reading a file does not pay numpy's start-up
+    import numpy as np
 
 FRAME_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64(),
@@ -70,23 +73,34 @@ class Run:
 
     # per-metric views of the standing values, built once per frame object: detectors
     # ask for the same few series many times, and filtering a 12M-row frame each time
-    # would cost more than reading it
+    # would cost more than reading it. The frame object itself is kept (not its id, which
+    # a new frame may reuse once the old one is gone).
     _views: dict[str, pl.DataFrame] | None = field(
         default=None, init=False, repr=False, compare=False
     )
-    _views_of: int | None = field(default=None, init=False, repr=False, compare=False)
+    _views_of: pl.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
+    _metrics: list[str] | None = field(default=None, init=False, repr=False, compare=False)
+    # set by build_run when the frame holds each metric in one block (cheap views)
+    _blocks: _Blocks | None = field(default=None, init=False, repr=False, compare=False)
+    _metrics_of: pl.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
 
     # ---- views -------------------------------------------------------------------------
     def _by_metric(self) -> dict[str, pl.DataFrame]:
-        if self._views is None or self._views_of != id(self.frame):
-            parts = self.standing().partition_by("metric", as_dict=True, maintain_order=True)
-            self._views = {str(key[0]): df.drop("metric") for key, df in parts.items()}
-            self._views_of = id(self.frame)
+        if self._views is None or self._views_of is not self.frame:
+            b = self._blocks
+            if b is not None and b.frame is self.frame:
+                self._views = _block_views(self.frame, b.starts, b.names)
+            else:
+                self._views = metric_views(self.standing())
+            self._views_of = self.frame
         return self._views
 
     @property
     def metrics(self) -> list[str]:
-        return sorted(self.frame.get_column("metric").unique().to_list())
+        if self._metrics is None or self._metrics_of is not self.frame:
+            self._metrics = sorted(self.frame.get_column("metric").unique().to_list())
+            self._metrics_of = self.frame
+        return list(self._metrics)
 
     def has(self, metric: str) -> bool:
         return metric in self._by_metric()
@@ -101,15 +115,17 @@ class Run:
         """step, value, wall_time of one metric: standing values, step order, last per step."""
         df = self._by_metric().get(metric)
         if df is None:
-            return pl.DataFrame(schema={"step": pl.Int64, "value": pl.Float64,
-                                        "wall_time": pl.Float64})
-        steps = df.get_column("step").to_numpy()
-        if steps.size > 1 and not bool(np.all(steps[1:] > steps[:-1])):
+            return pl.DataFrame(
+                schema={"step": pl.Int64, "value": pl.Float64, "wall_time": pl.Float64}
+            )
+        if not _strictly_increasing(df.get_column("step")):
             df = df.unique(subset="step", keep="last", maintain_order=True).sort("step")
         return df.select("step", "value", "wall_time")
 
     def series(self, metric: str, *, finite: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Steps and values of one metric (standing values, step order, last per step)."""
+        import numpy as np
+
         df = self.series_frame(metric)
         steps = df.get_column("step").to_numpy()
         values = df.get_column("value").to_numpy().astype(np.float64, copy=False)
@@ -128,7 +144,63 @@ class Run:
         )
 
 
-# ---- building a frame from what a reader parsed ----------------------------------------
+def metric_views(frame: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """The rows of each metric (without the metric column), in frame order, keyed by
+    metric in order of first appearance.
+
+    A frame whose metrics lie in contiguous blocks (what the row-oriented readers and
+    MLflow produce) is cut into zero-copy slices; any other order is partitioned."""
+    blocks = _metric_blocks(frame.get_column("metric"))
+    if blocks is not None:
+        starts, names = blocks
+        if len(set(names)) == len(names):
+            return _block_views(frame, starts, names)
+    parts = frame.partition_by("metric", as_dict=True, maintain_order=True)
+    return {str(key[0]): df.drop("metric") for key, df in parts.items()}
+
+
+def _block_views(
+    frame: pl.DataFrame, starts: list[int], names: list[str]
+) -> dict[str, pl.DataFrame]:
+    ends = [*starts[1:], frame.height] if starts else []
+    body = frame.drop("metric")
+    return {name: body.slice(a, b - a) for name, a, b in zip(names, starts, ends, strict=True)}
+
+
+# a frame with more metric blocks than this is treated as interleaved
+_MAX_BLOCKS = 4096
+
+
+def _run_starts(codes: pl.Series) -> pl.Series | None:
+    """Row where each run of equal values starts, or None when there are more than
+    _MAX_BLOCKS runs (the rows interleave metrics)."""
+    change = codes.ne_missing(codes.shift(1)).fill_null(True)
+    if int(change.sum()) > _MAX_BLOCKS:
+        return None
+    return change.arg_true()
+
+
+def _metric_blocks(metric: pl.Series) -> tuple[list[int], list[str]] | None:
+    """Start row and name of each run of equal metric names, or None when there are
+    more than _MAX_BLOCKS runs."""
+    if metric.len() == 0:
+        return [], []
+    if metric.dtype != pl.String:
+        metric = metric.cast(pl.String)
+    starts = _run_starts(metric)
+    if starts is None:
+        return None
+    return starts.to_list(), [str(x) for x in metric.gather(starts).to_list()]
+
+
+def _lengths(starts: list[int], n: int) -> list[int]:
+    """Lengths of the blocks that start at ``starts`` in ``n`` rows."""
+    return [b - a for a, b in zip(starts, [*starts[1:], n], strict=False)]
+
+
+def _strictly_increasing(s: pl.Series) -> bool:
+    n = s.len()
+    return n < 2 or bool((s.slice(1, n - 1) > s.slice(0, n - 1)).all())
 
 
 @dataclass
@@ -147,6 +219,8 @@ class RawColumns:
 
     @classmethod
     def empty(cls) -> RawColumns:
+        import numpy as np
+
         return cls(np.empty(0, np.int64), [], np.empty(0, np.float64), None)
 
 
@@ -160,33 +234,128 @@ def frame_from_long(
 
     Maps metric names through the alias table (scaling units where the alias says),
     marks restarts and duplicates, and returns (frame, data-quality issues,
-    canonical->raw names).
+    canonical->raw names). ``metric`` may be String or Enum; the frame's is String.
+
+    The work is done on integer metric codes: names are resolved once per metric, not
+    per row, and a frame in which every metric's steps strictly increase (no restart, no
+    repeated step — provable from the steps and codes without grouping) skips the
+    restart machinery (:func:`mark_restarts`), which any other frame goes through.
     """
+    frame, issues, names, _ = _canonicalize(df, source=source, aliases=aliases)
+    return frame, issues, names
+
+
+@dataclass
+class _Blocks:
+    """The frame's rows are one contiguous block per metric: where each starts."""
+
+    frame: pl.DataFrame
+    starts: list[int]
+    names: list[str]
+
+
+def _canonicalize(
+    df: pl.DataFrame, *, source: str, aliases: AliasTable | None
+) -> tuple[pl.DataFrame, list[DataIssue], dict[str, str], _Blocks | None]:
     aliases = aliases or AliasTable()
-    if "wall_time" not in df.columns:
-        df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias("wall_time"))
-    df = df.select(
-        pl.col("step").cast(pl.Int64),
-        pl.col("metric").cast(pl.String),
-        pl.col("value").cast(pl.Float64),
-        pl.col("wall_time").cast(pl.Float64).fill_nan(None),
-    )
-    raw = df.get_column("metric").unique(maintain_order=True).to_list()
+    codes, names = _metric_codes(df.get_column("metric"))
+    n = codes.len()
+    step = df.get_column("step").cast(pl.Int64)
+    value = df.get_column("value").cast(pl.Float64)
+    if "wall_time" in df.columns:
+        wall = df.get_column("wall_time").cast(pl.Float64).fill_nan(None)
+    else:
+        wall = pl.repeat(None, n, eager=True, dtype=pl.Float64)
+
+    starts_s = _run_starts(codes)
+    if starts_s is not None:
+        starts = starts_s.to_list()
+        block_codes = codes.gather(starts_s).to_list()
+        present = list(dict.fromkeys(block_codes))
+    else:
+        starts, block_codes = [], []
+        present = codes.unique(maintain_order=True).to_list()
+    raw = [names[c] for c in present]  # in order of first appearance
     resolved = aliases.resolve(raw)
-    renamed = {k: v.canonical for k, v in resolved.items() if v.canonical != k}
-    scaled = {k: v.scale for k, v in resolved.items() if v.scale != 1.0}
-    if scaled:
-        df = df.with_columns(
-            (
-                pl.col("value")
-                * pl.col("metric").replace_strict(scaled, default=1.0, return_dtype=pl.Float64)
-            ).alias("value")
-        )
-    if renamed:
-        df = df.with_columns(pl.col("metric").replace(renamed))
+    canonical = [resolved[x].canonical if x in resolved else x for x in names]
+    if any(resolved[r].scale != 1.0 for r in raw):
+        scale = pl.Series([resolved[x].scale if x in resolved else 1.0 for x in names])
+        value = value * scale.gather(codes)
     canonical_to_raw = {v.canonical: k for k, v in resolved.items()}
-    frame, issues = mark_restarts(df, source=source)
-    return frame, issues, canonical_to_raw
+
+    if starts_s is not None:
+        # metrics in blocks: each column is a few constant runs, no string per row
+        lengths = _lengths(starts, n)
+        metric = _runs_series(
+            [(canonical[c], k) for c, k in zip(block_codes, lengths, strict=True)]
+        )
+        superseded = _runs_series([(False, k) for k in lengths], pl.Boolean())
+    else:
+        metric = pl.Series("metric", canonical, dtype=pl.String).gather(codes)
+        superseded = pl.repeat(False, n, eager=True, dtype=pl.Boolean)
+    out = pl.DataFrame(
+        [step.alias("step"), metric.alias("metric"), value.alias("value"), wall.alias("wall_time")]
+    )
+    contiguous = starts_s is not None and len(present) == len(starts)
+    if n < 2 or _steps_increase(step, codes, starts, contiguous, len(names)):
+        frame = out.with_columns(superseded.alias("superseded"))
+        blocks = None
+        if contiguous:
+            blocks = _Blocks(frame, starts, [canonical[c] for c in block_codes])
+        return frame, [], canonical_to_raw, blocks
+    frame, issues = mark_restarts(out, source=source)
+    return frame, issues, canonical_to_raw, None
+
+
+def _runs_series(runs: list[tuple[Any, int]], dtype: pl.DataType | None = None) -> pl.Series:
+    """A series of constant runs (value, length), one chunk per run (nothing per row)."""
+    dtype = dtype or pl.String()
+    if not runs:
+        return pl.Series("", [], dtype=dtype)
+    parts = [pl.Series([v], dtype=dtype).new_from_index(0, k) for v, k in runs]
+    return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
+
+
+def _steps_increase(
+    step: pl.Series, codes: pl.Series, starts: list[int], contiguous: bool, n_codes: int
+) -> bool:
+    """True when every metric's steps strictly increase in row order (so nothing is a
+    restart or a repeated step), decided without grouping for two layouts: metrics in
+    contiguous blocks, or rows in non-decreasing step order with no metric twice at one
+    step. False means "not shown", and the general path decides."""
+    if step.null_count():
+        return False
+    n = step.len()
+    if contiguous:
+        ends = [*starts[1:], n]
+        return all(
+            _strictly_increasing(step.slice(a, b - a)) for a, b in zip(starts, ends, strict=True)
+        )
+    if not bool((step.slice(1, n - 1) >= step.slice(0, n - 1)).all()):
+        return False
+    lo, hi = int(step[0]), int(step[-1])
+    if (hi - lo + 1) * n_codes >= 2**62:
+        return False
+    key = (step - lo) * n_codes + codes.cast(pl.Int64)
+    return _strictly_increasing(key) or key.n_unique() == n
+
+
+def _metric_codes(metric: pl.Series) -> tuple[pl.Series, list[str]]:
+    """A UInt32 code per row and the name of each code."""
+    if isinstance(metric.dtype, pl.Enum) and not metric.null_count():
+        cats = metric.dtype.categories.to_list()
+        return metric.to_physical(), [str(c) for c in cats]
+    metric = metric.cast(pl.String)
+    blocks = _metric_blocks(metric)
+    if blocks is not None:
+        starts, block_names = blocks
+        ids: dict[str, int] = {}
+        block_codes = [ids.setdefault(x, len(ids)) for x in block_names]
+        lengths = _lengths(starts, metric.len())
+        runs = list(zip(block_codes, lengths, strict=True))
+        return _runs_series(runs, pl.UInt32()), list(ids)
+    uniq = [str(x) for x in metric.unique(maintain_order=True).to_list()]
+    return metric.cast(pl.Enum(uniq)).to_physical(), uniq
 
 
 def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[DataIssue]]:
@@ -305,8 +474,8 @@ def build_run(
     metadata: Mapping[str, Any] | None = None,
     issues: Sequence[DataIssue] = (),
 ) -> Run:
-    frame, more, names = frame_from_long(long, source=source, aliases=aliases)
-    return Run(
+    frame, more, names, blocks = _canonicalize(long, source=source, aliases=aliases)
+    run = Run(
         name=name,
         source=source,
         format=fmt,
@@ -315,3 +484,5 @@ def build_run(
         data_quality=[*issues, *more],
         raw_names=names,
     )
+    run._blocks = blocks
+    return run

@@ -62,6 +62,11 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     views = run._by_metric().values()
     if all(bool(np.isfinite(v.get_column("value").to_numpy()).all()) for v in views):
         return []
+    return _grouped(run, standing, params)
+
+
+def _grouped(run: Run, standing: pl.DataFrame, params: Params) -> list[Finding]:
+    """The findings from grouping the standing values by metric (the general path)."""
     bad = standing.with_columns(
         (pl.col("value").is_nan() | pl.col("value").is_infinite()).alias("_bad")
     )

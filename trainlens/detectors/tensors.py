@@ -67,17 +67,33 @@ def _per_tensor(run: Run, prefix: str) -> list[str]:
     return [m for m in run.metrics if m.startswith(prefix + "/")]
 
 
+def _table(run: Run, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Steps and a (step × metric) array of standing values, NaN where not logged: what
+    ``run.wide(names)`` holds, built from the per-metric series (no pivot of the whole
+    frame); when every metric was logged at the same steps the columns are stacked."""
+    series = [run.series(m) for m in names]
+    first = series[0][0]
+    if all(np.array_equal(st, first) for st, _ in series[1:]):
+        return first, np.column_stack([v for _, v in series])
+    joined = pl.DataFrame({"step": first, names[0]: series[0][1]})
+    for name, (st, v) in zip(names[1:], series[1:], strict=True):
+        joined = joined.join(
+            pl.DataFrame({"step": st, name: v}), on="step", how="full", coalesce=True
+        )
+    joined = joined.sort("step")
+    return joined.get_column("step").to_numpy(), joined.select(names).to_numpy()
+
+
 def _dead(run: Run, prefix: str, params: Params) -> list[Finding]:
     names = _per_tensor(run, prefix)
     if len(names) < 2:
         return []
-    wide = run.wide(names)
-    steps = wide.get_column("step").to_numpy()
+    steps, table = _table(run, names)
     n = steps.size
     if n < 10:
         return []
     start = int(n * params.warmup_frac)
-    vals = wide.select(names).to_numpy()[start:]
+    vals = table[start:]
     present = ~np.isnan(vals)  # missing cells are null -> NaN in numpy
     zero = present & (np.abs(np.nan_to_num(vals, nan=1.0)) <= params.zero_atol)
     moving = present & ~zero

@@ -50,8 +50,9 @@ def wide_to_long(
     unit: str = "line",
 ) -> tuple[pl.DataFrame, list[DataIssue]]:
     """Unpivot a wide table (a step column, maybe a time column, one column per metric)
-    to (step, metric, value, wall_time) in file order within each metric. Non-numeric
-    cells are counted and reported; missing cells are simply absent."""
+    to (step, metric, value, wall_time) in file order within each metric, the metrics in
+    column order (``metric`` is an Enum; :func:`trainlens.core.run.build_run` takes it).
+    Non-numeric cells are counted and reported; missing cells are simply absent."""
     issues: list[DataIssue] = []
     cols = df.columns
     step_key = find_key(cols, STEP_KEYS)
@@ -100,7 +101,7 @@ def wide_to_long(
     for c in metric_cols:
         dtype = df.schema[c]
         if dtype.is_numeric() or dtype == pl.Boolean:
-            casts.append(pl.col(c).cast(pl.Float64))
+            casts.append(pl.col(c) if dtype == pl.Float64 else pl.col(c).cast(pl.Float64))
         elif dtype == pl.String:
             col = df.get_column(c)
             num = col.str.strip_chars().cast(pl.Float64, strict=False)
@@ -131,12 +132,62 @@ def wide_to_long(
         )
     metric_names = [c for c in metric_cols if c not in dropped and df.schema[c] != pl.Null]
     wide = df.select(pl.col(step_key).alias("step"), pl.col("_wall").alias("wall_time"), *casts)
-    long = (
-        wide.unpivot(index=["step", "wall_time"], on=metric_names, variable_name="metric")
-        .filter(pl.col("value").is_not_null() & pl.col("step").is_not_null())
-        .select("step", "metric", "value", "wall_time")
+    return _unpivot(wide, metric_names), issues
+
+
+def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> pl.DataFrame:
+    """(step, metric, value, wall_time): each metric's non-null cells in file order, the
+    metrics one after the other, ``metric`` an Enum of ``metric_names``.
+
+    The same rows as ``wide.unpivot(...)`` filtered on non-null value and step, built
+    from per-metric slices concatenated without copying; the metric column is made from
+    integer codes, never one string per row."""
+    step = wide.get_column("step")
+    wall = wide.get_column("wall_time")
+    step_ok = step.null_count() == 0
+    steps: list[pl.Series] = []
+    values: list[pl.Series] = []
+    walls: list[pl.Series] = []
+    counts: list[int] = []
+    for name in metric_names:
+        value = wide.get_column(name)
+        if step_ok and value.null_count() == 0:
+            steps.append(step)
+            values.append(value)
+            walls.append(wall)
+        else:
+            keep = value.is_not_null() & step.is_not_null()
+            steps.append(step.filter(keep))
+            values.append(value.filter(keep))
+            walls.append(wall.filter(keep))
+        counts.append(steps[-1].len())
+    return pl.DataFrame(
+        [
+            _concat(steps, step.dtype).alias("step"),
+            enum_runs(metric_names, counts).alias("metric"),
+            _concat(values, pl.Float64()).alias("value"),
+            _concat(walls, pl.Float64()).alias("wall_time"),
+        ]
     )
-    return long, issues
+
+
+def _concat(parts: list[pl.Series], dtype: pl.DataType) -> pl.Series:
+    if not parts:
+        return pl.Series("", [], dtype=dtype)
+    return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
+
+
+def enum_runs(names: list[str], counts: list[int]) -> pl.Series:
+    """An Enum series of ``names``: counts[i] rows of names[i], one after the other — one
+    constant chunk per name, no string (nor code) per row is made."""
+    dtype = pl.Enum(names)
+    parts = [
+        pl.Series("metric", [n], dtype=dtype).new_from_index(0, k)
+        for n, k in zip(names, counts, strict=True)
+    ]
+    if not parts:
+        return pl.Series("metric", [], dtype=dtype)
+    return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
 
 
 def _cell_issue(

@@ -9,6 +9,8 @@ A cell that is not a number is reported with its line and skipped; the rest is k
 from __future__ import annotations
 
 import io
+import mmap
+import os
 import re
 from pathlib import Path
 
@@ -49,42 +51,12 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def read(path: Path, opts: ReadOptions) -> list[Run]:
     source = str(path)
-    data = path.read_bytes()
-    if not data.strip():
-        raise UnreadableInputError(f"{path}: the file is empty")
-    issues: list[DataIssue] = []
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line_no = data.count(b"\n", 0, exc.start) + 1
-        issues.append(
-            DataIssue(
-                kind="encoding",
-                source=source,
-                location=f"line {line_no}",
-                message=f"bytes that are not UTF-8 (first at line {line_no}) were replaced",
-            )
-        )
-        data = data.decode("utf-8", errors="replace").encode("utf-8")
-    header = data.split(b"\n", 1)[0]
-    delim = _delimiter(header) or ","
-    try:
-        df = pl.read_csv(
-            io.BytesIO(data),
-            separator=delim,
-            infer_schema_length=10_000,
-            null_values=[""],
-            truncate_ragged_lines=True,
-        )
-    except Exception:
-        # a type that changes below the inferred part: read as text and cast per cell
-        df = pl.read_csv(
-            io.BytesIO(data),
-            separator=delim,
-            infer_schema=False,
-            null_values=[""],
-            truncate_ragged_lines=True,
-        )
+    mapped = _read_mapped(path)
+    if mapped is not None:
+        df, size = mapped
+        issues: list[DataIssue] = []
+    else:
+        df, size, issues = _read_bytes(path, source)
     if df.height == 0:
         raise UnreadableInputError(f"{path}: a header but no rows")
 
@@ -107,5 +79,80 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if long.height == 0:
         raise UnreadableInputError(f"{path}: no numeric metric columns found")
     run = build_run(long, name=name, source=source, fmt=FORMAT, aliases=opts.aliases, issues=issues)
-    run.cursor[source] = len(data)
+    run.cursor[source] = size
     return [run]
+
+
+FAST_MIN_BYTES = 1 << 20  # smaller files are read into memory first
+_SCAN_BLOCK = 1 << 20
+
+
+def _read_mapped(path: Path) -> tuple[pl.DataFrame, int] | None:
+    """A large ASCII file read by polars from its path (no copy of the bytes in Python);
+    None for anything else (then the bytes are read, decoded and checked)."""
+    with path.open("rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size < FAST_MIN_BYTES:
+            return None
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            if not _is_ascii(mm):
+                return None  # the general path checks the UTF-8 and reports bad bytes
+            end = mm.find(b"\n")
+            header = mm[: end if end >= 0 else size]
+    try:
+        df = _polars_csv(path, _delimiter(header) or ",")
+    except Exception:
+        return None
+    return (df, size) if df.height else None
+
+
+def _is_ascii(data: mmap.mmap) -> bool:
+    # block by block (bytes.isascii is a fast word-at-a-time check; one block in memory)
+    return all(data[i : i + _SCAN_BLOCK].isascii() for i in range(0, len(data), _SCAN_BLOCK))
+
+
+def _read_bytes(path: Path, source: str) -> tuple[pl.DataFrame, int, list[DataIssue]]:
+    data = path.read_bytes()
+    if not data or data.isspace():  # (isspace stops at the first other byte; no copy)
+        raise UnreadableInputError(f"{path}: the file is empty")
+    issues: list[DataIssue] = []
+    try:
+        if not data.isascii():  # ASCII (the usual log) is UTF-8: no need to decode it
+            data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_no = data.count(b"\n", 0, exc.start) + 1
+        issues.append(
+            DataIssue(
+                kind="encoding",
+                source=source,
+                location=f"line {line_no}",
+                message=f"bytes that are not UTF-8 (first at line {line_no}) were replaced",
+            )
+        )
+        data = data.decode("utf-8", errors="replace").encode("utf-8")
+    end = data.find(b"\n")
+    header = data[: end if end >= 0 else len(data)]
+    df = _polars_csv(io.BytesIO(data), _delimiter(header) or ",")
+    return df, len(data), issues
+
+
+def _polars_csv(source: Path | io.BytesIO, delim: str) -> pl.DataFrame:
+    try:
+        return pl.read_csv(
+            source,
+            separator=delim,
+            infer_schema_length=10_000,
+            null_values=[""],
+            truncate_ragged_lines=True,
+        )
+    except Exception:
+        # a type that changes below the inferred part: read as text and cast per cell
+        if isinstance(source, io.BytesIO):
+            source.seek(0)
+        return pl.read_csv(
+            source,
+            separator=delim,
+            infer_schema=False,
+            null_values=[""],
+            truncate_ragged_lines=True,
+        )
