@@ -292,6 +292,14 @@ class Group:
         """Median over rounds of time(tasks[0]) / time(label)."""
         return statistics.median(self.ratios[label][what])
 
+    def pair(self, a: str, b: str, what: str = "cpu") -> float:
+        """Median over rounds of time(a) / time(b), for any two of the group's tasks."""
+        ta = next(t for t in self.tasks if t.label == a)
+        tb = next(t for t in self.tasks if t.label == b)
+        return statistics.median(
+            getattr(x, what) / getattr(y, what) for x, y in zip(ta.samples, tb.samples, strict=True)
+        )
+
 
 def _versus(group: Group, label: str) -> str:
     """trainlens' time over this reader's, as words: "1.21x the time" or "60x faster"."""
@@ -562,8 +570,14 @@ def main(argv: list[str] | None = None) -> int:
     verdicts.append(
         slower(groups["tb"], "polars.read_ndjson (same data as JSONL)", 3, "TensorBoard")
     )
-    verdicts.append(slower(groups["jsonl"], "polars.read_ndjson", 1.3, "JSONL"))
-    verdicts.append(slower(groups["csv"], "polars.read_csv", 1.3, "CSV"))
+    for key, peer, what in (
+        ("jsonl", "polars.read_ndjson", "JSONL"),
+        ("csv", "polars.read_csv", "CSV"),
+    ):
+        v = slower(groups[key], peer, 1.3, what)
+        given = groups[key].pair("trainlens, format given", peer)
+        v.note = "; ".join(filter(None, [v.note, f"with the format given: {given:.2f}x (CPU)"]))
+        verdicts.append(v)
     verdicts.append(slower(groups["mlflow"], "polars.read_csv (metric files)", 1.3, "MLflow"))
     for size in [] if args.quick else peer_sizes:
         g = groups[f"mlflow-peer-{size}"]

@@ -157,6 +157,12 @@ def _long_frames() -> Iterator[tuple[str, pl.DataFrame]]:
             .alias("wall_time"),
         ),
     )
+    yield (
+        "null values",
+        blocks.with_columns(
+            pl.when(pl.col("step") == 9).then(None).otherwise(pl.col("value")).alias("value")
+        ),
+    )
     yield "empty", blocks.head(0)
     yield "one row", blocks.head(1)
     yield "descending steps", blocks.with_columns(-pl.col("step"))

@@ -157,7 +157,7 @@ def _distinct_steps(views: dict[str, pl.DataFrame]) -> int:
 def _non_finite(run: Run) -> dict[str, dict[str, int]]:
     """metric -> count and first step of its NaN/±inf standing values."""
     views = run._by_metric()
-    if all(bool(np.isfinite(v.get_column("value").to_numpy()).all()) for v in views.values()):
+    if all(v.get_column("value").is_finite().all() for v in views.values()):
         return {}
     nonfinite = (
         run.standing()

@@ -113,11 +113,14 @@ class Run:
 
     def series_frame(self, metric: str) -> pl.DataFrame:
         """step, value, wall_time of one metric: standing values, step order, last per step."""
-        df = self._by_metric().get(metric)
+        views = self._by_metric()
+        df = views.get(metric)
         if df is None:
             return pl.DataFrame(
                 schema={"step": pl.Int64, "value": pl.Float64, "wall_time": pl.Float64}
             )
+        if max(df.n_chunks("all")) > 1:  # joined once, then numpy arrays need no copy
+            df = views[metric] = df.rechunk()
         if not _strictly_increasing(df.get_column("step")):
             df = df.unique(subset="step", keep="last", maintain_order=True).sort("step")
         return df.select("step", "value", "wall_time")

@@ -78,7 +78,6 @@ from typing import NamedTuple
 
 import numpy as np
 import polars as pl
-from scipy import stats
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
@@ -577,6 +576,9 @@ def _grad002(gs: _Series, lone: list[int], p: Params, *, loss_logged: bool) -> l
     cand = np.flatnonzero(counts >= p.repeat_count)
     if cand.size:
         rate = (len(lone) - counts[cand] + 1) / judged  # outside the window, add-one
+        # scipy.stats takes ~0.6 s of CPU to import: only this branch pays it
+        from scipy import stats
+
         # sliding windows: about twice as many tests as disjoint ones
         pval = stats.poisson.sf(counts[cand] - 1, rate * w) * max(2.0 * judged / w, 1.0)
         for j, c in zip(

@@ -61,7 +61,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
-from scipy import stats
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
@@ -161,6 +160,9 @@ def _not_decreasing(
     lowest = float(np.min(sm))
     if final < early - margin or lowest < early - margin:
         return []
+    # scipy.stats takes ~0.6 s of CPU to import: only this branch pays it
+    from scipy import stats
+
     idx = np.linspace(0, n - 1, min(n, p.max_fit_points)).astype(np.int64)
     fit = stats.theilslopes(v[idx], st[idx].astype(np.float64), alpha=p.slope_confidence)
     if fit.high_slope < 0:

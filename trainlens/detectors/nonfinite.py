@@ -60,7 +60,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     # the usual case, every value finite, decided on the per-metric views (no copy, no
     # grouping); otherwise the grouping below finds where
     views = run._by_metric().values()
-    if all(bool(np.isfinite(v.get_column("value").to_numpy()).all()) for v in views):
+    if all(v.get_column("value").is_finite().all() for v in views):
         return []
     return _grouped(run, standing, params)
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
@@ -108,6 +107,9 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         noise = _noise(v)
         if rel < params.min_rise or rise < params.noise_k * noise:
             continue
+        # scipy.stats takes ~0.6 s of CPU to import: only this branch pays it
+        from scipy import stats
+
         slope = stats.theilslopes(np.r_[best_v, after], np.r_[s[best], s[best + 1 :]])[0]
         if not slope > 0:
             continue

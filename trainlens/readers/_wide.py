@@ -96,12 +96,13 @@ def wide_to_long(
         df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias("_wall"))
 
     metric_cols = [c for c in df.columns if c not in {step_key, time_key, "_line", "_wall"}]
-    casts: list[pl.Expr | pl.Series] = []
+    casts: list[pl.Series] = []
     dropped: list[str] = []
     for c in metric_cols:
         dtype = df.schema[c]
         if dtype.is_numeric() or dtype == pl.Boolean:
-            casts.append(pl.col(c) if dtype == pl.Float64 else pl.col(c).cast(pl.Float64))
+            col = df.get_column(c)
+            casts.append(col if dtype == pl.Float64 else col.cast(pl.Float64))
         elif dtype == pl.String:
             col = df.get_column(c)
             num = col.str.strip_chars().cast(pl.Float64, strict=False)
@@ -131,7 +132,15 @@ def wide_to_long(
             )
         )
     metric_names = [c for c in metric_cols if c not in dropped and df.schema[c] != pl.Null]
-    wide = df.select(pl.col(step_key).alias("step"), pl.col("_wall").alias("wall_time"), *casts)
+    # one chunk per column (a reader's frame comes in hundreds): every metric's rows are
+    # then one chunk of the long frame, so its per-metric views need no copy
+    wide = pl.DataFrame(
+        [
+            df.get_column(step_key).alias("step").rechunk(),
+            df.get_column("_wall").alias("wall_time").rechunk(),
+            *(c.rechunk() for c in casts),
+        ]
+    )
     return _unpivot(wide, metric_names), issues
 
 
