@@ -64,7 +64,7 @@ import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.detectors._stats import MAD_TO_SIGMA, runs_of
+from trainlens.detectors._stats import MAD_TO_SIGMA, runs_of, theil_sen
 from trainlens.detectors.base import Context, Skip, finding
 from trainlens.detectors.grad_spikes import warmup_end
 
@@ -160,11 +160,8 @@ def _not_decreasing(
     lowest = float(np.min(sm))
     if final < early - margin or lowest < early - margin:
         return []
-    # scipy.stats takes ~0.6 s of CPU to import: only this branch pays it
-    from scipy import stats
-
     idx = np.linspace(0, n - 1, min(n, p.max_fit_points)).astype(np.int64)
-    fit = stats.theilslopes(v[idx], st[idx].astype(np.float64), alpha=p.slope_confidence)
+    fit = theil_sen(v[idx], st[idx].astype(np.float64), p.slope_confidence)
     if fit.high_slope < 0:
         return []  # a small but significant decrease: still learning
     total = (initial - final) / abs(initial) if initial else 0.0

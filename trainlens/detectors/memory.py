@@ -64,6 +64,7 @@ import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
+from trainlens.detectors._stats import theil_sen
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"MEM001": "memory-creep"}
@@ -197,8 +198,6 @@ def _capacity(ctx: Context | None) -> tuple[float | None, str | None]:
 def _judge(
     metric: str, x: np.ndarray, y: np.ndarray, params: Params, ctx: Context | None
 ) -> Finding | None:
-    from scipy import stats
-
     tau0 = _onset(x, y, params)
     if tau0 is None:
         return None
@@ -222,22 +221,21 @@ def _judge(
         return None
     # (2) significant
     bx, by = _buckets(xs, ys, params.max_buckets)
-    res = stats.theilslopes(by, bx, alpha=params.confidence)
-    slope, intercept, lo_slope, hi_slope = (
-        float(res[0]),
-        float(res[1]),
-        float(res[2]),
-        float(res[3]),
-    )
+    slope, intercept, lo_slope, hi_slope = theil_sen(by, bx, params.confidence)
+    if not (lo_slope > 0 and slope > 0):
+        return None
+    # scipy.stats takes ~0.5 s of CPU to import: only a significant rise pays it
+    from scipy import stats
+
     kt = stats.kendalltau(bx, by)
     p_value = float(kt.pvalue) if np.isfinite(kt.pvalue) else 1.0
-    if not (lo_slope > 0 and slope > 0 and p_value < params.max_p):
+    if not p_value < params.max_p:
         return None
     # still rising at the end: a rise that levels off (allocator or page-cache warmup,
     # fragmentation that saturates) is not a leak
     half = len(bx) // 2
     if half >= 5:
-        tail_slope = float(stats.theilslopes(by[half:], bx[half:])[0])
+        tail_slope = theil_sen(by[half:], bx[half:]).slope
         if tail_slope < params.min_tail_slope_ratio * slope:
             return None
     # (3) large

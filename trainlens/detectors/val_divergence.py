@@ -44,7 +44,7 @@ import numpy as np
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.detectors._stats import MAD_TO_SIGMA
+from trainlens.detectors._stats import MAD_TO_SIGMA, theil_sen
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"VAL001": "val-train-divergence"}
@@ -107,10 +107,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         noise = _noise(v)
         if rel < params.min_rise or rise < params.noise_k * noise:
             continue
-        # scipy.stats takes ~0.6 s of CPU to import: only this branch pays it
-        from scipy import stats
-
-        slope = stats.theilslopes(np.r_[best_v, after], np.r_[s[best], s[best + 1 :]])[0]
+        slope = theil_sen(np.r_[best_v, after], np.r_[s[best], s[best + 1 :]]).slope
         if not slope > 0:
             continue
         train = _train_change(run, int(s[best]), int(s[-1]))
