@@ -233,7 +233,11 @@ def frame_from_long(
     source: str,
     aliases: AliasTable | None = None,
 ) -> tuple[pl.DataFrame, list[DataIssue], dict[str, str]]:
-    """Canonicalize a long frame (step, metric, value[, wall_time]) in file order.
+    """Canonicalize a long frame (step, metric, value[, wall_time][, _order]).
+
+    Rows are in file order, or grouped by metric with an ``_order`` column that gives
+    each row's place in the file (a line number, a timestamp): a restart is told by the
+    order the values were written in, and its metrics are pooled by it.
 
     Maps metric names through the alias table (scaling units where the alias says),
     marks restarts and duplicates, and returns (frame, data-quality issues,
@@ -306,6 +310,12 @@ def _canonicalize(
         if contiguous:
             blocks = _Blocks(frame, starts, [canonical[c] for c in block_codes])
         return frame, [], canonical_to_raw, blocks
+    if "_order" in df.columns:  # back to the order of writing
+        out = (
+            out.with_columns(df.get_column("_order").alias("_order"))
+            .sort("_order", maintain_order=True)
+            .drop("_order")
+        )
     frame, issues = mark_restarts(out, source=source)
     return frame, issues, canonical_to_raw, None
 

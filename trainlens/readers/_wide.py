@@ -132,31 +132,35 @@ def wide_to_long(
             )
         )
     metric_names = [c for c in metric_cols if c not in dropped and df.schema[c] != pl.Null]
-    # one chunk per column (a reader's frame comes in hundreds): every metric's rows are
-    # then one chunk of the long frame, so its per-metric views need no copy
+    # (columns keep the reader's chunks: a per-metric view is made one chunk when a
+    # detector first asks for it, see Run.series_frame)
     wide = pl.DataFrame(
         [
-            df.get_column(step_key).alias("step").rechunk(),
-            df.get_column("_wall").alias("wall_time").rechunk(),
-            *(c.rechunk() for c in casts),
+            df.get_column(step_key).alias("step"),
+            df.get_column("_wall").alias("wall_time"),
+            df.get_column("_line").alias("_order"),
+            *casts,
         ]
     )
     return _unpivot(wide, metric_names), issues
 
 
 def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> pl.DataFrame:
-    """(step, metric, value, wall_time): each metric's non-null cells in file order, the
-    metrics one after the other, ``metric`` an Enum of ``metric_names``.
+    """(step, metric, value, wall_time, _order): each metric's non-null cells in file
+    order, the metrics one after the other, ``metric`` an Enum of ``metric_names``,
+    ``_order`` the line each value came from (restarts are told in that order).
 
     The same rows as ``wide.unpivot(...)`` filtered on non-null value and step, built
     from per-metric slices concatenated without copying; the metric column is made from
     integer codes, never one string per row."""
     step = wide.get_column("step")
     wall = wide.get_column("wall_time")
+    order = wide.get_column("_order")
     step_ok = step.null_count() == 0
     steps: list[pl.Series] = []
     values: list[pl.Series] = []
     walls: list[pl.Series] = []
+    orders: list[pl.Series] = []
     counts: list[int] = []
     for name in metric_names:
         value = wide.get_column(name)
@@ -164,11 +168,13 @@ def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> pl.DataFrame:
             steps.append(step)
             values.append(value)
             walls.append(wall)
+            orders.append(order)
         else:
             keep = value.is_not_null() & step.is_not_null()
             steps.append(step.filter(keep))
             values.append(value.filter(keep))
             walls.append(wall.filter(keep))
+            orders.append(order.filter(keep))
         counts.append(steps[-1].len())
     return pl.DataFrame(
         [
@@ -176,6 +182,7 @@ def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> pl.DataFrame:
             enum_runs(metric_names, counts).alias("metric"),
             _concat(values, pl.Float64()).alias("value"),
             _concat(walls, pl.Float64()).alias("wall_time"),
+            _concat(orders, order.dtype).alias("_order"),
         ]
     )
 
