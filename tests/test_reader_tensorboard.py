@@ -559,12 +559,14 @@ def test_event_with_several_values(tmp_path: Path) -> None:
         w.add_event(event_pb2.Event(wall_time=100.0 + s, step=s, summary=summary))
     w.close()
     (run,) = _read(tmp_path)
+    # one block per metric, file order within each (the frame's layout when no step
+    # goes back)
     assert run.frame.select("step", "metric", "value").rows() == [
         (1, "train/loss", 1.0),
-        (1, "lr", 0.5),
         (2, "train/loss", 0.5),
-        (2, "lr", 1.0),
         (3, "train/loss", float(np.float32(1 / 3))),
+        (1, "lr", 0.5),
+        (2, "lr", 1.0),
         (3, "lr", 1.5),
     ]
     (issue,) = [i for i in run.data_quality if i.kind == "non-scalar"]

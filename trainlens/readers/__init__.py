@@ -13,6 +13,7 @@ from types import ModuleType
 
 from trainlens.core.errors import UnreadableInputError, UsageError
 from trainlens.core.run import Run
+from trainlens.readers import _sniff
 from trainlens.readers.base import ReadOptions, read_head
 
 # sniffing order: most specific first
@@ -47,6 +48,11 @@ def detect_format(path: Path) -> str:
     if not head.strip():
         raise UnreadableInputError(f"{path}: the file is empty")
     for fmt in FORMATS:
+        # a first look that needs no reader import (numpy and all) for the usual files
+        if fmt == "tensorboard" and not _sniff.tensorboard_file(path, head):
+            continue
+        if fmt == "mlflow" and _sniff.mlflow_file(path, head) is False:
+            continue
         if _module(fmt).sniff(path, head):
             return fmt
     raise UnreadableInputError(

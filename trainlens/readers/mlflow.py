@@ -52,11 +52,13 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers import _sniff
+from trainlens.readers._wide import enum_runs
 from trainlens.readers.base import ReadOptions
 
 FORMAT = "mlflow"
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
+_SQLITE_MAGIC = _sniff.SQLITE_MAGIC
 _RUN_STATUS = {1: "RUNNING", 2: "SCHEDULED", 3: "FINISHED", 4: "FAILED", 5: "KILLED"}
 # folders inside mlruns/ (and inside an experiment) that are not experiments (runs)
 _NOT_EXPERIMENTS = {".trash", "models"}
@@ -98,15 +100,13 @@ def sniff(path: Path, head: bytes) -> bool:
     try:
         if path.is_dir():
             return _is_export_dir(path) or _looks_like_file_store(path)
-        if head.startswith(_SQLITE_MAGIC):
-            return _sqlite_has_metrics(path)
-        return path.suffix == ".json" and _is_export_head(head)
+        says = _sniff.mlflow_file(path, head)
+        return _sqlite_has_metrics(path) if says is None else says
     except OSError:
         return False
 
 
-def _is_export_head(head: bytes) -> bool:
-    return b'"run_id"' in head and (b'"mlflow"' in head or b'"info"' in head)
+_is_export_head = _sniff.is_mlflow_export_head
 
 
 def _is_export_dir(path: Path) -> bool:
@@ -331,15 +331,22 @@ def _long_frame(
     value: pl.Series,
     timestamp_ms: pl.Series,
 ) -> pl.DataFrame:
-    """The long frame of one run from per-metric row counts and concatenated columns."""
-    idx = np.repeat(np.arange(len(names), dtype=np.uint32), np.asarray(counts, dtype=np.int64))
-    metric = pl.Series("metric", list(names), dtype=pl.String()).gather(idx)
+    """The long frame of one run from per-metric row counts and concatenated columns
+    (``metric`` an Enum made of one constant run per metric: no string per row)."""
+    if len(set(names)) == len(names):
+        metric = enum_runs(list(names), list(counts))
+    else:  # a name twice (not expected from MLflow): one string per row
+        idx = np.repeat(np.arange(len(names), dtype=np.uint32), np.asarray(counts, np.int64))
+        metric = pl.Series("metric", list(names), dtype=pl.String()).gather(idx)
     return pl.DataFrame(
         [
             step.alias("step"),
-            metric,
+            metric.alias("metric"),
             value.alias("value"),
             (timestamp_ms.cast(pl.Float64) / 1000.0).alias("wall_time"),
+            # MLflow keeps no order across metrics but the time each value was logged:
+            # a restart is told (and pooled over metrics) in that order
+            timestamp_ms.alias("_order"),
         ]
     )
 

@@ -43,7 +43,9 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers import _sniff
 from trainlens.readers import _tfrecord as tfr
+from trainlens.readers._wide import enum_runs
 from trainlens.readers.base import ReadOptions
 
 FORMAT = "tensorboard"
@@ -862,8 +864,7 @@ def read_events_file(
 _TS = re.compile(r"tfevents\.(\d+)")
 
 
-def _is_event_file(name: str) -> bool:
-    return "tfevents" in name
+_is_event_file = _sniff.is_event_file_name
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -878,12 +879,7 @@ def sniff(path: Path, head: bytes) -> bool:
             if seen > SNIFF_MAX_FILES:
                 break
         return False
-    if _is_event_file(path.name):
-        return True
-    if len(head) < tfr.HEADER:
-        return False
-    length, lcrc = struct.unpack_from("<QI", head)
-    return bool(lcrc == tfr.length_crc(length))
+    return _sniff.tensorboard_file(path, head)
 
 
 # ---- runs ----------------------------------------------------------------------------------
@@ -926,34 +922,60 @@ class _RunParts:
 
 
 def _frame_of(parts: _RunParts, tags: _Tags) -> pl.DataFrame:
+    """The run's long frame with ``metric`` an Enum (no string per row).
+
+    When every metric's steps strictly increase (the usual run: no restart, no step
+    logged twice) the rows are regrouped into one block per metric, file order kept
+    within each; :func:`build_run` then needs no grouping and every per-metric view is a
+    slice. Otherwise the rows stay in file order, which is what tells a restart apart."""
     names = [t.decode("utf-8", "replace") for t in tags.names]
-    frames = []
+    metrics: dict[str, int] = {}  # metric name -> code, in order of first appearance
+    codes, steps, walls, values = [], [], [], []
+    small = len(tags.names) <= 1 << 16  # numpy sorts 16-bit keys by radix
     for fd, rename in zip(parts.files, parts.renames, strict=True):
         r = fd.rows
         if not len(r.record):
             continue
-        labels = names if rename is None else [rename.get(i, n) for i, n in enumerate(names)]
-        metric = pl.Series("metric", labels, dtype=pl.String).gather(r.tag)
-        frames.append(
-            pl.DataFrame(
-                {
-                    "step": r.step,
-                    "metric": metric,
-                    "value": r.value,
-                    "wall_time": r.wall,
-                }
-            )
-        )
-    if not frames:
+        to_code = np.zeros(len(names), dtype=np.uint16 if small else np.int64)
+        for t in np.unique(r.tag).tolist():  # tag ids come in order of first appearance
+            label = names[t] if rename is None else rename.get(t, names[t])
+            to_code[t] = metrics.setdefault(label, len(metrics))
+        codes.append(to_code[r.tag])
+        steps.append(r.step)
+        walls.append(r.wall)
+        values.append(r.value)
+    order = list(metrics)
+    dtype = pl.Enum(order)
+    if not codes:
         return pl.DataFrame(
-            schema={
-                "step": pl.Int64,
-                "metric": pl.String,
-                "value": pl.Float64,
-                "wall_time": pl.Float64,
-            }
+            schema={"step": pl.Int64, "metric": dtype, "value": pl.Float64, "wall_time": pl.Float64}
         )
-    return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+    code, step, wall, value = (
+        np.concatenate(x) if len(x) > 1 else x[0] for x in (codes, steps, walls, values)
+    )
+    counts = np.bincount(code, minlength=len(order))
+    if len(order) > 1:
+        idx = np.argsort(code, kind="stable")
+        grouped = step[idx]
+    else:
+        idx, grouped = None, step
+    rises = np.diff(grouped) > 0
+    bounds = np.cumsum(counts)[:-1]
+    rises[bounds - 1] = True  # block edges (every count is at least 1)
+    if bool(rises.all()):
+        if idx is not None:
+            step, wall, value = grouped, wall[idx], value[idx]
+        metric = enum_runs(order, counts.tolist())
+    else:
+        metric = pl.Series("metric", order, dtype=dtype).gather(code)
+    return pl.DataFrame(
+        [
+            pl.Series("step", step),
+            metric.alias("metric"),
+            pl.Series("value", value),
+            pl.Series("wall_time", wall),
+        ]
+    )
 
 
 def _skipped_issue(files: list[FileData], source: str) -> list[DataIssue]:

@@ -1,0 +1,64 @@
+"""Sniffing a single file without importing its reader.
+
+Telling a JSONL or CSV file from a TensorBoard events file or an MLflow database takes a
+look at the first bytes only; importing the TensorBoard and MLflow readers to do it would
+import numpy too, a noticeable share of the time a small file takes to read. The reader
+modules use these same functions for their own ``sniff``.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+TFRECORD_HEADER = 12  # uint64 length + masked CRC-32C of it
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_MASK_DELTA = 0xA282EAD8
+_crc_table: list[int] = []
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli) of a few bytes, in pure Python."""
+    if not _crc_table:
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+            _crc_table.append(c)
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _crc_table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def masked_length_crc(length: int) -> int:
+    """The masked CRC a TFRecord header stores for its 8-byte length field."""
+    crc = _crc32c(length.to_bytes(8, "little"))
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def is_event_file_name(name: str) -> bool:
+    return "tfevents" in name
+
+
+def tensorboard_file(path: Path, head: bytes) -> bool:
+    """An events file by name, or by a first record header whose length checksum holds."""
+    if is_event_file_name(path.name):
+        return True
+    if len(head) < TFRECORD_HEADER:
+        return False
+    length, lcrc = struct.unpack_from("<QI", head)
+    return bool(lcrc == masked_length_crc(length))
+
+
+def is_mlflow_export_head(head: bytes) -> bool:
+    return b'"run_id"' in head and (b'"mlflow"' in head or b'"info"' in head)
+
+
+def mlflow_file(path: Path, head: bytes) -> bool | None:
+    """False when the file is surely not MLflow's; None when it is an SQLite database
+    (whether it has MLflow's tables takes the MLflow reader to tell); True for an
+    mlflow-export-import run.json."""
+    if head.startswith(SQLITE_MAGIC):
+        return None
+    return path.suffix == ".json" and is_mlflow_export_head(head)
