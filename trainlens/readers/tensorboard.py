@@ -937,7 +937,8 @@ def _frame_of(parts: _RunParts, tags: _Tags) -> pl.DataFrame:
         if not len(r.record):
             continue
         to_code = np.zeros(len(names), dtype=np.uint16 if small else np.int64)
-        for t in np.unique(r.tag).tolist():  # tag ids come in order of first appearance
+        present = np.flatnonzero(np.bincount(r.tag, minlength=len(names)))
+        for t in present.tolist():  # tag ids come in order of first appearance
             label = names[t] if rename is None else rename.get(t, names[t])
             to_code[t] = metrics.setdefault(label, len(metrics))
         codes.append(to_code[r.tag])
