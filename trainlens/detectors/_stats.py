@@ -35,6 +35,44 @@ def rolling_mad(
     return med, mad
 
 
+def median3(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Elementwise median of three arrays without NaN (it is one of the three values, so
+    it is what any median gives)."""
+    return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
+
+
+def centered_rolling_median(x: np.ndarray, window: int, *, nan_missing: bool = False) -> np.ndarray:
+    """Median of x[i - h : i + h + 1] at each i (h = window // 2), of what is there at the
+    edges; NaN is skipped as missing with ``nan_missing`` (else it is a value).
+
+    Value for value ``pl.Series(x).rolling_median(window, center=True, min_samples=1)``,
+    which polars computes several times slower than the trailing window: for an odd
+    window the centered median at i is the trailing one at i + h, so only the last h
+    points (windows cut short at the end) are left to the centered call; three points
+    take min/max passes."""
+    x = np.asarray(x, dtype=np.float64)
+    n, h = x.size, window // 2
+    skip_nan = nan_missing and bool(np.isnan(x).any())
+
+    def series(v: np.ndarray) -> pl.Series:
+        s = pl.Series(v, dtype=pl.Float64)
+        return s.fill_nan(None) if skip_nan else s
+
+    def centered(v: np.ndarray) -> np.ndarray:
+        return series(v).rolling_median(window, center=True, min_samples=1).to_numpy()
+
+    if window % 2 == 0 or n <= 2 * h + 1 or (h == 1 and np.isnan(x).any()):
+        return centered(x)
+    out = np.empty(n)
+    if h == 1:
+        out[1:-1] = median3(x[:-2], x[1:-1], x[2:])
+        out[0] = centered(x[:2])[0]
+    else:
+        out[: n - h] = series(x).rolling_median(window, min_samples=1).to_numpy()[h:]
+    out[n - h :] = centered(x[n - 2 * h :])[h:]
+    return out
+
+
 def runs_of(mask: np.ndarray) -> list[tuple[int, int]]:
     """Index ranges [start, end] (inclusive) where ``mask`` is true, in order."""
     m = np.asarray(mask, dtype=bool)

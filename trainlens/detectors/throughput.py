@@ -80,12 +80,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.names import AliasTable
 from trainlens.core.run import Run
-from trainlens.detectors._stats import MAD_TO_SIGMA, runs_of
+from trainlens.detectors._stats import MAD_TO_SIGMA, centered_rolling_median, runs_of
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"TPUT001": "throughput-drop", "TPUT002": "straggler-rank"}
@@ -151,13 +150,7 @@ def centered_median(x: np.ndarray, window: int) -> np.ndarray:
     window = min(odd(window), odd(n) - 2 if n > 2 else 1)
     if window <= 1 or n < 3:
         return np.asarray(x, dtype=np.float64).copy()
-    s = pl.Series(x, dtype=pl.Float64).fill_nan(None)
-    return (
-        s.rolling_median(window, center=True, min_samples=1)
-        .fill_null(float("nan"))
-        .to_numpy()
-        .astype(np.float64)
-    )
+    return centered_rolling_median(x, window, nan_missing=True)
 
 
 def robust_sigma(x: np.ndarray) -> float:
