@@ -82,8 +82,9 @@ def _fmt_s(x: float) -> str:
     return f"{x:.3g} s"
 
 
-def _timed_rows(run: Run) -> pl.DataFrame:
-    """(step, superseded, wall_time) rows that carry every step's wall time.
+def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool]:
+    """(step, superseded, wall_time) rows that carry every step's wall time, and whether
+    they are one row per step (only the densest metric's).
 
     Grouping the whole long frame (12M rows for 1M steps × 12 metrics) costs more than
     reading it; metrics logged on the same lines share steps and times, so the densest
@@ -95,12 +96,11 @@ def _timed_rows(run: Run) -> pl.DataFrame:
         if sf.height and sf.get_column("wall_time").null_count() < sf.height:
             timed.append((metric, sf))
     if not timed:
-        return pl.DataFrame(
-            schema={"step": pl.Int64, "superseded": pl.Boolean, "wall_time": pl.Float64}
-        )
+        schema = {"step": pl.Int64, "superseded": pl.Boolean, "wall_time": pl.Float64}
+        return pl.DataFrame(schema=schema), True
     timed.sort(key=lambda t: -t[1].height)
     _, dense = timed[0]
-    dense_steps = dense.get_column("step").to_numpy()
+    dense_steps = dense.get_column("step").to_numpy()  # increasing (series_frame)
     parts = [dense.select("step", pl.lit(False).alias("superseded"), "wall_time")]
     for _, sf in timed[1:]:
         steps = sf.get_column("step").to_numpy()
@@ -110,28 +110,37 @@ def _timed_rows(run: Run) -> pl.DataFrame:
             and steps[-1] == dense_steps[-1]
         ):
             continue  # logged on the same lines as the densest metric
-        extra = sf.filter(~pl.col("step").is_in(dense_steps))
+        at = np.minimum(np.searchsorted(dense_steps, steps), dense_steps.size - 1)
+        extra = sf.filter(pl.Series(dense_steps[at] != steps))
         if extra.height:
             parts.append(extra.select("step", pl.lit(False).alias("superseded"), "wall_time"))
     if run.frame.get_column("superseded").any():
         parts.append(
             run.frame.filter(pl.col("superseded")).select("step", "superseded", "wall_time")
         )
-    return pl.concat(parts)
+    return pl.concat(parts), len(parts) == 1
+
+
+def _points(run: Run) -> tuple[np.ndarray, np.ndarray]:
+    """Step and wall time of each logged point (the earliest wall time of any metric at
+    that step; superseded values apart), in wall-clock order."""
+    rows, one_per_step = _timed_rows(run)
+    rows = rows.filter(pl.col("wall_time").is_not_null() & pl.col("wall_time").is_finite())
+    if one_per_step:
+        s = rows.get_column("step").to_numpy()
+        w = rows.get_column("wall_time").to_numpy()
+        if bool(np.all(w[1:] >= w[:-1])):
+            return s, w  # in step order, one per step, and the clock never goes back
+    pts = (
+        rows.group_by("step", "superseded").agg(pl.col("wall_time").min()).sort("wall_time", "step")
+    )
+    return pts.get_column("step").to_numpy(), pts.get_column("wall_time").to_numpy()
 
 
 def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
-    pts = (
-        _timed_rows(run)
-        .filter(pl.col("wall_time").is_not_null() & pl.col("wall_time").is_finite())
-        .group_by("step", "superseded")
-        .agg(pl.col("wall_time").min())
-        .sort("wall_time", "step")
-    )
-    if pts.height < 3:
+    s, w = _points(run)
+    if s.size < 3:
         raise Skip("needs wall-clock times (a time/timestamp per logged step), not logged")
-    s = pts.get_column("step").to_numpy()
-    w = pts.get_column("wall_time").to_numpy().astype(np.float64)
     gap = np.diff(w)
     ds = np.diff(s)
     fwd = (ds > 0) & (gap > 0)
