@@ -95,17 +95,19 @@ def _dead(run: Run, prefix: str, params: Params) -> list[Finding]:
     start = int(n * params.warmup_frac)
     vals = table[start:]
     present = ~np.isnan(vals)  # missing cells are null -> NaN in numpy
-    zero = present & (np.abs(np.nan_to_num(vals, nan=1.0)) <= params.zero_atol)
+    zero = np.abs(vals) <= params.zero_atol  # False where missing (NaN)
     moving = present & ~zero
+    n_moving = moving.sum(axis=1)
+    k = len(names)
     out = []
     for j, name in enumerate(names):
-        others = np.delete(moving, j, axis=1)
-        others_move = others.mean(axis=1) >= 0.5 if others.shape[1] else np.zeros(0, bool)
-        if not others_move.any():
+        # at least half of the other tensors move (counted, not averaged per row)
+        rows = 2 * (n_moving - moving[:, j]) >= k - 1
+        n_rows = int(rows.sum())
+        if not n_rows:
             continue
-        rows = others_move
-        dead_zero = zero[rows, j].mean()
-        missing = (~present[rows, j]).mean()
+        dead_zero = np.count_nonzero(zero[:, j] & rows) / n_rows
+        missing = np.count_nonzero(~present[:, j] & rows) / n_rows
         # missing only counts when the tensor was logged before and stopped
         stopped = missing >= params.dead_frac and present[:, j].any()
         if dead_zero >= params.dead_frac or stopped:
@@ -145,6 +147,8 @@ def _band(run: Run, metric: str, params: Params) -> Finding | None:
     s, v = s[lo_i:hi_i], v[lo_i:hi_i]
     if v.size < params.window or np.all(v == 0):
         return None  # all-zero ratios are a dead tensor, not a band problem
+    if not ((v < params.band_low).any() or (v > params.band_high).any()):
+        return None  # no rolling median of values inside the band lies outside it
     med = pl.Series(v).rolling_median(params.window, min_samples=params.window // 2).to_numpy()
     outside_low = med < params.band_low
     outside_high = med > params.band_high
