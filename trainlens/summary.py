@@ -146,12 +146,22 @@ def _distinct_steps(views: dict[str, pl.DataFrame]) -> int:
     arrays: dict[tuple[int, int], np.ndarray] = {}
     for st in _step_arrays(views).values():
         arrays.setdefault((st.__array_interface__["data"][0], st.size), st)
-    parts = list(arrays.values())
-    if len(parts) == 1 and _increasing(parts[0]):
-        return int(parts[0].size)
+    parts = sorted(arrays.values(), key=lambda a: -a.size)
     if not parts:
         return 0
-    return int(pl.Series(np.concatenate(parts)).n_unique())
+    # metrics logged on the same lines repeat the densest one's steps in their own
+    # buffers: comparing is far cheaper than hashing them all
+    densest = parts[0]
+    rest = [a for a in parts[1:] if not np.array_equal(a, densest)]
+    if not _increasing(densest):
+        return int(pl.Series(np.concatenate([densest, *rest])).n_unique())
+    if not rest:
+        return int(densest.size)
+    # the densest metric's steps, and the others' steps it does not have
+    other = np.concatenate(rest)
+    at = np.minimum(np.searchsorted(densest, other), densest.size - 1)
+    new = other[densest[at] != other]
+    return int(densest.size) + (int(pl.Series(new).n_unique()) if new.size else 0)
 
 
 def _non_finite(run: Run) -> dict[str, dict[str, int]]:
