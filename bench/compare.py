@@ -165,6 +165,12 @@ print(len(pd.DataFrame(rows, columns=["tag", "step", "value", "wall_time"])))
 """
 
 HELP = "import sys\nfrom trainlens.cli import main\nsys.exit(main(['--help']))\n"
+# what a read costs before it reads: the interpreter and the imports a read makes
+STARTUP_ONLY = """
+import sys, trainlens, trainlens.api, polars, numpy
+from trainlens.readers import tensorboard, mlflow
+print(0)
+"""
 MFU = (
     "import sys\nfrom trainlens.cli import main\n"
     "sys.exit(main(['mfu', '--params', '1.3e9', '--tps', '40k', '--gpu', 'h100']))\n"
@@ -216,8 +222,31 @@ class Sample:
     output: str
 
 
+# The child's own peak RSS, written to stderr at exit. wait4's ru_maxrss is no good here:
+# Linux carries the pre-exec high-water mark over exec, and a child started with vfork
+# counts the bench's own memory as its peak.
+_HWM_MARK = "@@VmHWM"
+_REPORT_HWM = (
+    "import atexit as _ax, sys as _sy\n"
+    "def _hwm():\n"
+    "    with open('/proc/self/status') as _f:\n"
+    "        _kb = next(_l.split()[1] for _l in _f if _l.startswith('VmHWM'))\n"
+    f"    _sy.stderr.write('\\n{_HWM_MARK} ' + _kb + '\\n')\n"
+    "_ax.register(_hwm)\n"
+)
+
+
+def _peak_kb(stderr: bytes) -> float | None:
+    for line in reversed(stderr.decode(errors="replace").splitlines()):
+        if line.startswith(_HWM_MARK):
+            return float(line.split()[1])
+    return None
+
+
 def run_child(code: str, *args: str, timeout: float = 3600.0) -> Sample:
     """Run ``python -c code args`` fresh; wall, CPU (user+sys) and peak RSS of that child."""
+    if os.path.exists("/proc/self/status"):
+        code = _REPORT_HWM + code
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -239,7 +268,9 @@ def run_child(code: str, *args: str, timeout: float = 3600.0) -> Sample:
             err.seek(0)
             tail = err.read().decode(errors="replace")[-2000:]
             raise SystemExit(f"child failed ({proc.returncode}):\n{code}\n{tail}")
-    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, out.strip())
+        err.seek(0)
+        peak_kb = _peak_kb(err.read()) or float(usage.ru_maxrss)
+    return Sample(wall, usage.ru_utime + usage.ru_stime, peak_kb / 1024.0, out.strip())
 
 
 @dataclass
@@ -339,6 +370,13 @@ def faster(group: Group, peer: str, factor: float, what: str) -> Verdict:
     cpu = 1.0 / group.ratio(peer, "cpu")
     wall = 1.0 / group.ratio(peer, "wall")
     note = "" if (wall >= factor) == (cpu >= factor) else f"on wall time: {wall:.0f}x"
+    alone = next((t for t in group.tasks if t.label.startswith("trainlens start-up")), None)
+    if alone is not None:
+        mine, base = group.tasks[0].median("cpu"), alone.median("cpu")
+        theirs = next(t for t in group.tasks if t.label == peer).median("cpu")
+        past = f"{theirs / (mine - base):.0f}x" if mine > base else "n/a"
+        share = f"start-up alone {base:.2f} s of trainlens' {mine:.2f} s CPU; past it {past}"
+        note = "; ".join(filter(None, [note, share]))
     return Verdict(
         f"{what}: >= {factor:g}x faster than {peer}",
         f"{cpu:.0f}x (CPU), {wall:.0f}x (wall)",
@@ -458,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         n_small = generate.expected_values(generate.Plan(steps=size))
         ms = f"{size:,} x 12"
         rounds = PR if size <= 200_000 else 1
+        startup = Task("trainlens start-up alone (imports, no read)", STARTUP_ONLY, (), 0)
         groups[f"mlflow-peer-{size}"] = Group(
             f"MLflow file store, {ms}",
             [
@@ -468,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
                     (str(small["mlflow"]),),
                     n_small,
                 ),
+                startup,
             ],
             rounds,
         )
@@ -477,6 +517,7 @@ def main(argv: list[str] | None = None) -> int:
                 tl("tensorboard", small, n_small),
                 Task("tbparse", TBPARSE, (str(small["tensorboard"]),), n_small),
                 Task("EventAccumulator", EVENT_ACCUMULATOR, (str(small["tensorboard"]),), n_small),
+                Task(startup.label, STARTUP_ONLY, (), 0),
             ],
             rounds,
         )
