@@ -412,6 +412,20 @@ def test_mfu_startup_imports_no_heavy_library() -> None:
     assert "HEAVY [] 0" in proc.stdout
 
 
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("4", "4")])
+def test_cli_keeps_openblas_to_one_thread_unless_told(given: str | None, expected: str) -> None:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = "import os, trainlens.cli\nprint(os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True
+    )
+    assert proc.stdout.strip() == expected
+
+
 def test_docs_cover_every_command_preset_and_choice() -> None:
     from trainlens.calculators import GRID_PRESETS, load_hardware_table
 

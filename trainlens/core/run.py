@@ -270,7 +270,9 @@ def _canonicalize(
     step = df.get_column("step").cast(pl.Int64)
     value = df.get_column("value").cast(pl.Float64)
     if "wall_time" in df.columns:
-        wall = df.get_column("wall_time").cast(pl.Float64).fill_nan(None)
+        wall = df.get_column("wall_time").cast(pl.Float64)
+        if wall.is_nan().any():  # (a copy of the column only when there is a NaN)
+            wall = wall.fill_nan(None)
     else:
         wall = pl.repeat(None, n, eager=True, dtype=pl.Float64)
 
