@@ -45,9 +45,8 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
@@ -55,6 +54,9 @@ from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _sniff
 from trainlens.readers._wide import enum_runs
 from trainlens.readers.base import ReadOptions
+
+if TYPE_CHECKING:  # numpy is imported where it is used: a file store needs none
+    import numpy as np
 
 FORMAT = "mlflow"
 
@@ -336,6 +338,8 @@ def _long_frame(
     if len(set(names)) == len(names):
         metric = enum_runs(list(names), list(counts))
     else:  # a name twice (not expected from MLflow): one string per row
+        import numpy as np
+
         idx = np.repeat(np.arange(len(names), dtype=np.uint32), np.asarray(counts, np.int64))
         metric = pl.Series("metric", list(names), dtype=pl.String()).gather(idx)
     return pl.DataFrame(
@@ -505,7 +509,9 @@ def _parse_metric_files(
         else:
             frame, sizes = _read_small(files, group)
         nulls = _null_rows(frame)
-        if nulls.size:
+        if nulls:
+            import numpy as np
+
             starts = np.cumsum([0, *sizes])
             parts = [frame.slice(int(a), n) for a, n in zip(starts, sizes, strict=False)]
             for k in sorted(set((np.searchsorted(starts, nulls, side="right") - 1).tolist())):
@@ -560,20 +566,19 @@ def _read_small(
     joined = _csv_or_none(b"".join(parts))
     if joined is not None:
         marker = (joined.get_column("step") == _MARKER_STEP).fill_null(False)
-        marks = np.flatnonzero(marker.to_numpy())
-        if marks.size == len(group):
-            sizes = np.diff(np.append(marks, joined.height)) - 1
-            return joined.filter(~marker), sizes.tolist()
+        marks = marker.arg_true().to_list()
+        if len(marks) == len(group):
+            ends = [*marks[1:], joined.height]
+            return joined.filter(~marker), [b - a - 1 for a, b in zip(marks, ends, strict=True)]
     frames = [_read_bytes(d) for d in datas]
     return pl.concat(frames, how="vertical"), [f.height for f in frames]
 
 
-def _null_rows(df: pl.DataFrame) -> np.ndarray:
+def _null_rows(df: pl.DataFrame) -> list[int]:
     """Positions of rows with a null (lines polars could not read)."""
     if not df.height or not df.null_count().sum_horizontal().item():
-        return np.empty(0, dtype=np.int64)
-    mask = df.select(pl.any_horizontal(pl.all().is_null())).to_series().to_numpy()
-    return np.flatnonzero(mask)
+        return []
+    return df.select(pl.any_horizontal(pl.all().is_null())).to_series().arg_true().to_list()
 
 
 def _csv_or_none(data: bytes) -> pl.DataFrame | None:
@@ -645,7 +650,7 @@ def _repair(path: str, df: pl.DataFrame) -> tuple[pl.DataFrame, list[DataIssue]]
     fixed_rows: list[int] = []
     fixed_vals: list[tuple[int, float, int]] = []
     bad: list[int] = []
-    for r in rows.tolist():
+    for r in rows:
         got = _mlflow_parse(lines[r], legacy=legacy)
         if got is None:
             bad.append(r)
@@ -660,9 +665,8 @@ def _repair(path: str, df: pl.DataFrame) -> tuple[pl.DataFrame, list[DataIssue]]
             for j, (col, dtype) in enumerate(_SCHEMA.items())
         )
     if bad:
-        keep = np.ones(df.height, dtype=bool)
-        keep[bad] = False
-        fixed = fixed.filter(pl.Series(keep))
+        drop = pl.Series(bad, dtype=pl.UInt32())
+        fixed = fixed.filter(~pl.int_range(df.height, eager=True).is_in(drop))
     issues: list[DataIssue] = []
     truncated = bool(bad) and bad[-1] == len(lines) - 1 and not data.endswith(b"\n")
     if truncated:
@@ -999,7 +1003,7 @@ def _distinct_keys(con: sqlite3.Connection, run_ids: Sequence[str]) -> list[tupl
     return out
 
 
-_Cols = tuple[np.ndarray, np.ndarray, np.ndarray]  # step int64, value float64, ts int64
+_Cols = tuple["np.ndarray", "np.ndarray", "np.ndarray"]  # step int64, value f64, ts int64
 _RunData = tuple[list[str], list[int], _Cols | None, list[DataIssue]]
 
 
@@ -1018,6 +1022,8 @@ def _sqlite_metrics(
     straight into a float64 array (exact for steps and millisecond timestamps below
     2**53 — checked, larger ones are redone as integers).
     """
+    import numpy as np
+
     # 'nan' for is_nan rows (stored as 0): numpy reads it as NaN, no fifth column to fetch
     value_sql = "value" if is_nan == "0" else f"CASE WHEN {is_nan} THEN 'nan' ELSE value END"
     cols = f"rowid, {value_sql}, timestamp, step"
@@ -1085,6 +1091,8 @@ def _numeric_rows(chunks: Iterable[list[tuple[Any, ...]]]) -> tuple[_Cols, list[
     timestamp) arrays in rowid (insertion = logging) order; ±DBL_MAX (how MLflow stores
     ±inf) becomes ±inf. The query already turned is_nan rows' value into 'nan'. Also the
     rowids of rows that are not numbers (dropped)."""
+    import numpy as np
+
     cols: list[list[np.ndarray]] = [[], [], [], []]  # rowid, value, timestamp, step
     bad: list[int] = []
     for rows in chunks:
@@ -1114,6 +1122,8 @@ def _numeric_rows(chunks: Iterable[list[tuple[Any, ...]]]) -> tuple[_Cols, list[
 def _numeric_rows_slow(rows: list[tuple[Any, ...]], bad: list[int]) -> list[np.ndarray]:
     """Row by row: integers kept exact, rows that are not numbers left out (their rowids
     appended to ``bad``)."""
+    import numpy as np
+
     good: list[tuple[int, float, int, int]] = []
     for row in rows:
         try:
@@ -1157,6 +1167,8 @@ def _check_latest(
     latest: Mapping[tuple[str, str], tuple[float, int, bool]],
 ) -> list[DataIssue]:
     """latest_metrics must name the same metrics and end at the same step as the history."""
+    import numpy as np
+
     if not latest:
         return []
     step = cols[0]
