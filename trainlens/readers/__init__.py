@@ -37,6 +37,8 @@ def detect_format(path: Path) -> str:
     """The format of ``path``, sniffed from its content or layout."""
     if path.is_dir():
         for fmt in ("mlflow", "tensorboard", "hf-trainer"):
+            if fmt == "mlflow" and not _sniff.mlflow_dir_maybe(path):
+                continue  # (no import of the MLflow reader for a TensorBoard folder)
             if _module(fmt).sniff(path, b""):
                 return fmt
         raise UnreadableInputError(

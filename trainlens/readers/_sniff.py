@@ -8,6 +8,7 @@ modules use these same functions for their own ``sniff``.
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -62,3 +63,27 @@ def mlflow_file(path: Path, head: bytes) -> bool | None:
     if head.startswith(SQLITE_MAGIC):
         return None
     return path.suffix == ".json" and is_mlflow_export_head(head)
+
+
+def mlflow_dir_maybe(path: Path) -> bool:
+    """False when ``path`` surely is no MLflow file store or export (no meta.yaml,
+    metrics/, run.json or experiment.json in it or in a folder just below it); True
+    means the MLflow reader has to look."""
+    if path.name == "metrics":
+        return True
+    names = {"meta.yaml", "metrics", "run.json", "experiment.json"}
+    try:
+        with os.scandir(path) as it:
+            entries = list(it)
+    except OSError:
+        return False
+    if any(e.name in names for e in entries):
+        return True
+    for e in sorted((e for e in entries if e.is_dir()), key=lambda e: e.name)[:200]:
+        try:
+            with os.scandir(e.path) as sub:
+                if any(s.name in names for s in sub):
+                    return True
+        except OSError:
+            continue
+    return False
