@@ -161,11 +161,14 @@ def warmup_end(steps: np.ndarray, ctx: Context, *, min_steps: int, frac: float) 
     return end
 
 
-def causal_baseline(x: np.ndarray, window: int, min_samples: int) -> tuple[np.ndarray, np.ndarray]:
+def causal_baseline(
+    x: np.ndarray, window: int, min_samples: int, med: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Rolling median of the previous ``window`` values and the rolling median of the
     previous absolute deviations from their own baseline, scaled to a sigma (NaN where
-    there are fewer than ``min_samples`` values before)."""
-    med = _lagged_median(x, window, min_samples)
+    there are fewer than ``min_samples`` values before). ``med``: the first, if known."""
+    if med is None:
+        med = _lagged_median(x, window, min_samples)
     valid = np.flatnonzero(np.isfinite(med))
     mad = np.full(x.size, np.nan)
     if valid.size:
@@ -179,6 +182,83 @@ def _lagged_median(x: np.ndarray, window: int, min_samples: int) -> np.ndarray:
     # would send polars down a much slower path
     med = pl.Series(x, dtype=pl.Float64).rolling_median(window, min_samples=min_samples)
     return np.r_[np.nan, med.to_numpy()[:-1]]
+
+
+Bound = Callable[[np.ndarray], "np.ndarray | float"]
+
+
+def may_spike(
+    x: np.ndarray,
+    judged: np.ndarray,
+    window: int,
+    min_samples: int,
+    z: float,
+    least_excess: Bound,
+    sigma_floor: Bound,
+) -> tuple[bool, np.ndarray | None]:
+    """Whether any judged point can be a spike — ``x - med >= least_excess(med)`` and
+    ``x - med >= z * max(sigma, sigma_floor(med))`` against :func:`causal_baseline` —
+    decided cheaply when none can be (the usual case), and the baseline median if it was
+    computed on the way. Both bounds are functions of |med| that do not fall as it grows.
+
+    Each stage only rules points out (a point it keeps may still fail the exact test,
+    which then decides):
+
+    1. the median of the previous values is at least their minimum, so x - minimum bounds
+       the excess from above and max(minimum, 0) bounds |med| from below;
+    2. a few points left: their medians from numpy, loosened by a relative 1e-9 (numpy
+       may round a median of two values differently from polars);
+    3. the rolling median itself: only sigma is left unknown, and it is at least its floor;
+    4. sigma at the points left, from numpy medians of their windows' deviations, with
+       the same margin.
+    """
+    m = max(min_samples, 1)  # the first point with a baseline (the median lags by one)
+    if z < 0 or x.size <= m or not np.abs(x).max() < 1e300:  # NaN, ±inf, overflow
+        return True, None  # nothing to bound with
+
+    def can_spike(excess_at_most: np.ndarray, abs_med_at_least: np.ndarray) -> np.ndarray:
+        floor = np.fmax(0.0, sigma_floor(abs_med_at_least))
+        return (excess_at_most >= least_excess(abs_med_at_least)) & (excess_at_most >= z * floor)
+
+    prev_min = pl.Series(x[:-1]).rolling_min(window, min_samples=1).to_numpy()[m - 1 :]
+    keep = judged[m:] & can_spike(x[m:] - prev_min, np.maximum(prev_min, 0.0))
+    idx = m + np.flatnonzero(keep)
+    if idx.size and idx.size <= 10_000:
+        med_c, slack = _medians_before(x, idx, window, min_samples)
+        slack *= 1e-9
+        idx = idx[can_spike(x[idx] - (med_c - slack), np.maximum(np.abs(med_c) - slack, 0.0))]
+    if idx.size == 0:
+        return False, None
+    med = _lagged_median(x, window, min_samples)
+    excess = x - med
+    with np.errstate(invalid="ignore"):
+        idx = np.flatnonzero(judged & can_spike(excess, np.abs(med)))
+    if idx.size == 0:
+        return False, med
+    if idx.size > 100_000:
+        return True, med
+    f = int(np.flatnonzero(np.isfinite(med))[0])  # where the deviations start
+    mad, _ = _medians_before(np.abs(x[f:] - med[f:]), idx - f, window, max(1, min_samples - 1))
+    sig = np.fmax(np.nan_to_num(mad * MAD_TO_SIGMA, nan=0.0), sigma_floor(med[idx]))
+    return bool((excess[idx] >= z * sig * (1.0 - 1e-9)).any()), med
+
+
+def _medians_before(
+    a: np.ndarray, idx: np.ndarray, window: int, min_count: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """numpy's median and the largest |value| of a[max(0, i - window) : i] for each i in
+    ``idx`` (NaN where there are fewer than ``min_count`` values)."""
+    med = np.full(idx.size, np.nan)
+    big = np.full(idx.size, np.nan)
+    full = idx >= window
+    if full.any():
+        rows = np.lib.stride_tricks.sliding_window_view(a, window)[idx[full] - window]
+        med[full] = np.median(rows, axis=1)
+        big[full] = np.abs(rows).max(axis=1)
+    for k in np.flatnonzero(~full & (idx >= max(min_count, 1))).tolist():
+        med[k] = np.median(a[: idx[k]])
+        big[k] = np.abs(a[: idx[k]]).max()
+    return med, big
 
 
 def forward_median(x: np.ndarray, k: int) -> np.ndarray:
@@ -284,11 +364,24 @@ def _back_z(z: np.ndarray, steps: np.ndarray, w_end: int, p: Params, cap: float)
 
 def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> list[_Event]:
     x = np.log(g)
-    med, sig = causal_baseline(x, p.window, p.min_baseline)
-    sig = np.fmax(np.nan_to_num(sig, nan=0.0), p.grad_sigma_floor)
+    judged = steps >= w_end
+
+    def least_excess(med: np.ndarray) -> float:
+        return math.log(p.grad_ratio)
+
+    def sigma_floor(med: np.ndarray) -> float:
+        return p.grad_sigma_floor
+
+    possible, med0 = may_spike(
+        x, judged, p.window, p.min_baseline, p.grad_z, least_excess, sigma_floor
+    )
+    if not possible:
+        return []
+    med, sig = causal_baseline(x, p.window, p.min_baseline, med0)
+    sig = np.fmax(np.nan_to_num(sig, nan=0.0), sigma_floor(med))
     excess = x - med
     with np.errstate(invalid="ignore"):
-        spike = (excess >= p.grad_z * sig) & (excess >= math.log(p.grad_ratio)) & (steps >= w_end)
+        spike = (excess >= p.grad_z * sig) & (excess >= least_excess(med)) & judged
     k = _back_z(excess / sig, steps, w_end, p, p.grad_z)
     back = med + np.fmax(k * sig, math.log(1.5))
     out = []
@@ -301,14 +394,26 @@ def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> lis
 def _loss_events(
     steps: np.ndarray, v: np.ndarray, p: Params, w_end: int, raw: tuple[np.ndarray, np.ndarray]
 ) -> list[_Event]:
-    med, sig = causal_baseline(v, p.window, p.min_baseline)
-    floor = np.fmax(p.loss_sigma_floor_rel * np.abs(np.nan_to_num(med)), 1e-12)
-    sig = np.fmax(np.nan_to_num(sig, nan=0.0), floor)
+    judged = steps >= w_end
+
+    def least_excess(med: np.ndarray) -> np.ndarray:
+        return p.loss_min_rel * np.abs(med)
+
+    def sigma_floor(med: np.ndarray) -> np.ndarray:
+        return np.fmax(p.loss_sigma_floor_rel * np.abs(np.nan_to_num(med)), 1e-12)
+
+    possible, med0 = True, None
+    if p.loss_min_rel >= 0 and p.loss_sigma_floor_rel >= 0:  # bounds that grow with |med|
+        possible, med0 = may_spike(
+            v, judged, p.window, p.min_baseline, p.loss_z, least_excess, sigma_floor
+        )
+    if not possible:
+        return []
+    med, sig = causal_baseline(v, p.window, p.min_baseline, med0)
+    sig = np.fmax(np.nan_to_num(sig, nan=0.0), sigma_floor(med))
     excess = v - med
     with np.errstate(invalid="ignore"):
-        spike = (
-            (excess >= p.loss_z * sig) & (excess >= p.loss_min_rel * np.abs(med)) & (steps >= w_end)
-        )
+        spike = (excess >= p.loss_z * sig) & (excess >= least_excess(med)) & judged
     k = _back_z(excess / sig, steps, w_end, p, p.loss_z)
     back = med + np.fmax(k * sig, p.recover_rel * np.abs(med))
     raw_steps, raw_vals = raw
