@@ -34,6 +34,7 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -59,36 +60,53 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         raise Skip("no values")
     # the usual case, every value finite, decided on the per-metric views (no copy, no
     # grouping); otherwise the grouping below finds where
-    views = run._by_metric().values()
-    if all(v.get_column("value").is_finite().all() for v in views):
-        return []
-    return _grouped(run, standing, params)
+    views = run._by_metric()
+    rows = []
+    for metric, v in views.items():
+        if v.get_column("value").is_finite().all():
+            continue
+        # only the metrics with non-finite values are looked at, one view each
+        r = v.with_columns(_BAD).select(_per_metric()).row(0, named=True)
+        if r["n_bad"] > 0:
+            rows.append({"metric": metric, **r})
+    rows.sort(key=lambda r: (r["first"], r["metric"]))
+    return _findings(run, rows, params)
+
+
+_BAD = (pl.col("value").is_nan() | pl.col("value").is_infinite()).alias("_bad")
+
+
+def _per_metric() -> list[pl.Expr]:
+    """What is told about one metric's non-finite values."""
+    return [
+        pl.col("_bad").sum().alias("n_bad"),
+        pl.col("step").filter(pl.col("_bad")).min().alias("first"),
+        pl.col("step").filter(pl.col("_bad")).max().alias("last_bad"),
+        pl.col("step").filter(~pl.col("_bad")).max().alias("last_good"),
+        pl.col("step").filter(~pl.col("_bad")).min().alias("first_good"),
+        pl.col("value").filter(pl.col("_bad")).first().alias("kind"),
+        pl.len().alias("n"),
+    ]
 
 
 def _grouped(run: Run, standing: pl.DataFrame, params: Params) -> list[Finding]:
     """The findings from grouping the standing values by metric (the general path)."""
-    bad = standing.with_columns(
-        (pl.col("value").is_nan() | pl.col("value").is_infinite()).alias("_bad")
-    )
     per = (
-        bad.group_by("metric")
-        .agg(
-            pl.col("_bad").sum().alias("n_bad"),
-            pl.col("step").filter(pl.col("_bad")).min().alias("first"),
-            pl.col("step").filter(pl.col("_bad")).max().alias("last_bad"),
-            pl.col("step").filter(~pl.col("_bad")).max().alias("last_good"),
-            pl.col("step").filter(~pl.col("_bad")).min().alias("first_good"),
-            pl.col("value").filter(pl.col("_bad")).first().alias("kind"),
-            pl.len().alias("n"),
-        )
+        standing.with_columns(_BAD)
+        .group_by("metric")
+        .agg(_per_metric())
         .filter(pl.col("n_bad") > 0)
         .sort("first", "metric")
     )
-    if per.height == 0:
+    return _findings(run, list(per.iter_rows(named=True)), params)
+
+
+def _findings(run: Run, rows: list[dict[str, Any]], params: Params) -> list[Finding]:
+    """NAN001 findings from one row per metric with non-finite values (by first step)."""
+    if not rows:
         return []
     has_scale = run.has("loss_scale")
     out: list[Finding] = []
-    rows = list(per.iter_rows(named=True))
     for r in rows[: params.max_metrics]:
         metric = r["metric"]
         first, last_bad = int(r["first"]), int(r["last_bad"])
