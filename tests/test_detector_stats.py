@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -11,6 +12,7 @@ from scipy import stats
 from trainlens.detectors._stats import theil_sen
 
 
+@functools.cache
 def _cases() -> list[tuple[np.ndarray, np.ndarray, float]]:
     rng = np.random.default_rng(7)
     out = []
