@@ -108,8 +108,9 @@ def theil_sen(y: np.ndarray, x: np.ndarray, confidence: float = 0.95) -> TheilSe
     the interval takes the pairwise slopes at the ranks of Sen's (1968) normal
     approximation, whose variance discounts tied x and tied y values (eq. 2.6). The
     normal quantile comes from :class:`statistics.NormalDist`, which may differ from
-    scipy's in the last bit; the ranks are rounded, so the interval is the same. For
-    finite input; NaN for what cannot be computed (fewer than two distinct x).
+    scipy's in the last bit; the ranks are rounded, so the interval is the same (unless
+    a rank lands within that bit of a half). For finite input; NaN for what cannot be
+    computed (fewer than two distinct x).
     """
     y = np.asarray(y, dtype=np.float64).ravel()
     x = np.asarray(x, dtype=np.float64).ravel()
