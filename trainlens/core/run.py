@@ -98,7 +98,11 @@ class Run:
     @property
     def metrics(self) -> list[str]:
         if self._metrics is None or self._metrics_of is not self.frame:
-            self._metrics = sorted(self.frame.get_column("metric").unique().to_list())
+            b = self._blocks
+            if b is not None and b.frame is self.frame:  # known without a pass over rows
+                self._metrics = sorted(set(b.names))
+            else:
+                self._metrics = sorted(self.frame.get_column("metric").unique().to_list())
             self._metrics_of = self.frame
         return list(self._metrics)
 
@@ -166,8 +170,13 @@ def _block_views(
     frame: pl.DataFrame, starts: list[int], names: list[str]
 ) -> dict[str, pl.DataFrame]:
     ends = [*starts[1:], frame.height] if starts else []
-    body = frame.drop("metric")
-    return {name: body.slice(a, b - a) for name, a, b in zip(names, starts, ends, strict=True)}
+    # series slices, no frame operation: polars runs those through its query engine,
+    # which visits every chunk (a reader's columns can come in thousands of them)
+    cols = [frame.get_column(c) for c in frame.columns if c != "metric"]
+    return {
+        name: pl.DataFrame([c.slice(a, b - a) for c in cols])
+        for name, a, b in zip(names, starts, ends, strict=True)
+    }
 
 
 # a frame with more metric blocks than this is treated as interleaved

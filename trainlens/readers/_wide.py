@@ -153,8 +153,10 @@ def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> pl.DataFrame:
     The same rows as ``wide.unpivot(...)`` filtered on non-null value and step, built
     from per-metric slices concatenated without copying; the metric column is made from
     integer codes, never one string per row."""
-    step = wide.get_column("step")
-    wall = wide.get_column("wall_time")
+    # step and wall_time are shared by every dense metric: made one chunk here, once,
+    # a per-metric view of them needs no copy later
+    step = wide.get_column("step").rechunk()
+    wall = wide.get_column("wall_time").rechunk()
     order = wide.get_column("_order")
     step_ok = step.null_count() == 0
     steps: list[pl.Series] = []
