@@ -167,3 +167,34 @@ def test_hf_warmup_ratio_becomes_warmup_steps() -> None:
         }
     )
     assert sched == {"shape": "cosine", "warmup_steps": 100, "peak_lr": 5e-5, "total_steps": 1000}
+
+
+def _enum_blocks(
+    blocks: list[tuple[str, list[int], list[float]]],
+) -> tuple[pl.DataFrame, list[int]]:
+    names = [n for n, _s, _v in blocks]
+    rows = [(s, n, v) for n, steps, vals in blocks for s, v in zip(steps, vals, strict=True)]
+    long = pl.DataFrame(rows, schema=["step", "metric", "value"], orient="row")
+    long = long.with_columns(pl.col("metric").cast(pl.Enum(names)))
+    return long, [len(s) for _n, s, _v in blocks]
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_block_lengths_from_the_reader_give_the_same_run(restart: bool) -> None:
+    loss_steps = [0, 1, 2, 1, 2, 3] if restart else [0, 1, 2, 3, 4, 5]
+    long, counts = _enum_blocks(
+        [
+            ("loss", loss_steps, [3.0, 2.9, 2.8, 2.85, 2.7, 2.6]),
+            ("unused_metric", [], []),  # a category with no rows
+            ("step_time_ms", [0, 2, 4], [500.0, 510.0, 490.0]),  # scaled to seconds
+        ]
+    )
+    told = build_run(long, name="r", source="s", fmt="jsonl", blocks=counts)
+    found = build_run(long, name="r", source="s", fmt="jsonl")
+    assert told.frame.equals(found.frame)
+    assert [i.message for i in told.data_quality] == [i.message for i in found.data_quality]
+    assert told.series("step_time")[1].tolist() == [0.5, 0.51, 0.49]
+    assert len([i for i in told.data_quality if i.kind == "restart"]) == int(restart)
+    # lengths that do not fit the frame are not trusted
+    wrong = build_run(long, name="r", source="s", fmt="jsonl", blocks=[1, 2, 3])
+    assert wrong.frame.equals(found.frame)

@@ -64,7 +64,7 @@ def reference_frame_from_long(
         df = df.with_columns(pl.col("metric").replace(renamed))
     canonical_to_raw = {v.canonical: k for k, v in resolved.items()}
     frame, issues = mark_restarts(df, source=source)
-    return frame, issues, canonical_to_raw
+    return frame.with_columns(pl.col("metric").cast(pl.Categorical)), issues, canonical_to_raw
 
 
 def assert_same_run(a: Run, b: Run) -> None:

@@ -1,10 +1,13 @@
 """The Run: one training run as a canonical long polars frame plus what we know about it.
 
-Canonical frame (DESIGN.md): ``step`` Int64, ``metric`` String, ``value`` Float64 (NaN and
-±inf kept), ``wall_time`` Float64 seconds (null where unknown), and ``superseded``
-Boolean — true for values a later segment replaced after a restart (the step went
-backwards); they stay in the frame so nothing is lost, and analyses use the standing
-values (:meth:`Run.standing`).
+Canonical frame (DESIGN.md): ``step`` Int64, ``metric`` Categorical, ``value`` Float64
+(NaN and ±inf kept), ``wall_time`` Float64 seconds (null where unknown), and
+``superseded`` Boolean — true for values a later segment replaced after a restart (the
+step went backwards); they stay in the frame so nothing is lost, and analyses use the
+standing values (:meth:`Run.standing`). ``metric`` is Categorical rather than String: a
+1M-step, 12-metric run would otherwise hold 12M string views (~190 MB) for 12 names;
+compare it with strings as usual, and cast a frame of your own to Categorical before
+concatenating it with a run's.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ if TYPE_CHECKING:  # numpy is imported only where an array is made (Run.series):
 
 FRAME_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64(),
-    "metric": pl.String(),
+    "metric": pl.Categorical(),
     "value": pl.Float64(),
     "wall_time": pl.Float64(),
     "superseded": pl.Boolean(),
@@ -250,7 +253,7 @@ def frame_from_long(
 
     Maps metric names through the alias table (scaling units where the alias says),
     marks restarts and duplicates, and returns (frame, data-quality issues,
-    canonical->raw names). ``metric`` may be String or Enum; the frame's is String.
+    canonical->raw names). ``metric`` may be String or Enum; the frame's is Categorical.
 
     The work is done on integer metric codes: names are resolved once per metric, not
     per row, and a frame in which every metric's steps strictly increase (no restart, no
@@ -270,12 +273,43 @@ class _Blocks:
     names: list[str]
 
 
+def _known_blocks(
+    metric: pl.Series, counts: Sequence[int] | None
+) -> tuple[list[str], list[int], list[int]] | None:
+    """Names, block starts and block codes from the block lengths a reader gave (one per
+    category of an Enum metric column, in order), when they fit the column."""
+    if counts is None or not isinstance(metric.dtype, pl.Enum) or metric.null_count():
+        return None
+    names = [str(c) for c in metric.dtype.categories.to_list()]
+    if len(names) != len(counts) or sum(counts) != metric.len():
+        return None
+    starts: list[int] = []
+    block_codes: list[int] = []
+    at = 0
+    for code, k in enumerate(counts):
+        if k:
+            starts.append(at)
+            block_codes.append(code)
+            at += k
+    return names, starts, block_codes
+
+
 def _canonicalize(
-    df: pl.DataFrame, *, source: str, aliases: AliasTable | None
+    df: pl.DataFrame,
+    *,
+    source: str,
+    aliases: AliasTable | None,
+    block_counts: Sequence[int] | None = None,
 ) -> tuple[pl.DataFrame, list[DataIssue], dict[str, str], _Blocks | None]:
     aliases = aliases or AliasTable()
-    codes, names = _metric_codes(df.get_column("metric"))
-    n = codes.len()
+    known = _known_blocks(df.get_column("metric"), block_counts)
+    codes: pl.Series | None = None
+    if known is not None:  # no code per row, no pass to find the blocks
+        names, starts, block_codes = known
+        n = df.height
+    else:
+        codes, names = _metric_codes(df.get_column("metric"))
+        n = codes.len()
     step = df.get_column("step").cast(pl.Int64)
     value = df.get_column("value").cast(pl.Float64)
     if "wall_time" in df.columns:
@@ -285,36 +319,48 @@ def _canonicalize(
     else:
         wall = pl.repeat(None, n, eager=True, dtype=pl.Float64)
 
-    starts_s = _run_starts(codes)
-    if starts_s is not None:
-        starts = starts_s.to_list()
-        block_codes = codes.gather(starts_s).to_list()
+    if codes is None:
+        in_blocks = True
         present = list(dict.fromkeys(block_codes))
     else:
-        starts, block_codes = [], []
-        present = codes.unique(maintain_order=True).to_list()
+        starts_s = _run_starts(codes)
+        in_blocks = starts_s is not None
+        if starts_s is not None:
+            starts = starts_s.to_list()
+            block_codes = codes.gather(starts_s).to_list()
+            present = list(dict.fromkeys(block_codes))
+        else:
+            starts, block_codes = [], []
+            present = codes.unique(maintain_order=True).to_list()
     raw = [names[c] for c in present]  # in order of first appearance
     resolved = aliases.resolve(raw)
     canonical = [resolved[x].canonical if x in resolved else x for x in names]
     if any(resolved[r].scale != 1.0 for r in raw):
-        scale = pl.Series([resolved[x].scale if x in resolved else 1.0 for x in names])
-        value = value * scale.gather(codes)
+        factor = [resolved[x].scale if x in resolved else 1.0 for x in names]
+        if codes is None:
+            lengths = _lengths(starts, n)
+            per_row = [(factor[c], k) for c, k in zip(block_codes, lengths, strict=True)]
+            value = value * _runs_series(per_row, pl.Float64())
+        else:
+            value = value * pl.Series(factor).gather(codes)
     canonical_to_raw = {v.canonical: k for k, v in resolved.items()}
 
-    if starts_s is not None:
+    if in_blocks:
         # metrics in blocks: each column is a few constant runs, no string per row
         lengths = _lengths(starts, n)
         metric = _runs_series(
-            [(canonical[c], k) for c, k in zip(block_codes, lengths, strict=True)]
+            [(canonical[c], k) for c, k in zip(block_codes, lengths, strict=True)],
+            pl.Categorical(),
         )
         superseded = _runs_series([(False, k) for k in lengths], pl.Boolean())
     else:
-        metric = pl.Series("metric", canonical, dtype=pl.String).gather(codes)
+        assert codes is not None
+        metric = pl.Series("metric", canonical, dtype=pl.Categorical).gather(codes)
         superseded = pl.repeat(False, n, eager=True, dtype=pl.Boolean)
     out = pl.DataFrame(
         [step.alias("step"), metric.alias("metric"), value.alias("value"), wall.alias("wall_time")]
     )
-    contiguous = starts_s is not None and len(present) == len(starts)
+    contiguous = in_blocks and len(present) == len(starts)
     if n < 2 or _steps_increase(step, codes, starts, contiguous, len(names)):
         frame = out.with_columns(superseded.alias("superseded"))
         blocks = None
@@ -341,7 +387,7 @@ def _runs_series(runs: list[tuple[Any, int]], dtype: pl.DataType | None = None) 
 
 
 def _steps_increase(
-    step: pl.Series, codes: pl.Series, starts: list[int], contiguous: bool, n_codes: int
+    step: pl.Series, codes: pl.Series | None, starts: list[int], contiguous: bool, n_codes: int
 ) -> bool:
     """True when every metric's steps strictly increase in row order (so nothing is a
     restart or a repeated step), decided without grouping for two layouts: metrics in
@@ -355,7 +401,7 @@ def _steps_increase(
         return all(
             _strictly_increasing(step.slice(a, b - a)) for a, b in zip(starts, ends, strict=True)
         )
-    if not bool((step.slice(1, n - 1) >= step.slice(0, n - 1)).all()):
+    if codes is None or not bool((step.slice(1, n - 1) >= step.slice(0, n - 1)).all()):
         return False
     lo, hi = int(step[0]), int(step[-1])
     if (hi - lo + 1) * n_codes >= 2**62:
@@ -497,8 +543,14 @@ def build_run(
     aliases: AliasTable | None = None,
     metadata: Mapping[str, Any] | None = None,
     issues: Sequence[DataIssue] = (),
+    blocks: Sequence[int] | None = None,
 ) -> Run:
-    frame, more, names, blocks = _canonicalize(long, source=source, aliases=aliases)
+    """A Run from a reader's long frame (see :func:`frame_from_long`). ``blocks``: when
+    the reader wrote the rows as one block per metric, ``metric`` an Enum, the length of
+    each category's block in category order; it spares a pass over every row."""
+    frame, more, names, found = _canonicalize(
+        long, source=source, aliases=aliases, block_counts=blocks
+    )
     run = Run(
         name=name,
         source=source,
@@ -508,5 +560,5 @@ def build_run(
         data_quality=[*issues, *more],
         raw_names=names,
     )
-    run._blocks = blocks
+    run._blocks = found
     return run

@@ -48,10 +48,11 @@ def wide_to_long(
     source: str,
     line_numbers: pl.Series | None = None,
     unit: str = "line",
-) -> tuple[pl.DataFrame, list[DataIssue]]:
+) -> tuple[pl.DataFrame, list[DataIssue], list[int]]:
     """Unpivot a wide table (a step column, maybe a time column, one column per metric)
     to (step, metric, value, wall_time) in file order within each metric, the metrics in
-    column order (``metric`` is an Enum; :func:`trainlens.core.run.build_run` takes it).
+    column order (``metric`` is an Enum; :func:`trainlens.core.run.build_run` takes it),
+    the issues, and each metric's row count (``build_run``'s ``blocks``).
     Non-numeric cells are counted and reported; missing cells are simply absent."""
     issues: list[DataIssue] = []
     cols = df.columns
@@ -142,10 +143,11 @@ def wide_to_long(
             *casts,
         ]
     )
-    return _unpivot(wide, metric_names), issues
+    long, counts = _unpivot(wide, metric_names)
+    return long, issues, counts
 
 
-def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> pl.DataFrame:
+def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> tuple[pl.DataFrame, list[int]]:
     """(step, metric, value, wall_time, _order): each metric's non-null cells in file
     order, the metrics one after the other, ``metric`` an Enum of ``metric_names``,
     ``_order`` the line each value came from (restarts are told in that order).
@@ -178,7 +180,7 @@ def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> pl.DataFrame:
             walls.append(wall.filter(keep))
             orders.append(order.filter(keep))
         counts.append(steps[-1].len())
-    return pl.DataFrame(
+    long = pl.DataFrame(
         [
             _concat(steps, step.dtype).alias("step"),
             enum_runs(metric_names, counts).alias("metric"),
@@ -187,6 +189,7 @@ def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> pl.DataFrame:
             _concat(orders, order.dtype).alias("_order"),
         ]
     )
+    return long, counts
 
 
 def _concat(parts: list[pl.Series], dtype: pl.DataType) -> pl.Series:

@@ -74,11 +74,19 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             name = run_label
     # data lines are numbered from 2 (line 1 is the header)
     line_numbers = pl.Series("_line", range(2, df.height + 2), dtype=pl.Int64)
-    long, more = wide_to_long(df, source=source, line_numbers=line_numbers)
+    long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
     issues.extend(more)
     if long.height == 0:
         raise UnreadableInputError(f"{path}: no numeric metric columns found")
-    run = build_run(long, name=name, source=source, fmt=FORMAT, aliases=opts.aliases, issues=issues)
+    run = build_run(
+        long,
+        name=name,
+        source=source,
+        fmt=FORMAT,
+        aliases=opts.aliases,
+        issues=issues,
+        blocks=counts,
+    )
     run.cursor[source] = size
     return [run]
 

@@ -72,7 +72,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if df is None or df.width == 0 or df.height == 0:
         raise UnreadableInputError(f"{path}: no JSON objects with metrics found")
     df = flatten_structs(df)
-    long, more = wide_to_long(df, source=source, line_numbers=line_numbers)
+    long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
     issues.extend(more)
     if long.height == 0:
         raise UnreadableInputError(f"{path}: no numeric metrics found in its JSON lines")
@@ -83,6 +83,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         fmt=FORMAT,
         aliases=opts.aliases,
         issues=issues,
+        blocks=counts,
     )
     run.cursor[source] = cursor
     return [run]

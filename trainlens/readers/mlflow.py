@@ -394,6 +394,7 @@ def _read_file_store(path: Path, opts: ReadOptions) -> list[Run]:
                 aliases=opts.aliases,
                 metadata=r.metadata,
                 issues=issues,
+                blocks=mine,
             )
         )
     if not out:
@@ -909,6 +910,7 @@ def _read_sqlite_con(con: sqlite3.Connection, path: Path, opts: ReadOptions) -> 
                 aliases=opts.aliases,
                 metadata=r.metadata,
                 issues=issues,
+                blocks=counts,
             )
         )
     if not out:

@@ -921,13 +921,14 @@ class _RunParts:
     renames: list[dict[int, str] | None] = field(default_factory=list)  # tag id -> metric
 
 
-def _frame_of(parts: _RunParts, tags: _Tags) -> pl.DataFrame:
+def _frame_of(parts: _RunParts, tags: _Tags) -> tuple[pl.DataFrame, list[int] | None]:
     """The run's long frame with ``metric`` an Enum (no string per row).
 
     When every metric's steps strictly increase (the usual run: no restart, no step
     logged twice) the rows are regrouped into one block per metric, file order kept
     within each; :func:`build_run` then needs no grouping and every per-metric view is a
-    slice. Otherwise the rows stay in file order, which is what tells a restart apart."""
+    slice. Otherwise the rows stay in file order, which is what tells a restart apart.
+    Returns the frame and, when grouped, each metric's row count."""
     names = [t.decode("utf-8", "replace") for t in tags.names]
     metrics: dict[str, int] = {}  # metric name -> code, in order of first appearance
     codes, steps, walls, values = [], [], [], []
@@ -948,9 +949,13 @@ def _frame_of(parts: _RunParts, tags: _Tags) -> pl.DataFrame:
     order = list(metrics)
     dtype = pl.Enum(order)
     if not codes:
-        return pl.DataFrame(
-            schema={"step": pl.Int64, "metric": dtype, "value": pl.Float64, "wall_time": pl.Float64}
-        )
+        schema: dict[str, pl.DataType] = {
+            "step": pl.Int64(),
+            "metric": dtype,
+            "value": pl.Float64(),
+            "wall_time": pl.Float64(),
+        }
+        return pl.DataFrame(schema=schema), None
     code, step, wall, value = (
         np.concatenate(x) if len(x) > 1 else x[0] for x in (codes, steps, walls, values)
     )
@@ -966,10 +971,12 @@ def _frame_of(parts: _RunParts, tags: _Tags) -> pl.DataFrame:
     if bool(rises.all()):
         if idx is not None:
             step, wall, value = grouped, wall[idx], value[idx]
+        blocks: list[int] | None = counts.tolist()
         metric = enum_runs(order, counts.tolist())
     else:
+        blocks = None
         metric = pl.Series("metric", order, dtype=dtype).gather(code)
-    return pl.DataFrame(
+    frame = pl.DataFrame(
         [
             pl.Series("step", step),
             metric.alias("metric"),
@@ -977,6 +984,7 @@ def _frame_of(parts: _RunParts, tags: _Tags) -> pl.DataFrame:
             pl.Series("wall_time", wall),
         ]
     )
+    return frame, blocks
 
 
 def _skipped_issue(files: list[FileData], source: str) -> list[DataIssue]:
@@ -1020,14 +1028,16 @@ def _build(
     version = next((fd.file_version for fd in files if fd.file_version), None)
     if version:
         metadata["file_version"] = version
+    frame, blocks = _frame_of(parts, tags)
     run = build_run(
-        _frame_of(parts, tags),
+        frame,
         name=name,
         source=source,
         fmt=FORMAT,
         aliases=opts.aliases,
         metadata=metadata,
         issues=issues,
+        blocks=blocks,
     )
     run.cursor = {str(fd.path): fd.end for fd in files}
     return run
