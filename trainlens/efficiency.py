@@ -133,7 +133,7 @@ def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> 
                 pl.lit("mfu").alias("metric"),
                 pl.lit(False).alias("superseded"),
             ).select(run.frame.columns)
-            derived = derived.cast(dict(run.frame.schema))  # metric: the frame's dtype
+            derived = derived.cast(run.frame.schema)  # metric: the frame's dtype
             run.frame = pl.concat([run.frame.filter(pl.col("metric") != "mfu"), derived])
             run.metadata.setdefault("derived", []).append("mfu")
             finite = values[np.isfinite(values)]
