@@ -27,6 +27,7 @@ looked up in 64K-entry tables (:func:`data_crcs`).
 from __future__ import annotations
 
 import itertools
+import mmap
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -181,9 +182,11 @@ def _window8_masked_crcs(arr: np.ndarray, lo: int, hi: int) -> np.ndarray:
 class Buffer:
     """The file's bytes (zero padded) with unaligned fixed-width views at every offset."""
 
-    def __init__(self, data: np.ndarray, n: int) -> None:
+    def __init__(self, data: np.ndarray, n: int, mapping: mmap.mmap | None = None) -> None:
         self.arr = data
         self.n = n
+        self._mapping = mapping  # the anonymous memory under ``data``, when from_file
+        self._released = 0
         m = len(data) - 8
 
         def view(dt: str, size: int) -> np.ndarray:
@@ -202,15 +205,29 @@ class Buffer:
 
     @classmethod
     def from_file(cls, path: str, start: int = 0) -> Buffer:
-        """Read ``path`` from byte ``start``; offsets in the Buffer are relative to start."""
+        """Read ``path`` from byte ``start``; offsets in the Buffer are relative to start.
+        The bytes live in anonymous memory of their own, so :meth:`release` can hand back
+        what has been decoded while the rest is still being read."""
         with open(path, "rb") as fh:
             fh.seek(0, 2)
             size = fh.tell()
             n = max(0, size - start)
-            data = np.zeros(n + _PAD, dtype=np.uint8)
+            mapping = mmap.mmap(-1, n + _PAD)  # zero-filled
+            data = np.frombuffer(mapping, dtype=np.uint8)
             fh.seek(start)
             got = fh.readinto(data.data[:n]) if n else 0
-        return cls(data, int(got or 0))
+        return cls(data, int(got or 0), mapping)
+
+    def release(self, upto: int) -> None:
+        """Give the memory of bytes [0, upto) back to the system (whole pages only); they
+        read as zeros afterwards. For a reader done with them: the peak memory of a read
+        is then about the file's size, not the file plus everything decoded from it."""
+        if self._mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        end = upto - upto % mmap.PAGESIZE
+        if end > self._released:
+            self._mapping.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
+            self._released = end
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> Buffer:

@@ -824,6 +824,7 @@ def read_events_file(
             chunk_parts = [both.take(np.argsort(both.record, kind="stable"))]
         for part in chunk_parts:
             out.append(part)
+        buf.release(int(starts[hi]) if hi < len(starts) else buf.n)
     rows = out.rows()
     if len(rows.record):
         data.plugins.add("scalars")  # TensorBoard files simple values under this plugin too
@@ -928,11 +929,13 @@ def _frame_of(parts: _RunParts, tags: _Tags) -> tuple[pl.DataFrame, list[int] | 
     logged twice) the rows are regrouped into one block per metric, file order kept
     within each; :func:`build_run` then needs no grouping and every per-metric view is a
     slice. Otherwise the rows stay in file order, which is what tells a restart apart.
-    Returns the frame and, when grouped, each metric's row count."""
+    Returns the frame and, when grouped, each metric's row count. The files' rows are
+    handed over (``fd.rows`` is emptied) so that each column is freed once regrouped."""
     names = [t.decode("utf-8", "replace") for t in tags.names]
     metrics: dict[str, int] = {}  # metric name -> code, in order of first appearance
     codes, steps, walls, values = [], [], [], []
     small = len(tags.names) <= 1 << 16  # numpy sorts 16-bit keys by radix
+    r = _Rows.empty()
     for fd, rename in zip(parts.files, parts.renames, strict=True):
         r = fd.rows
         if not len(r.record):
@@ -946,6 +949,8 @@ def _frame_of(parts: _RunParts, tags: _Tags) -> tuple[pl.DataFrame, list[int] | 
         steps.append(r.step)
         walls.append(r.wall)
         values.append(r.value)
+        fd.rows = _Rows.empty()
+    del r
     order = list(metrics)
     dtype = pl.Enum(order)
     if not codes:
@@ -959,6 +964,7 @@ def _frame_of(parts: _RunParts, tags: _Tags) -> tuple[pl.DataFrame, list[int] | 
     code, step, wall, value = (
         np.concatenate(x) if len(x) > 1 else x[0] for x in (codes, steps, walls, values)
     )
+    del codes, steps, walls, values  # one reference each: regrouping frees the old column
     counts = np.bincount(code, minlength=len(order))
     if len(order) > 1:
         idx = np.argsort(code, kind="stable")
@@ -971,6 +977,7 @@ def _frame_of(parts: _RunParts, tags: _Tags) -> tuple[pl.DataFrame, list[int] | 
     if bool(rises.all()):
         if idx is not None:
             step, wall, value = grouped, wall[idx], value[idx]
+            del idx
         blocks: list[int] | None = counts.tolist()
         metric = enum_runs(order, counts.tolist())
     else:
