@@ -571,3 +571,18 @@ def test_event_with_several_values(tmp_path: Path) -> None:
     ]
     (issue,) = [i for i in run.data_quality if i.kind == "non-scalar"]
     assert issue.details == {"histograms": 3}
+
+
+def test_buffer_release_drops_only_whole_pages_before_the_mark(tmp_path: Path) -> None:
+    import mmap
+
+    path, _ = _torch_file(tmp_path, n=3000)
+    raw = path.read_bytes()
+    assert len(raw) > 3 * mmap.PAGESIZE
+    buf = tfr.Buffer.from_file(str(path))
+    mark = 2 * mmap.PAGESIZE + 100  # mid-page: that page must stay
+    buf.release(mark)
+    assert not buf.arr[: 2 * mmap.PAGESIZE].any()  # handed back: reads as zeros
+    assert buf.arr[2 * mmap.PAGESIZE : buf.n].tobytes() == raw[2 * mmap.PAGESIZE :]
+    buf.release(mark - mmap.PAGESIZE)  # going back releases nothing more
+    assert buf.arr[2 * mmap.PAGESIZE : buf.n].tobytes() == raw[2 * mmap.PAGESIZE :]
