@@ -212,8 +212,15 @@ class Buffer:
             fh.seek(0, 2)
             size = fh.tell()
             n = max(0, size - start)
-            mapping = mmap.mmap(-1, n + _PAD)  # zero-filled
-            data = np.frombuffer(mapping, dtype=np.uint8)
+            mapping: mmap.mmap | None = None
+            if hasattr(mmap, "MAP_ANONYMOUS") and hasattr(mmap, "MADV_DONTNEED"):
+                # private: released pages are freed (a shared anonymous mapping would
+                # keep them in shared memory and only unmap them); zero-filled
+                flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                mapping = mmap.mmap(-1, n + _PAD, flags=flags)
+                data = np.frombuffer(mapping, dtype=np.uint8)
+            else:  # (Windows)
+                data = np.zeros(n + _PAD, dtype=np.uint8)
             fh.seek(start)
             got = fh.readinto(data.data[:n]) if n else 0
         return cls(data, int(got or 0), mapping)
@@ -222,7 +229,7 @@ class Buffer:
         """Give the memory of bytes [0, upto) back to the system (whole pages only); they
         read as zeros afterwards. For a reader done with them: the peak memory of a read
         is then about the file's size, not the file plus everything decoded from it."""
-        if self._mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+        if self._mapping is None:
             return
         end = upto - upto % mmap.PAGESIZE
         if end > self._released:
