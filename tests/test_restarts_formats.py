@@ -67,6 +67,9 @@ def test_two_restarts_each_reported_once(fmt: str, tmp_path: Path) -> None:
     got = [(r.details["from_step"], r.details["to_step"], r.details["superseded"]) for r in rs]
     # 50 superseded values (steps 50..99, then 150..199) of each of the three metrics
     assert got == [(99, 50, 150), (199, 150, 150)]
+    if fmt in ("jsonl", "csv"):  # the line the step went back on (CSV: after its header)
+        first = 101 if fmt == "jsonl" else 102
+        assert [r.location for r in rs] == [f"line {first}", f"line {first + 150}"]
     steps, values = run.series("train/loss")
     assert steps.tolist() == list(range(300))
     # the value that stands at step 60 is the one logged after the first resume

@@ -245,11 +245,12 @@ def frame_from_long(
     source: str,
     aliases: AliasTable | None = None,
 ) -> tuple[pl.DataFrame, list[DataIssue], dict[str, str]]:
-    """Canonicalize a long frame (step, metric, value[, wall_time][, _order]).
+    """Canonicalize a long frame (step, metric, value[, wall_time][, _line | _order]).
 
-    Rows are in file order, or grouped by metric with an ``_order`` column that gives
-    each row's place in the file (a line number, a timestamp): a restart is told by the
-    order the values were written in, and its metrics are pooled by it.
+    Rows are in file order, or grouped by metric with a column that gives each row's
+    place in the file: ``_line`` (its line number, which restart notes then cite) or
+    ``_order`` (any sortable position, a timestamp say). A restart is told by the order
+    the values were written in, and its metrics are pooled by it.
 
     Maps metric names through the alias table (scaling units where the alias says),
     marks restarts and duplicates, and returns (frame, data-quality issues,
@@ -367,12 +368,11 @@ def _canonicalize(
         if contiguous:
             blocks = _Blocks(frame, starts, [canonical[c] for c in block_codes])
         return frame, [], canonical_to_raw, blocks
-    if "_order" in df.columns:  # back to the order of writing
-        out = (
-            out.with_columns(df.get_column("_order").alias("_order"))
-            .sort("_order", maintain_order=True)
-            .drop("_order")
-        )
+    position = next((c for c in ("_line", "_order") if c in df.columns), None)
+    if position is not None:  # back to the order of writing
+        out = out.with_columns(df.get_column(position)).sort(position, maintain_order=True)
+        if position == "_order":
+            out = out.drop("_order")
     frame, issues = mark_restarts(out, source=source)
     return frame, issues, canonical_to_raw, None
 
@@ -474,17 +474,22 @@ def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[
     # one issue per restart, pooled over the metrics that went back together (sparse
     # metrics resume at slightly different steps): a back-jump whose target lies beyond
     # every step the current restart reached starts a new restart
+    # where: the file's line when the reader gave it (``_line``), else the frame's row
+    where = pl.col("_line") if "_line" in df.columns else pl.col("_row") + 1
     backs = (
-        df.with_columns(pl.col("step").shift(1).over("metric").alias("_prev"))
+        df.with_columns(
+            pl.col("step").shift(1).over("metric").alias("_prev"), where.alias("_where")
+        )
         .filter(pl.col("_back"))
-        .select("_row", "_prev", "step")
+        .select("_row", "_prev", "step", "_where")
         .sort("_row")
     )
+    unit = "line" if "_line" in df.columns else "row"
     groups: list[dict[str, int]] = []
-    for row, prev_step, to_step in backs.iter_rows():
+    for _row, prev_step, to_step, at in backs.iter_rows():
         g = groups[-1] if groups else None
         if g is None or to_step > g["from"]:
-            groups.append({"row": row, "from": prev_step, "to": to_step})
+            groups.append({"at": at, "from": prev_step, "to": to_step})
         else:
             g["from"] = max(g["from"], prev_step)
             g["to"] = min(g["to"], to_step)
@@ -497,7 +502,7 @@ def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[
             DataIssue(
                 kind="restart",
                 source=source,
-                location=f"row {int(g['row']) + 1}",
+                location=f"{unit} {int(g['at'])}",
                 message=(
                     f"restart: step went back from {from_step} to {to_step}; "
                     f"{n_sup} earlier values from step {to_step} on are superseded "

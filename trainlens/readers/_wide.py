@@ -139,7 +139,7 @@ def wide_to_long(
         [
             df.get_column(step_key).alias("step"),
             df.get_column("_wall").alias("wall_time"),
-            df.get_column("_line").alias("_order"),
+            df.get_column("_line"),
             *casts,
         ]
     )
@@ -148,9 +148,9 @@ def wide_to_long(
 
 
 def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> tuple[pl.DataFrame, list[int]]:
-    """(step, metric, value, wall_time, _order): each metric's non-null cells in file
+    """(step, metric, value, wall_time, _line): each metric's non-null cells in file
     order, the metrics one after the other, ``metric`` an Enum of ``metric_names``,
-    ``_order`` the line each value came from (restarts are told in that order).
+    ``_line`` the line each value came from (restarts are told in that order).
 
     The same rows as ``wide.unpivot(...)`` filtered on non-null value and step, built
     from per-metric slices concatenated without copying; the metric column is made from
@@ -159,7 +159,7 @@ def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> tuple[pl.DataFrame,
     # a per-metric view of them needs no copy later
     step = wide.get_column("step").rechunk()
     wall = wide.get_column("wall_time").rechunk()
-    order = wide.get_column("_order")
+    order = wide.get_column("_line")
     step_ok = step.null_count() == 0
     steps: list[pl.Series] = []
     values: list[pl.Series] = []
@@ -186,7 +186,7 @@ def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> tuple[pl.DataFrame,
             enum_runs(metric_names, counts).alias("metric"),
             _concat(values, pl.Float64()).alias("value"),
             _concat(walls, pl.Float64()).alias("wall_time"),
-            _concat(orders, order.dtype).alias("_order"),
+            _concat(orders, order.dtype).alias("_line"),
         ]
     )
     return long, counts
