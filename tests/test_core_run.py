@@ -198,3 +198,25 @@ def test_block_lengths_from_the_reader_give_the_same_run(restart: bool) -> None:
     # lengths that do not fit the frame are not trusted
     wrong = build_run(long, name="r", source="s", fmt="jsonl", blocks=[1, 2, 3])
     assert wrong.frame.equals(found.frame)
+
+
+@pytest.mark.parametrize("logged_too", [False, True])
+def test_add_derived_keeps_views_and_replaces_a_logged_metric(logged_too: bool) -> None:
+    blocks = [("loss", [0, 1, 2], [3.0, 2.9, 2.8]), ("tokens_per_sec", [0, 1, 2], [10.0] * 3)]
+    if logged_too:
+        blocks.append(("mfu", [0, 1, 2], [0.9, 0.9, 0.9]))
+    long, counts = _enum_blocks(blocks)
+    run = build_run(long, name="r", source="s", fmt="jsonl", blocks=counts)
+    before = run.series_frame("train/loss")
+    derived = run.series_frame("tokens_per_sec").with_columns(pl.col("value") / 100.0)
+    loss_view = run._by_metric()["train/loss"]
+    run.add_derived("mfu", derived)
+    # views built before the append stay in use unless a logged metric was replaced
+    kept = run._views_of is run.frame and run._by_metric()["train/loss"] is loss_view
+    assert kept != logged_too
+    assert run.frame.schema == build_run(long, name="r", source="s", fmt="jsonl").frame.schema
+    assert run.series("mfu")[1].tolist() == [0.1, 0.1, 0.1]  # the derived values stand
+    assert run.frame.filter(pl.col("metric") == "mfu").height == 3  # the logged one is gone
+    assert run.series_frame("train/loss").equals(before)
+    assert before.height == 3
+    assert sorted(run.metrics) == ["mfu", "tokens_per_sec", "train/loss"]

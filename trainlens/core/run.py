@@ -109,6 +109,35 @@ class Run:
             self._metrics_of = self.frame
         return list(self._metrics)
 
+    def add_derived(self, metric: str, series: pl.DataFrame) -> None:
+        """Put a metric computed from others (``series``: step, value, wall_time) into the
+        frame, replacing any of that name. It is appended as a block of its own, so the
+        per-metric views already built stay valid (no regrouping of the whole frame)."""
+        old = self.frame
+        rows = series.select(
+            "step",
+            pl.lit(metric).alias("metric"),
+            "value",
+            "wall_time",
+            pl.lit(False).alias("superseded"),
+        )
+        rows = rows.select(old.columns).cast(old.schema)
+        blocks = self._blocks if self._blocks is not None and self._blocks.frame is old else None
+        views = self._views if self._views_of is old else None
+        base = old
+        if self.has(metric):  # the run logged it too: the derived one replaces it
+            base = old.filter(pl.col("metric") != metric)
+            blocks = views = None
+        new = pl.concat([base, rows], how="vertical")
+        self.frame = new
+        self._metrics = None
+        if blocks is not None:
+            self._blocks = _Blocks(new, [*blocks.starts, base.height], [*blocks.names, metric])
+        if views is not None:
+            body = [rows.get_column(c) for c in rows.columns if c != "metric"]
+            self._views = {**views, metric: pl.DataFrame(body)}
+            self._views_of = new
+
     def has(self, metric: str) -> bool:
         return metric in self._by_metric()
 
