@@ -128,9 +128,7 @@ def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> 
         if peak is not None:
             frame = run.series_frame("tokens_per_sec")
             values = mfu_series(frame["value"].to_numpy(), params, peak, n_gpus, attn)
-            run.add_derived(
-                "mfu", frame.with_columns(pl.Series("value", values, dtype=pl.Float64))
-            )
+            run.add_derived("mfu", frame.with_columns(pl.Series("value", values, dtype=pl.Float64)))
             run.metadata.setdefault("derived", []).append("mfu")
             finite = values[np.isfinite(values)]
             if finite.size:
