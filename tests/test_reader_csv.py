@@ -84,3 +84,15 @@ def test_header_only_is_unreadable(tmp_path: Path) -> None:
     path.write_text("step,loss\n")
     with pytest.raises(UnreadableInputError):
         trainlens.read(path, format="csv")
+
+
+def test_non_utf8_byte_reported_and_values_kept(tmp_path: Path) -> None:
+    path = tmp_path / "enc.csv"
+    with path.open("w", newline="", encoding="latin-1") as fh:
+        w = csv.writer(fh)
+        w.writerow(["step", "loss", "note"])
+        w.writerows([[0, 1.0, "ok"], [1, 0.9, "café"], [2, 0.8, "ok"]])  # é as latin-1
+    (run,) = trainlens.read(path)
+    assert run.series("train/loss")[1].tolist() == [1.0, 0.9, 0.8]
+    (issue,) = [d for d in run.data_quality if d.kind == "encoding"]
+    assert issue.location == "line 3"

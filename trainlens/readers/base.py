@@ -8,7 +8,7 @@ from typing import Protocol
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.names import AliasTable
-from trainlens.core.run import Run
+from trainlens.core.run import DataIssue, Run
 
 HEAD_BYTES = 4096
 
@@ -58,3 +58,21 @@ def run_name_for(path: Path) -> str:
 
 def no_metrics(path: Path, what: str = "no metrics") -> UnreadableInputError:
     return UnreadableInputError(f"{path}: {what} found")
+
+
+def as_utf8(data: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
+    """``data`` itself when it is UTF-8; otherwise with the bad bytes replaced and a note
+    that says at which line the first one was."""
+    try:
+        if not data.isascii():  # ASCII (the usual log) is UTF-8: no need to decode it
+            data.decode("utf-8")
+        return data, []
+    except UnicodeDecodeError as exc:
+        line_no = data.count(b"\n", 0, exc.start) + 1
+        issue = DataIssue(
+            kind="encoding",
+            source=source,
+            location=f"line {line_no}",
+            message=f"bytes that are not UTF-8 (first at line {line_no}) were replaced",
+        )
+        return data.decode("utf-8", errors="replace").encode("utf-8"), [issue]

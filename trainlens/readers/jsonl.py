@@ -33,7 +33,7 @@ import polars as pl
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers._wide import STEP_KEYS, find_key, flatten_structs, wide_to_long
-from trainlens.readers.base import ReadOptions, run_name_for
+from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
 FORMAT = "jsonl"
 
@@ -101,20 +101,8 @@ def _read_bytes(
     if not data or data.isspace():  # (isspace stops at the first other byte; no copy)
         raise UnreadableInputError(f"{path}: the file is empty")
 
-    try:
-        if not data.isascii():  # ASCII (the usual log) is UTF-8: no need to decode it
-            data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line_no = data.count(b"\n", 0, exc.start) + 1
-        issues.append(
-            DataIssue(
-                kind="encoding",
-                source=source,
-                location=f"line {line_no}",
-                message=f"bytes that are not UTF-8 (first at line {line_no}) were replaced",
-            )
-        )
-        data = data.decode("utf-8", errors="replace").encode("utf-8")
+    data, bad = as_utf8(data, source)
+    issues.extend(bad)
 
     # the last line without a newline may be a record still being written
     end = data.rfind(b"\n") + 1
