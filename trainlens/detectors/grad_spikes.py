@@ -362,6 +362,29 @@ def _back_z(z: np.ndarray, steps: np.ndarray, w_end: int, p: Params, cap: float)
     return float(np.clip(q, p.recover_k, max(cap, p.recover_k)))
 
 
+def _scores(
+    x: np.ndarray,
+    steps: np.ndarray,
+    judged: np.ndarray,
+    w_end: int,
+    p: Params,
+    z: float,
+    med0: np.ndarray | None,
+    least_excess: Bound,
+    sigma_floor: Bound,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The causal baseline and floored robust sigma of ``x``, which points spike (z sigmas
+    AND the least excess above the baseline, once judged), and the z a spike must come
+    back under (grad and loss alike; they differ in their space and bounds)."""
+    med, sig = causal_baseline(x, p.window, p.min_baseline, med0)
+    sig = np.fmax(np.nan_to_num(sig, nan=0.0), sigma_floor(med))
+    excess = x - med
+    with np.errstate(invalid="ignore"):
+        spike = (excess >= z * sig) & (excess >= least_excess(med)) & judged
+    k = _back_z(excess / sig, steps, w_end, p, z)
+    return med, sig, spike, k
+
+
 def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> list[_Event]:
     x = np.log(g)
     judged = steps >= w_end
@@ -377,12 +400,9 @@ def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> lis
     )
     if not possible:
         return []
-    med, sig = causal_baseline(x, p.window, p.min_baseline, med0)
-    sig = np.fmax(np.nan_to_num(sig, nan=0.0), sigma_floor(med))
-    excess = x - med
-    with np.errstate(invalid="ignore"):
-        spike = (excess >= p.grad_z * sig) & (excess >= least_excess(med)) & judged
-    k = _back_z(excess / sig, steps, w_end, p, p.grad_z)
+    med, sig, spike, k = _scores(
+        x, steps, judged, w_end, p, p.grad_z, med0, least_excess, sigma_floor
+    )
     back = med + np.fmax(k * sig, math.log(1.5))
     out = []
     for a, b, n, last, rec in _excursions(spike, x, forward_median(x, p.recover_points), back):
@@ -409,12 +429,9 @@ def _loss_events(
         )
     if not possible:
         return []
-    med, sig = causal_baseline(v, p.window, p.min_baseline, med0)
-    sig = np.fmax(np.nan_to_num(sig, nan=0.0), sigma_floor(med))
-    excess = v - med
-    with np.errstate(invalid="ignore"):
-        spike = (excess >= p.loss_z * sig) & (excess >= least_excess(med)) & judged
-    k = _back_z(excess / sig, steps, w_end, p, p.loss_z)
+    med, sig, spike, k = _scores(
+        v, steps, judged, w_end, p, p.loss_z, med0, least_excess, sigma_floor
+    )
     back = med + np.fmax(k * sig, p.recover_rel * np.abs(med))
     raw_steps, raw_vals = raw
     bad_steps = np.sort(raw_steps[~np.isfinite(raw_vals)])
