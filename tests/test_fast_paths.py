@@ -221,6 +221,7 @@ def test_views_and_summary_match_the_general_path(case: str) -> None:
         r["metric"]: {"count": r["n"], "first_step": r["first_step"]}
         for r in general.iter_rows(named=True)
     }
+    assert list(_non_finite(run)) == sorted(_non_finite(run))  # the same order every run
     if run.frame.height:
         summary = summarize(run)
         assert summary["values"] == run.frame.height
