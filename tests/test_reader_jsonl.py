@@ -123,3 +123,21 @@ def test_only_bad_lines_is_unreadable(tmp_path: Path) -> None:
     path.write_text("{not json\n{also not\n")
     with pytest.raises(UnreadableInputError, match="no JSON objects"):
         trainlens.read(path, format="jsonl")
+
+
+def test_sniffing_a_jsonl_file_imports_no_other_reader(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = _write(tmp_path / "run.jsonl", [{"step": s, "loss": 1.0 / (s + 1)} for s in range(5)])
+    code = (
+        "import sys, trainlens\n"
+        "(run,) = trainlens.read(sys.argv[1])\n"
+        "others = ('trainlens.readers.tensorboard', 'trainlens.readers.mlflow', 'numpy')\n"
+        "print(run.format, [m for m in others if m in sys.modules])\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(path)], cwd=repo, capture_output=True, text=True
+    )
+    assert proc.stdout.strip() == "jsonl []", proc.stderr

@@ -37,9 +37,7 @@ def detect_format(path: Path) -> str:
     """The format of ``path``, sniffed from its content or layout."""
     if path.is_dir():
         for fmt in ("mlflow", "tensorboard", "hf-trainer"):
-            if fmt == "mlflow" and not _sniff.mlflow_dir_maybe(path):
-                continue  # (no import of the MLflow reader for a TensorBoard folder)
-            if _module(fmt).sniff(path, b""):
+            if _sniff.may_be(fmt, path, b"") and _module(fmt).sniff(path, b""):
                 return fmt
         raise UnreadableInputError(
             f"{path}: no TensorBoard event files, MLflow store or trainer_state.json "
@@ -50,12 +48,7 @@ def detect_format(path: Path) -> str:
     if not head.strip():
         raise UnreadableInputError(f"{path}: the file is empty")
     for fmt in FORMATS:
-        # a first look that needs no reader import (numpy and all) for the usual files
-        if fmt == "tensorboard" and not _sniff.tensorboard_file(path, head):
-            continue
-        if fmt == "mlflow" and _sniff.mlflow_file(path, head) is False:
-            continue
-        if _module(fmt).sniff(path, head):
+        if _sniff.may_be(fmt, path, head) and _module(fmt).sniff(path, head):
             return fmt
     raise UnreadableInputError(
         f"{path}: not a format trainlens knows (JSONL, CSV/TSV, TensorBoard events, MLflow, "

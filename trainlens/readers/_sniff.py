@@ -87,3 +87,13 @@ def mlflow_dir_maybe(path: Path) -> bool:
         except OSError:
             continue
     return False
+
+
+def may_be(fmt: str, path: Path, head: bytes) -> bool:
+    """False when a first look (no reader imported: the TensorBoard and MLflow readers
+    import numpy) rules ``fmt`` out for ``path``; True when its reader must decide."""
+    if fmt == "tensorboard" and not path.is_dir():
+        return tensorboard_file(path, head)
+    if fmt == "mlflow":
+        return mlflow_dir_maybe(path) if path.is_dir() else mlflow_file(path, head) is not False
+    return True
