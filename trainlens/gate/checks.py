@@ -55,6 +55,31 @@ def _fail(name: str, kind: str, detail: str, finding: Finding) -> Outcome:
     return Outcome(CheckResult(name, kind, FAIL, detail), [finding])
 
 
+def _val_limit(
+    name: str,
+    kind: str,
+    which: str,
+    value: float | None,
+    step: int | None,
+    text: str,
+    metric: str,
+    limit: float,
+) -> Outcome:
+    """Pass when ``value`` (the final or the best val loss) is at most ``limit``; else a
+    VAL004 failure whose message is ``text`` + " above the limit ..."."""
+    if value is not None and value <= limit:
+        return _pass(name, kind, f"{which} {_g(value)} <= {limit:g}")
+    finding = _finding(
+        "VAL004",
+        f"{text} above the limit {limit:g}",
+        metric=metric,
+        step=step,
+        value=value,
+        limit=limit,
+    )
+    return _fail(name, kind, f"{which} {_g(value)} > {limit:g}", finding)
+
+
 def outcome_checks(checks: Checks, outcomes: dict[str, Any]) -> list[Outcome]:
     out: list[Outcome] = []
     kind = "outcome"
@@ -82,49 +107,24 @@ def outcome_checks(checks: Checks, outcomes: dict[str, Any]) -> list[Outcome]:
                     ),
                 )
             )
-        elif val["final"] > limit:
+        else:
+            text = f"final {metric} {_g(val['final'])} at step {val['final_step']} is"
             out.append(
-                _fail(
-                    name,
-                    kind,
-                    f"final {_g(val['final'])} > {limit:g}",
-                    _finding(
-                        "VAL004",
-                        f"final {metric} {_g(val['final'])} at step {val['final_step']} is "
-                        f"above the limit {limit:g}",
-                        metric=metric,
-                        step=val["final_step"],
-                        value=val["final"],
-                        limit=limit,
-                    ),
+                _val_limit(
+                    name, kind, "final", val["final"], val["final_step"], text, metric, limit
                 )
             )
-        else:
-            out.append(_pass(name, kind, f"final {_g(val['final'])} <= {limit:g}"))
 
     if checks.max_best_val_loss is not None:
         name, limit = "check:max_best_val_loss", checks.max_best_val_loss
         if val is None:
             out.append(_skip(name, kind, missing))
-        elif val["best"] is None or val["best"] > limit:
-            where = f" at step {val['best_step']}" if val["best"] is not None else ""
-            out.append(
-                _fail(
-                    name,
-                    kind,
-                    f"best {_g(val['best'])} > {limit:g}",
-                    _finding(
-                        "VAL004",
-                        f"the best {metric} {_g(val['best'])}{where} is above the limit {limit:g}",
-                        metric=metric,
-                        step=val["best_step"],
-                        value=val["best"],
-                        limit=limit,
-                    ),
-                )
-            )
         else:
-            out.append(_pass(name, kind, f"best {_g(val['best'])} <= {limit:g}"))
+            where = f" at step {val['best_step']}" if val["best"] is not None else ""
+            text = f"the best {metric} {_g(val['best'])}{where} is"
+            out.append(
+                _val_limit(name, kind, "best", val["best"], val["best_step"], text, metric, limit)
+            )
 
     if checks.target_val_loss is not None:
         out.extend(_target_checks(checks, outcomes.get("time_to_target") or {}, val))
