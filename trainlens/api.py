@@ -13,19 +13,27 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
-from trainlens.core.config import Config, load_config
 from trainlens.core.errors import UsageError
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.names import AliasTable
 from trainlens.core.run import DataIssue, Run
-from trainlens.detectors import DetectionResult, run_detectors, validate_config
-from trainlens.detectors.base import Context
 from trainlens.readers import ReadOptions, read_runs
-from trainlens.runconfig import find_run_config, model_info, normalize_schedule
+
+if TYPE_CHECKING:  # config, detectors and run configs are imported where they are used:
+    # reading a run needs none of them (nor tomllib), so `trainlens.read` starts faster
+    from trainlens.core.config import Config
+    from trainlens.detectors import DetectionResult
+    from trainlens.detectors.base import Context
+
+
+def _no_context() -> Context:
+    from trainlens.detectors.base import Context
+
+    return Context()
 
 
 @dataclass
@@ -36,7 +44,7 @@ class Analysis:
     summary: dict[str, Any]
     findings: list[Finding]
     skipped: dict[str, str] = field(default_factory=dict)
-    context: Context = field(default_factory=Context)
+    context: Context = field(default_factory=_no_context)
 
     @property
     def data_quality(self) -> list[DataIssue]:
@@ -74,6 +82,9 @@ def read(
 
 def build_context(run: Run, config: Config) -> Context:
     """Declared schedule and model: explicit config first, else a run config beside it."""
+    from trainlens.detectors.base import Context
+    from trainlens.runconfig import find_run_config, model_info, normalize_schedule
+
     ctx = Context()
     raw, origin = find_run_config(run)
     if config.schedule:
@@ -95,6 +106,9 @@ def summarize(run: Run) -> dict[str, Any]:
 
 
 def analyze_run(run: Run, config: Config | None = None) -> Analysis:
+    from trainlens.core.config import Config
+    from trainlens.detectors import run_detectors
+
     config = config or Config()
     ctx = build_context(run, config)
     summary = summarize(run)
@@ -121,6 +135,9 @@ def analyze(
     regex: str | None = None,
 ) -> list[Analysis]:
     """Read and judge every run at the path(s) (or the given Runs)."""
+    from trainlens.core.config import Config, load_config
+    from trainlens.detectors import validate_config
+
     cfg = config if isinstance(config, Config) else load_config(config)
     validate_config(cfg)
     loaded: list[Run]

@@ -7,8 +7,6 @@ checked by the detector registry, which knows each detector's parameters.
 
 from __future__ import annotations
 
-import difflib
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +43,8 @@ class Config:
 
 
 def _suggest(key: str, known: list[str]) -> str:
+    import difflib  # only for a mistake's message
+
     close = difflib.get_close_matches(key, known, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -75,6 +75,8 @@ def parse_config(table: dict[str, Any], *, origin: str = "config") -> Config:
 
 def find_config_file(start: Path | None = None) -> Path | None:
     """trainlens.toml, or a pyproject.toml with [tool.trainlens], in ``start`` or above."""
+    import tomllib  # imported here: only reading a file needs it
+
     here = (start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         candidate = folder / "trainlens.toml"
@@ -103,6 +105,8 @@ def load_config(path: Path | str | None = None, *, search: bool = True) -> Confi
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
+    import tomllib
+
     try:
         data = tomllib.loads(path.read_text("utf-8"))
     except tomllib.TOMLDecodeError as exc:

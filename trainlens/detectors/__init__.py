@@ -13,17 +13,18 @@ Each detector module defines:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainlens.core.config import Config
 from trainlens.core.errors import ConfigError
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import Run
 from trainlens.detectors.base import Context, Skip
+
+if TYPE_CHECKING:  # imported where used: importing a detector's helpers needs no TOML
+    from trainlens.core.config import Config
 
 # module names under trainlens.detectors, in the order their findings are listed
 DETECTORS: tuple[str, ...] = (
@@ -99,6 +100,8 @@ def make_params(name: str, module: ModuleType, overrides: dict[str, Any]) -> Any
     known = {f.name: f for f in dataclasses.fields(params_cls)}
     for key in overrides:
         if key not in known:
+            import difflib
+
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"unknown parameter {key!r} for detector {name!r}{hint}")
@@ -118,6 +121,8 @@ def validate_config(cfg: Config) -> None:
         all_codes.update(load(name).CODES)
     for name, overrides in cfg.detectors.items():
         if name not in names:
+            import difflib
+
             close = difflib.get_close_matches(name, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"unknown detector {name!r} in [tool.trainlens.detectors]{hint}")
@@ -132,6 +137,8 @@ def run_detectors(
     run: Run, cfg: Config | None = None, ctx: Context | None = None
 ) -> DetectionResult:
     """Run every selected detector; findings sorted by step, then severity."""
+    from trainlens.core.config import Config
+
     cfg = cfg or Config()
     ctx = ctx or Context(schedule=dict(cfg.schedule), model=dict(cfg.model))
     result = DetectionResult()
