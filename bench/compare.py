@@ -11,7 +11,10 @@ round, and the median of the rounds' ratios is printed (the machine is shared, s
 moves between rounds more than within one). Both wall-clock time and CPU time (user +
 system, from ``os.wait4`` of the child) are measured; the verdicts use the CPU ratio,
 since other work on a shared machine inflates wall time more than CPU time, and the wall
-ratio is printed beside it. Peak memory is the child's ``ru_maxrss``.
+ratio is printed beside it. Peak memory is the child's ``ru_maxrss``. The trainlens
+package is byte-compiled once before timing (into its ``__pycache__`` folders), so that,
+like the peers pip installed, it is measured as installed rather than compiling its
+sources in every child (as it would with PYTHONDONTWRITEBYTECODE set).
 
 The data comes from bench/generate.py (written on first use under --data, outside the
 repository): 12 metrics (11 per step, val_loss every 100 steps) as JSONL, wide CSV, one
@@ -40,6 +43,7 @@ Targets (issue 7) and the comparison each verdict uses:
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import statistics
@@ -248,6 +252,13 @@ def _peak_kb(stderr: bytes) -> float | None:
     return None
 
 
+def compile_trainlens() -> None:
+    """Write trainlens' .pyc files, as ``pip install`` would (the children read them even
+    with PYTHONDONTWRITEBYTECODE set, which only stops them writing their own)."""
+    if not compileall.compile_dir(REPO / "trainlens", quiet=1):
+        raise SystemExit("trainlens does not byte-compile")
+
+
 def run_child(code: str, *args: str, timeout: float = 3600.0) -> Sample:
     """Run ``python -c code args`` fresh; wall, CPU (user+sys) and peak RSS of that child."""
     if os.path.exists("/proc/self/status"):
@@ -436,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
+    compile_trainlens()
     load0 = os.getloadavg()
     started = time.time()
     big = ensure_data(args.data, args.steps, generate.FORMATS)
