@@ -335,6 +335,7 @@ def test_fast_path_equals_general_path(tmp_path: Path) -> None:
     fast = tb.read_events_file(path, tags_fast, fast=True)
     slow = tb.read_events_file(path, tags_slow, fast=False)
     assert fast.fast_records > 0.9 * len(fast.rows.record)  # the fast path did the work
+    assert fast.cycle_records > 0.9 * fast.fast_records  # most of it a cycle at a time
     assert slow.fast_records == 0
     _same(fast, slow, tags_fast, tags_slow)
     (bad,) = [i for i in fast.issues if i.kind == "corrupt-record"]
@@ -346,7 +347,65 @@ def test_fast_path_equals_general_path(tmp_path: Path) -> None:
     f2 = tb.read_events_file(path2, tf, fast=True)
     s2 = tb.read_events_file(path2, ts, fast=False)
     assert f2.fast_records >= 4 * len(want["f32"])  # content tensors take the fast path
+    assert f2.cycle_records > 0.9 * f2.fast_records  # the half_val ones left to the general
     _same(f2, s2, tf, ts)
+
+
+def test_cycles_notice_whatever_changes_between_them(tmp_path: Path) -> None:
+    # two tags of equal length logged every step, so that records of one cycle look like
+    # the last one's except where something changed: the order of the tags (step 300), a
+    # tag written as a tensor (step 400), a varint one byte wider (step 128), a flipped
+    # byte (record 901), an extra tag (step 500)
+    w = torch_tb.SummaryWriter(str(tmp_path))
+    for i in range(600):
+        pair = [("loss/a", i + 0.25), ("loss/b", -i - 0.5)]
+        for tag, v in pair[::-1] if i == 300 else pair:
+            w.add_scalar(tag, v, i, new_style=(i == 400 and tag == "loss/a"))
+        if i == 500:
+            w.add_scalar("loss/c", 7.0, i)
+    w.close()
+    path = _one_file(tmp_path)
+    o, n = _record_offsets(path)[901]  # step 450, loss/a (record 0 is the file version)
+    raw = bytearray(path.read_bytes())
+    raw[o + 12 + n - 3] ^= 0x01  # inside the value: the data checksum no longer matches
+    path.write_bytes(bytes(raw))
+
+    tags_fast, tags_slow = tb._Tags(), tb._Tags()
+    fast = tb.read_events_file(path, tags_fast)
+    slow = tb.read_events_file(path, tags_slow, fast=False)
+    _same(fast, slow, tags_fast, tags_slow)
+    assert fast.cycle_records > 1000  # the cycles were used, around every change
+    names = np.array([tags_fast.names[t].decode() for t in fast.rows.tag])
+    step, value = fast.rows.step, fast.rows.value
+    a, b = names == "loss/a", names == "loss/b"
+    assert np.array_equal(value[a], step[a] + 0.25)
+    assert np.array_equal(value[b], -step[b] - 0.5)
+    assert sorted(set(range(600)) - set(step[a].tolist())) == [450]  # the flipped record
+    assert np.array_equal(step[b], np.arange(600))
+    assert step[names == "loss/c"].tolist() == [500]
+    assert names[(step == 300)].tolist() == ["loss/b", "loss/a"]  # in file order
+
+
+@pytest.mark.parametrize("start", [0, 5000, 6371])
+def test_mapped_file_and_copy_read_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: int
+) -> None:
+    # the file is mapped where the platform allows (no zero padding after the last record)
+    # and read into a padded copy elsewhere (Windows); both must give the same rows
+    path = _mixed_file(tmp_path)
+    offsets = [o for o, _ in _record_offsets(path)]
+    start = min(o for o in offsets if o >= start)  # a record's offset, not page aligned
+    mapped_buf = tfr.Buffer.from_file(str(path), start)
+    assert mapped_buf.pad == 0 and mapped_buf.n == path.stat().st_size - start
+    t1, t2 = tb._Tags(), tb._Tags()
+    mapped = tb.read_events_file(path, t1, start_offset=start)
+    monkeypatch.setattr(tfr, "_CAN_MAP", False)
+    copy_buf = tfr.Buffer.from_file(str(path), start)
+    assert copy_buf.pad > 0 and copy_buf.arr[: copy_buf.n].tobytes() == path.read_bytes()[start:]
+    copied = tb.read_events_file(path, t2, start_offset=start)
+    _same(mapped, copied, t1, t2)
+    assert mapped.fast_records >= copied.fast_records - 2  # only the last records differ
+    assert len(mapped.rows.record) > 0.5 * 700 * 3
 
 
 def test_fallback_crc_without_the_c_extension(
@@ -573,16 +632,37 @@ def test_event_with_several_values(tmp_path: Path) -> None:
     assert issue.details == {"histograms": 3}
 
 
+def _resident_kb(arr: np.ndarray) -> int:
+    """Resident size of the mapping that holds ``arr`` (Linux /proc/self/smaps)."""
+    addr = arr.__array_interface__["data"][0]
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= addr < hi
+        elif inside and head == "Rss:":
+            return int(line.split()[1])
+    raise AssertionError("mapping not found")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
 def test_buffer_release_drops_only_whole_pages_before_the_mark(tmp_path: Path) -> None:
     import mmap
 
     path, _ = _torch_file(tmp_path, n=3000)
     raw = path.read_bytes()
-    assert len(raw) > 3 * mmap.PAGESIZE
+    assert len(raw) > 4 * mmap.PAGESIZE
     buf = tfr.Buffer.from_file(str(path))
+    assert buf.arr.tobytes()[: buf.n] == raw  # all of it resident now
+    page_kb = mmap.PAGESIZE // 1024
+    full = _resident_kb(buf.arr)
+    assert full >= len(raw) // 1024
     mark = 2 * mmap.PAGESIZE + 100  # mid-page: that page must stay
     buf.release(mark)
-    assert not buf.arr[: 2 * mmap.PAGESIZE].any()  # handed back: reads as zeros
-    assert buf.arr[2 * mmap.PAGESIZE : buf.n].tobytes() == raw[2 * mmap.PAGESIZE :]
+    assert _resident_kb(buf.arr) == full - 2 * page_kb
     buf.release(mark - mmap.PAGESIZE)  # going back releases nothing more
-    assert buf.arr[2 * mmap.PAGESIZE : buf.n].tobytes() == raw[2 * mmap.PAGESIZE :]
+    assert _resident_kb(buf.arr) == full - 2 * page_kb
+    buf.release(buf.n)
+    assert _resident_kb(buf.arr) <= page_kb  # the last, partial page stays
+    assert buf.arr[: buf.n].tobytes() == raw  # released bytes read back from the file

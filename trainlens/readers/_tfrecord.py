@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import mmap
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -180,17 +181,25 @@ def _window8_masked_crcs(arr: np.ndarray, lo: int, hi: int) -> np.ndarray:
 
 
 class Buffer:
-    """The file's bytes (zero padded) with unaligned fixed-width views at every offset."""
+    """The file's bytes with unaligned fixed-width views at every offset.
 
-    def __init__(self, data: np.ndarray, n: int, mapping: mmap.mmap | None = None) -> None:
+    In a copy, ``pad`` zero bytes follow the ``n`` bytes of data, so that fixed-width
+    reads near the end stay in bounds; a buffer that maps the file has none. Vectorized
+    decoders leave records that end past :attr:`safe_end` to the general decoder."""
+
+    def __init__(
+        self, data: np.ndarray, n: int, mapping: mmap.mmap | None = None, base: int = 0
+    ) -> None:
         self.arr = data
         self.n = n
-        self._mapping = mapping  # the anonymous memory under ``data``, when from_file
+        self.pad = len(data) - n  # zero bytes after the data
+        self._mapping = mapping  # the memory under ``data``, when from_file maps the file
+        self._base = base  # offset of data[0] within the mapping
         self._released = 0
-        m = len(data) - 8
+        self._scratch = np.empty(0, dtype=np.uint8)
 
         def view(dt: str, size: int) -> np.ndarray:
-            return np.ndarray((len(data) - size,), dtype=dt, buffer=data, strides=(1,))
+            return np.ndarray((max(len(data) - size + 1, 0),), dtype=dt, buffer=data, strides=(1,))
 
         self.u16 = view("<u2", 2)
         self.u32 = view("<u4", 4)
@@ -199,39 +208,62 @@ class Buffer:
         self.i64 = view("<i8", 8)
         self.f32 = view("<f4", 4)
         self.f64 = view("<f8", 8)
-        self.mv = data.data  # the padded bytes as a memoryview
+        self.mv = data.data  # the (padded) bytes as a memoryview
         self.raw = self.mv[:n]
-        del m
+
+    def scratch(self, size: int) -> np.ndarray:
+        """A byte array of ``size`` bytes to work in, reused between calls (its pages are
+        already in memory and in cache)."""
+        if len(self._scratch) < size:
+            self._scratch = np.empty(max(size, 2 * len(self._scratch)), dtype=np.uint8)
+        return self._scratch[:size]
+
+    @property
+    def safe_end(self) -> int:
+        """Offsets up to which a vectorized decoder may read 16 bytes past a record's data
+        (its checksum and beyond) and stay inside the buffer."""
+        return self.n + self.pad - 16
 
     @classmethod
     def from_file(cls, path: str, start: int = 0) -> Buffer:
         """Read ``path`` from byte ``start``; offsets in the Buffer are relative to start.
-        The bytes live in anonymous memory of their own, so :meth:`release` can hand back
-        what has been decoded while the rest is still being read."""
+
+        Where the platform allows, the file is mapped read-only and privately: no copy is
+        made, pages come in as they are decoded, and :meth:`release` drops the decoded
+        ones from the process' memory. Elsewhere (and for an empty file) it is read into
+        a zero-padded copy. Only the bytes present when the file is opened are read (a
+        file still being written grows at its end; the rest is for the next read)."""
         with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
+            size = os.fstat(fh.fileno()).st_size
             n = max(0, size - start)
-            mapping: mmap.mmap | None = None
-            if hasattr(mmap, "MAP_ANONYMOUS") and hasattr(mmap, "MADV_DONTNEED"):
-                # private: released pages are freed (a shared anonymous mapping would
-                # keep them in shared memory and only unmap them); zero-filled
-                flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-                mapping = mmap.mmap(-1, n + _PAD, flags=flags)
-                data = np.frombuffer(mapping, dtype=np.uint8)
-            else:  # (Windows)
-                data = np.zeros(n + _PAD, dtype=np.uint8)
+            if n and _CAN_MAP:
+                lo = start - start % mmap.ALLOCATIONGRANULARITY
+                try:
+                    mapping = mmap.mmap(
+                        fh.fileno(),
+                        size - lo,
+                        flags=mmap.MAP_PRIVATE,
+                        prot=mmap.PROT_READ,
+                        offset=lo,
+                    )
+                except OSError:  # a file system that cannot map files: read a copy
+                    pass
+                else:
+                    data = np.frombuffer(mapping, dtype=np.uint8)[start - lo :]
+                    return cls(data, n, mapping, start - lo)
+            data = np.zeros(n + _PAD, dtype=np.uint8)
             fh.seek(start)
             got = fh.readinto(data.data[:n]) if n else 0
-        return cls(data, int(got or 0), mapping)
+        return cls(data, int(got or 0))
 
     def release(self, upto: int) -> None:
-        """Give the memory of bytes [0, upto) back to the system (whole pages only); they
-        read as zeros afterwards. For a reader done with them: the peak memory of a read
-        is then about the file's size, not the file plus everything decoded from it."""
+        """Drop bytes [0, upto) from the process' memory (whole pages only), for a reader
+        done with them: the peak memory of a read is then not the whole file plus
+        everything decoded from it. They stay readable (the file is read again)."""
         if self._mapping is None:
             return
-        end = upto - upto % mmap.PAGESIZE
+        end = self._base + upto
+        end -= end % mmap.PAGESIZE
         if end > self._released:
             self._mapping.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
             self._released = end
@@ -241,6 +273,9 @@ class Buffer:
         data = np.zeros(len(raw) + _PAD, dtype=np.uint8)
         data[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
         return cls(data, len(raw))
+
+
+_CAN_MAP = all(hasattr(mmap, a) for a in ("MAP_PRIVATE", "PROT_READ", "MADV_DONTNEED"))
 
 
 @dataclass
@@ -263,6 +298,7 @@ class Framing:
     end: int  # offset up to which complete records (or skipped garbage) were consumed
     problems: list[FrameProblem] = field(default_factory=list)
     sequential: int = 0  # records found one at a time (diagnostics)
+    periods: list[int] = field(default_factory=list)  # record-length periods seen, most used first
 
 
 _HDR = struct.Struct("<QI")
@@ -282,6 +318,7 @@ class _Framer:
         self.problems: list[FrameProblem] = []
         self.sequential = 0
         self.end = 0
+        self.period_use: dict[int, int] = {}  # period -> records its speculation confirmed
 
     # ---- one record at a time --------------------------------------------------------
     def _flush(self) -> None:
@@ -407,6 +444,7 @@ class _Framer:
         self.chunks_s.append(pos[:k])
         self.chunks_l.append(lens[:k])
         self.count += k
+        self.period_use[plan.period] = self.period_use.get(plan.period, 0) + k
         self.o = self.end = int(pos[k - 1]) + OVERHEAD + int(lens[k - 1])
         return k
 
@@ -459,7 +497,8 @@ class _Framer:
         else:
             starts = np.empty(0, dtype=np.int64)
             lens = np.empty(0, dtype=np.int64)
-        return Framing(starts, lens, self.end, self.problems, self.sequential)
+        periods = sorted(self.period_use, key=lambda p: -self.period_use[p])
+        return Framing(starts, lens, self.end, self.problems, self.sequential, periods)
 
 
 class _Plan:
@@ -537,14 +576,14 @@ def verify_records(buf: Buffer, starts: np.ndarray, lens: np.ndarray) -> np.ndar
     """True for each record whose data checksum matches.
 
     With the C CRC available this costs one vectorized rewrite per record and one CRC call
-    per contiguous stretch of records: each record's stored checksum is replaced *in the
-    buffer* by ``unmask(stored) ^ crc32c(zeros(L)) ^ raw(header + zeros(L))``; by the
-    linearity of CRC over GF(2) the raw CRC register (initial value 0, no final xor) of
+    per contiguous stretch of records, on a copy of the records' bytes (the buffer itself
+    is left alone): each record's stored checksum is replaced by
+    ``unmask(stored) ^ crc32c(zeros(L)) ^ raw(header + zeros(L))``; by the linearity of
+    CRC over GF(2) the raw CRC register (initial value 0, no final xor) of
     ``header + data + replaced checksum`` is then 0 exactly when the data matches its
     checksum, and the raw register of a stretch of such records is 0 when all of them do.
-    A stretch that is not 0 is checked record by record. The buffer's checksum fields are
-    overwritten; the data bytes are left alone. Without the C CRC, the data checksums are
-    computed with numpy tables (:func:`data_crcs`).
+    A stretch that is not 0 is checked record by record. Without the C CRC, the data
+    checksums are computed with numpy tables (:func:`data_crcs`).
     """
     n = len(starts)
     if n == 0:
@@ -553,17 +592,22 @@ def verify_records(buf: Buffer, starts: np.ndarray, lens: np.ndarray) -> np.ndar
     if _crc32c_c is None:
         data = starts + HEADER
         return _mask_array(data_crcs(buf.arr, data, lens)) == buf.u32[data + lens]
-    at = starts + HEADER + lens
-    buf.u32[at] = _unmask_array(buf.u32[at]) ^ _RESIDUES.lookup(lens)
+    lo_b, hi_b = int(starts[0]), int(ends[-1])
+    copy = buf.scratch(hi_b - lo_b)
+    copy[:] = buf.arr[lo_b:hi_b]
+    u32 = np.ndarray((len(copy) - 3,), dtype="<u4", buffer=copy, strides=(1,))
+    at = starts + (HEADER - lo_b) + lens
+    u32[at] = _unmask_array(u32[at]) ^ _RESIDUES.lookup(lens)
+    s_rel, e_rel = starts - lo_b, ends - lo_b
     ok = np.ones(n, dtype=bool)
     gaps = np.flatnonzero(starts[1:] != ends[:-1]) + 1
     bounds = [0, *gaps.tolist(), n]
-    mv = buf.mv
+    mv = copy.data
     for lo, hi in itertools.pairwise(bounds):
-        if _crc32c_c(mv[int(starts[lo]) : int(ends[hi - 1])], _FULL) == _FULL:
+        if _crc32c_c(mv[int(s_rel[lo]) : int(e_rel[hi - 1])], _FULL) == _FULL:
             continue
         for i in range(lo, hi):
-            ok[i] = _crc32c_c(mv[int(starts[i]) : int(ends[i])], _FULL) == _FULL
+            ok[i] = _crc32c_c(mv[int(s_rel[i]) : int(e_rel[i])], _FULL) == _FULL
     return ok
 
 

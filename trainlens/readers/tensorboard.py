@@ -34,7 +34,7 @@ import re
 import struct
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -539,19 +539,26 @@ class _RowBuffer:
         return _Rows(*(self.cols[f][: self.n] for f in self.FIELDS))
 
 
-def _fast_decode(
-    buf: tfr.Buffer, rec: np.ndarray, s: np.ndarray, length: np.ndarray, tags: _Tags
-) -> tuple[_Rows, np.ndarray]:
-    """Decode the records whose Event holds exactly one Summary.Value with a tag and a
-    scalar (simple_value, or a scalar tensor with an optional scalars-plugin metadata).
+@dataclass
+class _Layout:
+    """Where the fields of each record's Event lie, for records in the fast path's layout."""
 
-    ``rec`` are record indices, ``s`` the data offsets, ``length`` the data lengths.
-    Returns the rows and a mask of the records decoded; the others go to the general
-    decoder."""
+    ok: np.ndarray  # bool: one Summary.Value with a tag and a scalar, decodable here
+    has_step: np.ndarray  # bool
+    step: np.ndarray  # int64, 0 where the Event has no step
+    step_w: np.ndarray  # int64 width of the step's varint
+    tag_pos: np.ndarray
+    tag_len: np.ndarray
+    vpos: np.ndarray  # offset of the value's bytes
+    codec: np.ndarray  # how to read them (_C_*)
+
+
+def _layout(buf: tfr.Buffer, s: np.ndarray, length: np.ndarray) -> _Layout:
+    """Parse the Events at data offsets ``s`` (lengths ``length``) as far as the fast path
+    needs: the wall time sits at s + 1, the rest is located here."""
     a = buf.arr
     end = s + length
     ok = (length >= 20) & (a[s] == 0x09)
-    wall = buf.f64[s + 1]
     p = s + 9
     has_step = a[p] == 0x10
     step_v, step_w = _varints(buf.u64[p + 1])
@@ -612,24 +619,162 @@ def _fast_decode(
             codec,
         )
 
-    good = simple | tensor
+    return _Layout(simple | tensor, has_step, step, step_w, tag_pos, tag_len, vpos, codec)
+
+
+_VALUE_SIZE = np.array([4, 8, 2, 2, 4, 8], dtype=np.int64)  # bytes of a value, by codec
+_AR8 = np.arange(8, dtype=np.int64)
+# _VARINT_KEEP[w]: the 7 value bits of each of a varint's w bytes, in an 8-byte word
+_VARINT_KEEP = _BYTE_MASKS & np.uint64(0x7F7F7F7F7F7F7F7F)
+
+
+def _fast_decode(
+    buf: tfr.Buffer,
+    rec: np.ndarray,
+    s: np.ndarray,
+    length: np.ndarray,
+    tags: _Tags,
+    period: int = 0,
+) -> tuple[_Rows, np.ndarray, int]:
+    """Decode the records whose Event holds exactly one Summary.Value with a tag and a
+    scalar (simple_value, or a scalar tensor with an optional scalars-plugin metadata).
+
+    ``rec`` are record indices, ``s`` the data offsets, ``length`` the data lengths;
+    ``period`` the period of record lengths the framing found, if any (see
+    :func:`_cycles`). Returns the rows, a mask of the records decoded (the others go to
+    the general decoder) and how many of them were decoded a cycle at a time."""
+    n = len(s)
+    if not period or n < 2 * period:
+        rows, good = _decode_each(buf, rec, s, length, tags)
+        return rows, good, 0
+    parts: list[_Rows] = []
+    goods: list[np.ndarray] = []
+    i = by_cycle = misses = 0
+    while i < n:
+        got = _cycles(buf, rec[i:], s[i:], length[i:], tags, period) if misses < 8 else None
+        if got is None:  # no cycle starts here: a cycle's worth one by one, then try again
+            misses += 1
+            j = n if misses >= 8 or n - i < 2 * period else i + period
+            rows, good = _decode_each(buf, rec[i:j], s[i:j], length[i:j], tags)
+        else:
+            rows, good = got
+            j = i + len(good)
+            by_cycle += len(rows.record)
+        parts.append(rows)
+        goods.append(good)
+        i = j
+    return _Rows.concat(parts), np.concatenate(goods), by_cycle
+
+
+def _decode_each(
+    buf: tfr.Buffer, rec: np.ndarray, s: np.ndarray, length: np.ndarray, tags: _Tags
+) -> tuple[_Rows, np.ndarray]:
+    """The fast path record by record (vectorized over records, each parsed on its own)."""
+    lay = _layout(buf, s, length)
+    good = lay.ok
     if good.all():
-        ids = tags.lookup(buf, tag_pos, tag_len)
+        ids = tags.lookup(buf, lay.tag_pos, lay.tag_len)
         good = ids >= 0
     else:
         idx = np.flatnonzero(good)
         ids = np.full(len(s), -1, dtype=np.int64)
-        ids[idx] = tags.lookup(buf, tag_pos[idx], tag_len[idx])
+        ids[idx] = tags.lookup(buf, lay.tag_pos[idx], lay.tag_len[idx])
         good = ids >= 0
     if good.all():
-        rec_, step_, wall_, vp, cd = rec, step, wall, vpos, codec
+        rec_, s_, step_, vp, cd = rec, s, lay.step, lay.vpos, lay.codec
     else:
         idx = np.flatnonzero(good)
         ids = ids[idx]
-        rec_, step_, wall_, vp, cd = rec[idx], step[idx], wall[idx], vpos[idx], codec[idx]
+        rec_, s_, step_ = rec[idx], s[idx], lay.step[idx]
+        vp, cd = lay.vpos[idx], lay.codec[idx]
     with np.errstate(invalid="ignore"):  # signalling NaNs become quiet NaNs
         value = _decode_values(buf, vp, cd)
-    return _Rows(rec_, step_, wall_, ids, value), good
+    return _Rows(rec_, step_, buf.f64[s_ + 1], ids, value), good
+
+
+def _cycles(
+    buf: tfr.Buffer,
+    rec: np.ndarray,
+    s: np.ndarray,
+    length: np.ndarray,
+    tags: _Tags,
+    period: int,
+) -> tuple[_Rows, np.ndarray] | None:
+    """Decode the records at the start of ``s`` that repeat a cycle of ``period`` records:
+    a training loop logs the same tags in the same order, so cycle after cycle the bytes
+    are the same except for the wall time, the step, the value and the checksum.
+
+    The first cycle is parsed record by record (:func:`_layout`); the cycles after it are
+    compared with it over all their bytes, those four fields masked out (of the step's
+    varint only the low 7 bits of each byte: its width must stay the same), and must lie
+    where it predicts. A cycle that matches has the first cycle's layout exactly, so its
+    fields are read at the same offsets with no further checks. Records of the cycle that
+    are not in the fast path's layout (histograms, say) are left to the general decoder.
+    Returns the rows of the cycles up to the first that does not match and which of
+    their records were decoded; None when the first cycle does not lend itself (nothing
+    in the fast path's layout, or not contiguous)."""
+    P = period
+    s0, l0 = s[:P], length[:P]
+    base = int(s0[0]) - tfr.HEADER  # the first record's header
+    rel = s0 - base  # data offsets within the cycle
+    size = l0 + tfr.OVERHEAD
+    B = int(size.sum())
+    K = min(len(s) // P, (len(buf.arr) - base) // B)
+    if K < 2 or not np.array_equal(rel, np.cumsum(size) - size + tfr.HEADER):
+        return None  # not a whole cycle, or a corrupt record in between
+    lay = _layout(buf, s0, l0)
+    ids = np.full(P, -1, dtype=np.int64)
+    ok = np.flatnonzero(lay.ok)
+    ids[ok] = tags.lookup(buf, lay.tag_pos[ok], lay.tag_len[ok])
+    fast = ids >= 0
+    if not fast.any():
+        return None
+    # the bytes that may change from cycle to cycle
+    mask = np.full(B, 0xFF, dtype=np.uint8)
+    if not fast.all():  # any other record: its data and checksum may be anything
+        o_at, o_len = rel[~fast], l0[~fast] + 4
+        first = np.cumsum(o_len) - o_len
+        mask[np.repeat(o_at - first, o_len) + np.arange(int(o_len.sum()))] = 0
+        s0, l0, rel, ids = s0[fast], l0[fast], rel[fast], ids[fast]
+        lay = _Layout(*(getattr(lay, f.name)[fast] for f in fields(_Layout)))
+    mask[(rel[:, None] + 1 + _AR8).ravel()] = 0  # wall time
+    mask[((rel + l0)[:, None] + _AR8[:4]).ravel()] = 0  # data checksum
+    vrel = (lay.vpos - s0 + rel)[:, None] + _AR8
+    mask[vrel[_VALUE_SIZE[lay.codec][:, None] > _AR8]] = 0  # value
+    srel = (rel + 10)[:, None] + _AR8  # the step's varint follows 0x09, wall, 0x10
+    step_w = np.where(lay.has_step, lay.step_w, 0)
+    mask[srel[step_w[:, None] > _AR8]] = 0x80  # step: the continuation bits stay
+    cycles = buf.arr[base : base + K * B].reshape(K, B)
+    diff = buf.scratch(K * B).reshape(K, B)
+    np.bitwise_xor(cycles, cycles[0], out=diff)
+    diff &= mask
+    same = ~diff.any(axis=1)
+    at = s[: K * P].reshape(K, P)
+    same &= ((at - at[0]) == (np.arange(K, dtype=np.int64) * B)[:, None]).all(axis=1)
+    same &= (length[: K * P].reshape(K, P) == length[:P]).all(axis=1)
+    if not same.all():
+        K = int(np.argmin(same))  # the first cycle always matches itself: K >= 1
+    k = K * P
+    if fast.all():
+        sk, rk = s[:k], rec[:k]
+    else:
+        pick = np.tile(fast, K)
+        sk, rk = s[:k][pick], rec[:k][pick]
+    if lay.has_step.any():
+        x = buf.u64[sk + 10] & np.tile(_VARINT_KEEP[step_w], K)
+        step = x & np.uint64(0x7F)
+        for b in range(1, int(step_w.max())):
+            step |= (x >> np.uint64(b)) & np.uint64(0x7F << (7 * b))
+        step = step.view(np.int64)
+    else:
+        step = np.zeros(len(sk), dtype=np.int64)
+    vp = sk + np.tile(lay.vpos - s0, K)
+    if (lay.codec == _C_F32).all():
+        value = buf.f32[vp].astype(np.float64)
+    else:
+        with np.errstate(invalid="ignore"):  # signalling NaNs become quiet NaNs
+            value = _decode_values(buf, vp, np.tile(lay.codec, K))
+    return _Rows(rk, step, buf.f64[sk + 1], np.tile(ids, K), value), np.tile(fast, K)
 
 
 def _decode_values(buf: tfr.Buffer, vp: np.ndarray, cd: np.ndarray) -> np.ndarray:
@@ -672,6 +817,7 @@ class FileData:
     tag_plugins: dict[int, str] = field(default_factory=dict)
     file_version: str | None = None
     fast_records: int = 0
+    cycle_records: int = 0  # of those, decoded a cycle at a time
 
 
 def _where(record: int, offset: int) -> str:
@@ -766,8 +912,11 @@ def read_events_file(
     bad_crc: list[int] = []
     bad_msg: list[int] = []
     raw = buf.raw
-    for lo in range(0, len(starts), CHUNK_RECORDS):
-        hi = min(lo + CHUNK_RECORDS, len(starts))
+    # whole cycles per chunk, when the records repeat (see _cycles)
+    period = fr.periods[0] if fr.periods and fr.periods[0] <= CHUNK_RECORDS // 4 else 0
+    chunk = CHUNK_RECORDS - CHUNK_RECORDS % period if period else CHUNK_RECORDS
+    for lo in range(0, len(starts), chunk):
+        hi = min(lo + chunk, len(starts))
         st, ln = starts[lo:hi], lens[lo:hi]
         verify = tfr.verify_records if fast else tfr.verify_records_slow
         ok = verify(buf, st, ln)
@@ -777,10 +926,16 @@ def read_events_file(
         rest = rec
         chunk_parts: list[_Rows] = []
         if fast and len(rec):
-            rows, decoded = _fast_decode(buf, rec, starts[rec] + tfr.HEADER, lens[rec], tags)
+            data_at = starts[rec] + tfr.HEADER
+            near = data_at + lens[rec] > buf.safe_end  # the last record or two of a mapping
+            tail = rec[near] if near[-1] else rec[:0]
+            if len(tail):
+                rec, data_at = rec[~near], data_at[~near]
+            rows, decoded, cyc = _fast_decode(buf, rec, data_at, lens[rec], tags, period)
             data.fast_records += len(rows.record)
+            data.cycle_records += cyc
             chunk_parts.append(rows)
-            rest = rec[~decoded]
+            rest = np.concatenate([rec[~decoded], tail]) if len(tail) else rec[~decoded]
         if len(rest):
             g_rec: list[int] = []
             g_step: list[int] = []
