@@ -30,7 +30,9 @@ Targets (issue 7) and the comparison each verdict uses:
 
 - TensorBoard: >= 50x faster than tbparse and than EventAccumulator (same file), and
   <= 3x polars.read_ndjson reading the same data as JSONL; trainlens with its CRC check
-  replaced by "all good" is timed too, to show what the check costs;
+  replaced by "all good" is timed too, to show what the check costs; beside the slow
+  peers, the read with numpy's OpenBLAS at one thread shows what its idle threads'
+  spinning adds to the CPU time;
 - JSONL, CSV, MLflow: <= 1.3x polars' own reader on the same file(s); MLflow >= 40x
   faster than MlflowClient;
 - ``trainlens analyze`` (all detectors, no report) on the --steps JSONL: its time minus
@@ -76,6 +78,12 @@ import sys, trainlens
 runs = trainlens.read(sys.argv[1], format=sys.argv[2])
 print(sum(r.frame.height for r in runs))
 """
+
+# the read with numpy's OpenBLAS at one thread: its worker threads otherwise spin for
+# ~0.1 s of CPU on the other core when numpy is imported (CPU time, not waiting time;
+# the command line sets this, the library leaves the host process alone)
+TRAINLENS_READ_BLAS1 = "import os\nos.environ['OPENBLAS_NUM_THREADS'] = '1'\n" + TRAINLENS_READ
+BLAS1 = "trainlens, OpenBLAS one thread"
 
 TRAINLENS_TB_NO_CRC = """
 import sys, numpy as np
@@ -393,6 +401,9 @@ def faster(group: Group, peer: str, factor: float, what: str) -> Verdict:
         past = f"{theirs / (mine - base):.0f}x" if mine > base else "n/a"
         share = f"start-up alone {base:.2f} s of trainlens' {mine:.2f} s CPU; past it {past}"
         note = "; ".join(filter(None, [note, share]))
+    if any(t.label == BLAS1 for t in group.tasks):
+        one = group.pair(BLAS1, peer)
+        note = "; ".join(filter(None, [note, f"OpenBLAS at one thread: {1 / one:.0f}x (CPU)"]))
     return Verdict(
         f"{what}: >= {factor:g}x faster than {peer}",
         f"{cpu:.0f}x (CPU), {wall:.0f}x (wall)",
@@ -535,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
                 Task("tbparse", TBPARSE, (str(small["tensorboard"]),), n_small),
                 Task("EventAccumulator", EVENT_ACCUMULATOR, (str(small["tensorboard"]),), n_small),
                 Task(startup, STARTUP_TB, (), 0),
+                Task(BLAS1, TRAINLENS_READ_BLAS1, (str(small["tensorboard"]),), n_small),
             ],
             rounds,
         )
@@ -697,8 +709,8 @@ def main(argv: list[str] | None = None) -> int:
     footer = (
         f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(started))}, {os.cpu_count()} CPUs, "
         f"load average {load0[0]:.1f} at the start and {load1[0]:.1f} at the end; "
-        f"python {sys.version.split()[0]}; {R} rounds ({PR} with the slow peers at 100k "
-        "steps, 1 above 200k); "
+        f"python {sys.version.split()[0]}; {R} rounds ({PR} with the slow peers up to "
+        "200k steps, 1 above); "
         f"command: `{cmd.strip()}`"
     )
     text = "\n\n".join(out) + "\n\n" + footer + "\n"
