@@ -426,6 +426,25 @@ def test_cli_keeps_openblas_to_one_thread_unless_told(given: str | None, expecte
     assert proc.stdout.strip() == expected
 
 
+@pytest.mark.parametrize(
+    "command", [["gpus"], ["mfu", "--params", "1.3e9", "--tps", "4e4", "--gpu", "h100"]]
+)
+def test_a_closed_pipe_is_not_an_error(command: list[str]) -> None:
+    # `trainlens gpus | head -1`: the reader is gone before the table is written; typer
+    # turns that into exit 1, the command line into a quiet exit 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainlens", *command],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # no reader: the first write fails with EPIPE
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0
+    assert err == ""
+
+
 def test_docs_cover_every_command_preset_and_choice() -> None:
     from trainlens.calculators import GRID_PRESETS, load_hardware_table
 

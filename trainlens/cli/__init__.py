@@ -68,6 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(getattr(exc, "exit_code", 0) or 0)
     except BrokenPipeError:
         return 0
+    except SystemExit as exc:
+        # typer turns a closed pipe (``| head``) into exit 1; it is not an error here
+        if isinstance(exc.__context__, BrokenPipeError):
+            return 0
+        raise
     except KeyboardInterrupt:
         typer.echo("trainlens: interrupted", err=True)
         return 130
