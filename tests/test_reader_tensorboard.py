@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import random
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -335,7 +337,7 @@ def test_fast_path_equals_general_path(tmp_path: Path) -> None:
     fast = tb.read_events_file(path, tags_fast, fast=True)
     slow = tb.read_events_file(path, tags_slow, fast=False)
     assert fast.fast_records > 0.9 * len(fast.rows.record)  # the fast path did the work
-    assert fast.cycle_records > 0.9 * fast.fast_records  # most of it a cycle at a time
+    assert fast.cycle_records > 0.8 * fast.fast_records  # most of it a cycle at a time
     assert slow.fast_records == 0
     _same(fast, slow, tags_fast, tags_slow)
     (bad,) = [i for i in fast.issues if i.kind == "corrupt-record"]
@@ -347,43 +349,112 @@ def test_fast_path_equals_general_path(tmp_path: Path) -> None:
     f2 = tb.read_events_file(path2, tf, fast=True)
     s2 = tb.read_events_file(path2, ts, fast=False)
     assert f2.fast_records >= 4 * len(want["f32"])  # content tensors take the fast path
-    assert f2.cycle_records > 0.9 * f2.fast_records  # the half_val ones left to the general
     _same(f2, s2, tf, ts)
 
 
 def test_cycles_notice_whatever_changes_between_them(tmp_path: Path) -> None:
-    # two tags of equal length logged every step, so that records of one cycle look like
-    # the last one's except where something changed: the order of the tags (step 300), a
-    # tag written as a tensor (step 400), a varint one byte wider (step 128), a flipped
-    # byte (record 901), an extra tag (step 500)
+    # three tags every step (two of the same length), so that each cycle of records looks
+    # like the last one's except where something changed: the order of the two (step
+    # 300: the lengths stay, only the bytes differ), a tag written as a tensor (step 400),
+    # a varint one byte wider (step 128), two flipped bytes (steps 450 and 460), an
+    # extra tag (step 500)
     w = torch_tb.SummaryWriter(str(tmp_path))
     for i in range(600):
-        pair = [("loss/a", i + 0.25), ("loss/b", -i - 0.5)]
-        for tag, v in pair[::-1] if i == 300 else pair:
+        logged = [("loss/a", i + 0.25), ("loss/b", -i - 0.5), ("lr", i + 0.125)]
+        if i == 300:
+            logged[:2] = logged[1::-1]
+        for tag, v in logged:
             w.add_scalar(tag, v, i, new_style=(i == 400 and tag == "loss/a"))
         if i == 500:
             w.add_scalar("loss/c", 7.0, i)
     w.close()
     path = _one_file(tmp_path)
-    o, n = _record_offsets(path)[901]  # step 450, loss/a (record 0 is the file version)
     raw = bytearray(path.read_bytes())
-    raw[o + 12 + n - 3] ^= 0x01  # inside the value: the data checksum no longer matches
+    # inside the value (a byte the cycles mask out): the data checksum no longer matches;
+    # two tags, so that one of them is not the first record of its cycle
+    for r in (1353, 1382):  # step 450 lr, step 460 loss/b (record 0: the file version)
+        o, n = _record_offsets(path)[r]
+        raw[o + 12 + n - 3] ^= 0x01
     path.write_bytes(bytes(raw))
 
     tags_fast, tags_slow = tb._Tags(), tb._Tags()
     fast = tb.read_events_file(path, tags_fast)
     slow = tb.read_events_file(path, tags_slow, fast=False)
     _same(fast, slow, tags_fast, tags_slow)
-    assert fast.cycle_records > 1000  # the cycles were used, around every change
+    assert fast.cycle_records > 1200  # the cycles were used, around every change
     names = np.array([tags_fast.names[t].decode() for t in fast.rows.tag])
     step, value = fast.rows.step, fast.rows.value
-    a, b = names == "loss/a", names == "loss/b"
+    a, b, lr = names == "loss/a", names == "loss/b", names == "lr"
     assert np.array_equal(value[a], step[a] + 0.25)
     assert np.array_equal(value[b], -step[b] - 0.5)
-    assert sorted(set(range(600)) - set(step[a].tolist())) == [450]  # the flipped record
-    assert np.array_equal(step[b], np.arange(600))
+    assert np.array_equal(value[lr], step[lr] + 0.125)
+    assert np.array_equal(step[a], np.arange(600))
+    assert sorted(set(range(600)) - set(step[b].tolist())) == [460]  # the flipped records
+    assert sorted(set(range(600)) - set(step[lr].tolist())) == [450]
     assert step[names == "loss/c"].tolist() == [500]
-    assert names[(step == 300)].tolist() == ["loss/b", "loss/a"]  # in file order
+    assert names[(step == 300)].tolist() == ["loss/b", "loss/a", "lr"]  # in file order
+
+
+def test_tags_of_one_length_taking_turns_are_decoded_by_cycle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # their lengths repeat every record, their bytes every other: cycles of one record
+    # would each end after itself (once a read of 20k steps took 30 s, one call a record)
+    w = torch_tb.SummaryWriter(str(tmp_path))
+    for i in range(5000):
+        w.add_scalar("loss/a", i + 0.25, i)
+        w.add_scalar("loss/b", -i - 0.5, i)
+    w.close()
+    path = _one_file(tmp_path)
+    calls: list[int] = []
+    cycles = tb._cycles
+
+    def counted(*args: Any) -> Any:
+        calls.append(args[-1])
+        return cycles(*args)
+
+    monkeypatch.setattr(tb, "_cycles", counted)
+    tags_fast, tags_slow = tb._Tags(), tb._Tags()
+    fast = tb.read_events_file(path, tags_fast)
+    assert len(calls) < 30
+    assert fast.cycle_records > 0.95 * fast.fast_records
+    _same(fast, tb.read_events_file(path, tags_slow, fast=False), tags_fast, tags_slow)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fast_path_equals_general_path_on_random_runs(tmp_path: Path, seed: int) -> None:
+    # random logging schedules as a training loop makes them: tags every k steps, steps
+    # jumping and going back, tag order changing, new style and double scalars, NaN and
+    # inf, histograms and text between, then a few flipped bits anywhere in the file
+    rng = random.Random(seed)
+    w = torch_tb.SummaryWriter(str(tmp_path))
+    n_tags = rng.randrange(1, 6)
+    tags = [f"t{rng.randrange(100)}/" + "x" * rng.randrange(1, 12) for _ in range(n_tags)]
+    every = {tag: rng.choice([1, 1, 1, 2, 3, 7]) for tag in tags}
+    step = rng.randrange(0, 200)
+    for i in range(rng.randrange(200, 1200)):
+        step += rng.choice([1, 1, 1, 2, 50]) if rng.random() < 0.99 else -rng.randrange(1, 50)
+        order = tags if rng.random() < 0.98 else rng.sample(tags, len(tags))
+        for tag in order:
+            if i % every[tag] == 0:
+                v = rng.choice(SPECIAL) if rng.random() < 0.01 else rng.gauss(0, 1)
+                new_style, double = rng.random() < 0.02, rng.random() < 0.01
+                w.add_scalar(tag, v, step, new_style=new_style, double_precision=double)
+        if rng.random() < 0.01:
+            w.add_histogram("h", np.random.default_rng(i).normal(size=20), step)
+        if rng.random() < 0.005:
+            w.add_text("note", "hello " * rng.randrange(1, 5), step)
+    w.close()
+    path = _one_file(tmp_path)
+    raw = bytearray(path.read_bytes())
+    for _ in range(rng.randrange(0, 4)):
+        raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(raw))
+    tags_fast, tags_slow = tb._Tags(), tb._Tags()
+    fast = tb.read_events_file(path, tags_fast)
+    slow = tb.read_events_file(path, tags_slow, fast=False)
+    _same(fast, slow, tags_fast, tags_slow)
+    assert fast.fast_records > 0.5 * fast.records
 
 
 @pytest.mark.parametrize("start", [0, 5000, 6371])

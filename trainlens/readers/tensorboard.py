@@ -408,13 +408,13 @@ class _Tags:
     """Tag registry shared by every file of a read: bytes -> id, plus a hashed slot table
     that maps a record's tag bytes to its id without a Python call per record."""
 
-    SLOT_BITS = 20
     MAX_WORDS = MAX_FAST_TAG // 8
 
-    def __init__(self) -> None:
+    def __init__(self, slot_bits: int = 20) -> None:  # fewer bits: a look at a few tags
         self.names: list[bytes] = []
         self.ids: dict[bytes, int] = {}
-        self.slot = np.full(1 << self.SLOT_BITS, -1, dtype=np.int32)
+        self.slot_bits = slot_bits
+        self.slot = np.full(1 << slot_bits, -1, dtype=np.int32)
         self.rep_words = np.zeros((self.MAX_WORDS, 0), dtype=np.uint64)
         self.rep_len = np.zeros(0, dtype=np.int64)
 
@@ -454,7 +454,7 @@ class _Tags:
         h ^= h >> np.uint64(29)
         h *= np.uint64(0xBF58476D1CE4E5B9)
         h ^= h >> np.uint64(32)
-        slot = (h >> np.uint64(64 - self.SLOT_BITS)).astype(np.intp)
+        slot = (h >> np.uint64(64 - self.slot_bits)).astype(np.intp)
         ids = self.slot[slot].astype(np.int64)
         new = np.flatnonzero(ids < 0)
         if len(new):
@@ -635,14 +635,16 @@ def _fast_decode(
     length: np.ndarray,
     tags: _Tags,
     period: int = 0,
+    tries: int = 6,
 ) -> tuple[_Rows, np.ndarray, int]:
     """Decode the records whose Event holds exactly one Summary.Value with a tag and a
     scalar (simple_value, or a scalar tensor with an optional scalars-plugin metadata).
 
     ``rec`` are record indices, ``s`` the data offsets, ``length`` the data lengths;
-    ``period`` the period of record lengths the framing found, if any (see
-    :func:`_cycles`). Returns the rows, a mask of the records decoded (the others go to
-    the general decoder) and how many of them were decoded a cycle at a time."""
+    ``period`` the period to decode cycles with, if any (see :func:`_cycles`), tried
+    again after up to ``tries`` misses in a row. Returns the rows, a mask of the records
+    decoded (the others go to the general decoder) and how many of them were decoded a
+    cycle at a time."""
     n = len(s)
     if not period or n < 2 * period:
         rows, good = _decode_each(buf, rec, s, length, tags)
@@ -650,20 +652,52 @@ def _fast_decode(
     parts: list[_Rows] = []
     goods: list[np.ndarray] = []
     i = by_cycle = misses = 0
+    skip = 1  # cycles decoded one by one after a miss; doubles while misses go on
     while i < n:
-        got = _cycles(buf, rec[i:], s[i:], length[i:], tags, period) if misses < 8 else None
-        if got is None:  # no cycle starts here: a cycle's worth one by one, then try again
-            misses += 1
-            j = n if misses >= 8 or n - i < 2 * period else i + period
-            rows, good = _decode_each(buf, rec[i:j], s[i:j], length[i:j], tags)
-        else:
+        got = _cycles(buf, rec[i:], s[i:], length[i:], tags, period) if misses < tries else None
+        if got is not None and len(got[1]) > period:
             rows, good = got
             j = i + len(good)
             by_cycle += len(rows.record)
+            # a short run is a miss all the same: tries should pay for themselves
+            if len(good) >= max(4 * period, 64):
+                skip, misses = 1, 0
+            else:
+                skip, misses = 2 * skip, misses + 1
+        else:  # no cycles start here (or only this one): some one by one, then try again
+            j = n if misses >= tries or n - i < (skip + 2) * period else i + skip * period
+            rows, good = _decode_each(buf, rec[i:j], s[i:j], length[i:j], tags)
+            skip, misses = 2 * skip, misses + 1
         parts.append(rows)
         goods.append(good)
         i = j
     return _Rows.concat(parts), np.concatenate(goods), by_cycle
+
+
+def _byte_period(
+    buf: tfr.Buffer, starts: np.ndarray, lens: np.ndarray, periods: list[int]
+) -> tuple[int, bool]:
+    """The period (in records) to decode cycles with: the framing's period of lengths, or
+    the shortest multiple of it that the bytes repeat with where the lengths' period does
+    not (two tags of one length taking turns repeat their lengths every record, their
+    bytes every other). Looked for in windows of the file, with a tag registry of its own
+    (the read's keeps the order tags appear in). Also whether cycles were seen there; no
+    period (0) when the framing found none."""
+    if not periods or periods[0] > CHUNK_RECORDS // 4:
+        return 0, False
+    n = len(starts)
+    probe = _Tags(slot_bits=10)
+    for where in (0.5, 0.25):
+        for m in (1, 2, 3, 4, 6, 8):
+            p = m * periods[0]
+            if p > CHUNK_RECORDS // 4 or 8 * p > n:
+                break
+            lo = int((n - 8 * p) * where)
+            rec = np.arange(lo, lo + 8 * p)
+            got = _cycles(buf, rec, starts[rec] + tfr.HEADER, lens[rec], probe, p)
+            if got is not None and len(got[1]) >= 4 * p:
+                return p, True
+    return periods[0], False
 
 
 def _decode_each(
@@ -744,17 +778,26 @@ def _cycles(
     srel = (rel + 10)[:, None] + _AR8  # the step's varint follows 0x09, wall, 0x10
     step_w = np.where(lay.has_step, lay.step_w, 0)
     mask[srel[step_w[:, None] > _AR8]] = 0x80  # step: the continuation bits stay
-    cycles = buf.arr[base : base + K * B].reshape(K, B)
-    diff = buf.scratch(K * B).reshape(K, B)
-    np.bitwise_xor(cycles, cycles[0], out=diff)
-    diff &= mask
-    same = ~diff.any(axis=1)
     # the records given are the ones there: each cycle's first and last where predicted
     # (the bytes between hold P records, headers included, so none is missing)
     shift = np.arange(K, dtype=np.int64) * B
-    same &= (s[0 : K * P : P] - s[0] == shift) & (s[P - 1 : K * P : P] - s[P - 1] == shift)
-    if not same.all():
-        K = int(np.argmin(same))  # the first cycle always matches itself: K >= 1
+    placed = (s[0 : K * P : P] - s[0] == shift) & (s[P - 1 : K * P : P] - s[P - 1] == shift)
+    if not placed.all():
+        K = int(np.argmin(placed))  # the first cycle is where it is: K >= 1
+    # each cycle's bytes against the cycle before (flat: cycles may be short rows); the
+    # first few cycles alone first, so that a start that does not repeat costs little
+    for upto in (min(K, 4), K):
+        region = buf.arr[base : base + upto * B]
+        diff = buf.scratch((upto - 1) * B)
+        np.bitwise_xor(region[B:], region[:-B], out=diff)
+        if B >= 1024:  # long rows: the mask broadcast over them
+            rows = diff.reshape(upto - 1, B)
+            rows &= mask
+        else:  # short rows are slow to broadcast over: the mask repeated
+            diff &= np.tile(mask, upto - 1)
+        if diff.any():
+            K = int(np.argmax(diff != 0)) // B + 1  # the cycles before the first that differs
+            break
     k = K * P
     if fast.all():
         sk, rk = s[:k], rec[:k]
@@ -914,7 +957,7 @@ def read_events_file(
     bad_msg: list[int] = []
     raw = buf.raw
     # whole cycles per chunk, when the records repeat (see _cycles)
-    period = fr.periods[0] if fr.periods and fr.periods[0] <= CHUNK_RECORDS // 4 else 0
+    period, seen = _byte_period(buf, starts, lens, fr.periods) if fast else (0, False)
     chunk = CHUNK_RECORDS - CHUNK_RECORDS % period if period else CHUNK_RECORDS
     for lo in range(0, len(starts), chunk):
         hi = min(lo + chunk, len(starts))
@@ -932,7 +975,8 @@ def read_events_file(
             tail = rec[near] if near[-1] else rec[:0]
             if len(tail):
                 rec, data_at = rec[~near], data_at[~near]
-            rows, decoded, cyc = _fast_decode(buf, rec, data_at, lens[rec], tags, period)
+            tries = 6 if seen else 2  # fewer where the probe found no cycles
+            rows, decoded, cyc = _fast_decode(buf, rec, data_at, lens[rec], tags, period, tries)
             data.fast_records += len(rows.record)
             data.cycle_records += cyc
             chunk_parts.append(rows)
