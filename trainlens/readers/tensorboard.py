@@ -738,12 +738,13 @@ def _cycles(
     a training loop logs the same tags in the same order, so cycle after cycle the bytes
     are the same except for the wall time, the step, the value and the checksum.
 
-    The first cycle is parsed record by record (:func:`_layout`); the cycles after it are
-    compared with it over all their bytes, those four fields masked out (of the step's
-    varint only the low 7 bits of each byte: its width must stay the same), and must lie
-    where it predicts. A cycle that matches has the first cycle's layout exactly, so its
-    fields are read at the same offsets with no further checks. Records of the cycle that
-    are not in the fast path's layout (histograms, say) are left to the general decoder.
+    The first cycle is parsed record by record (:func:`_layout`); every later cycle is
+    compared with the one before it (so, in the end, with the first) over all its bytes,
+    those four fields masked out (of the step's varint only the low 7 bits of each byte:
+    its width must stay the same), and must lie where the first predicts. A cycle that
+    matches has the first cycle's layout exactly, so its fields are read at the same
+    offsets with no further checks. Records of the cycle that are not in the fast path's
+    layout (histograms, say) are left to the general decoder.
     Returns the rows of the cycles up to the first that does not match and which of
     their records were decoded; None when the first cycle does not lend itself (nothing
     in the fast path's layout, or not contiguous)."""
