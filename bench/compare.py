@@ -11,7 +11,7 @@ round, and the median of the rounds' ratios is printed (the machine is shared, s
 moves between rounds more than within one). Both wall-clock time and CPU time (user +
 system, from ``os.wait4`` of the child) are measured; the verdicts use the CPU ratio,
 since other work on a shared machine inflates wall time more than CPU time, and the wall
-ratio is printed beside it. Peak memory is the child's ``ru_maxrss``. The trainlens
+ratio is printed beside it. Peak memory is the child's own VmHWM. The trainlens
 package is byte-compiled once before timing (into its ``__pycache__`` folders), so that,
 like the peers pip installed, it is measured as installed rather than compiling its
 sources in every child (as it would with PYTHONDONTWRITEBYTECODE set).
