@@ -353,10 +353,16 @@ def _varints(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     else:  # numpy < 2: low is a power of two, so its log2 is exact
         width = (np.log2(np.maximum(low, _ONE).astype(np.float64)).astype(np.int64) + 1) >> 3
     width[stop == 0] = 0
+    return _pack7(v, int(width.max(initial=1))), width
+
+
+def _pack7(v: np.ndarray, nbytes: int) -> np.ndarray:
+    """The value of varints whose bytes' 7 value bits (continuation bits cleared) are in
+    ``v``, little-endian, at most ``nbytes`` bytes long."""
     val = v & np.uint64(0x7F)
-    for k in range(1, int(width.max(initial=1))):
+    for k in range(1, nbytes):
         val |= (v >> np.uint64(k)) & np.uint64(0x7F << (7 * k))
-    return val.view(np.int64), width
+    return val.view(np.int64)
 
 
 def _small_varints(buf: tfr.Buffer, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -371,6 +377,7 @@ def _small_varints(buf: tfr.Buffer, pos: np.ndarray) -> tuple[np.ndarray, np.nda
 _C_F32, _C_F64, _C_F16, _C_BF16, _C_I32, _C_I64 = range(6)
 _ITEMSIZE = np.zeros(256, dtype=np.int64)
 _CODEC = np.full(256, -1, dtype=np.int64)
+_VALUE_SIZE = np.zeros(6, dtype=np.int64)  # bytes of a value, by codec
 for _dt, _size, _codec in (
     (DT_FLOAT, 4, _C_F32),
     (DT_DOUBLE, 8, _C_F64),
@@ -381,6 +388,7 @@ for _dt, _size, _codec in (
 ):
     _ITEMSIZE[_dt] = _size
     _CODEC[_dt] = _codec
+    _VALUE_SIZE[_codec] = _size
 
 # SummaryMetadata of a scalar, as torch/tensorboardX (plugin name only) and TensorFlow 2
 # (plus data_class = DATA_CLASS_SCALAR) write it
@@ -622,10 +630,9 @@ def _layout(buf: tfr.Buffer, s: np.ndarray, length: np.ndarray) -> _Layout:
     return _Layout(simple | tensor, has_step, step, step_w, tag_pos, tag_len, vpos, codec)
 
 
-_VALUE_SIZE = np.array([4, 8, 2, 2, 4, 8], dtype=np.int64)  # bytes of a value, by codec
 _AR8 = np.arange(8, dtype=np.int64)
 # _VARINT_KEEP[w]: the 7 value bits of each of a varint's w bytes, in an 8-byte word
-_VARINT_KEEP = _BYTE_MASKS & np.uint64(0x7F7F7F7F7F7F7F7F)
+_VARINT_KEEP = _BYTE_MASKS & _LOW7
 
 
 def _fast_decode(
@@ -806,11 +813,7 @@ def _cycles(
         pick = np.tile(fast, K)
         sk, rk = s[:k][pick], rec[:k][pick]
     if lay.has_step.any():
-        x = buf.u64[sk + 10] & np.tile(_VARINT_KEEP[step_w], K)
-        step = x & np.uint64(0x7F)
-        for b in range(1, int(step_w.max())):
-            step |= (x >> np.uint64(b)) & np.uint64(0x7F << (7 * b))
-        step = step.view(np.int64)
+        step = _pack7(buf.u64[sk + 10] & np.tile(_VARINT_KEEP[step_w], K), int(step_w.max()))
     else:
         step = np.zeros(len(sk), dtype=np.int64)
     vp = sk + np.tile(lay.vpos - s0, K)
@@ -960,6 +963,7 @@ def read_events_file(
     # whole cycles per chunk, when the records repeat (see _cycles)
     period, seen = _byte_period(buf, starts, lens, fr.periods) if fast else (0, False)
     chunk = CHUNK_RECORDS - CHUNK_RECORDS % period if period else CHUNK_RECORDS
+    tries = 6 if seen else 2  # fewer where the probe found no cycles
     for lo in range(0, len(starts), chunk):
         hi = min(lo + chunk, len(starts))
         st, ln = starts[lo:hi], lens[lo:hi]
@@ -976,7 +980,6 @@ def read_events_file(
             tail = rec[near] if near[-1] else rec[:0]
             if len(tail):
                 rec, data_at = rec[~near], data_at[~near]
-            tries = 6 if seen else 2  # fewer where the probe found no cycles
             rows, decoded, cyc = _fast_decode(buf, rec, data_at, lens[rec], tags, period, tries)
             data.fast_records += len(rows.record)
             data.cycle_records += cyc
