@@ -369,13 +369,22 @@ def _scores(
     w_end: int,
     p: Params,
     z: float,
-    med0: np.ndarray | None,
     least_excess: Bound,
     sigma_floor: Bound,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    *,
+    screen: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float] | None:
     """The causal baseline and floored robust sigma of ``x``, which points spike (z sigmas
     AND the least excess above the baseline, once judged), and the z a spike must come
-    back under (grad and loss alike; they differ in their space and bounds)."""
+    back under (grad and loss alike; they differ in their space and bounds). With
+    ``screen``, None when :func:`may_spike` shows that no point can spike."""
+    med0 = None
+    if screen:
+        possible, med0 = may_spike(
+            x, judged, p.window, p.min_baseline, z, least_excess, sigma_floor
+        )
+        if not possible:
+            return None
     med, sig = causal_baseline(x, p.window, p.min_baseline, med0)
     sig = np.fmax(np.nan_to_num(sig, nan=0.0), sigma_floor(med))
     excess = x - med
@@ -395,14 +404,10 @@ def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> lis
     def sigma_floor(med: np.ndarray) -> float:
         return p.grad_sigma_floor
 
-    possible, med0 = may_spike(
-        x, judged, p.window, p.min_baseline, p.grad_z, least_excess, sigma_floor
-    )
-    if not possible:
+    got = _scores(x, steps, judged, w_end, p, p.grad_z, least_excess, sigma_floor, screen=True)
+    if got is None:
         return []
-    med, sig, spike, k = _scores(
-        x, steps, judged, w_end, p, p.grad_z, med0, least_excess, sigma_floor
-    )
+    med, sig, spike, k = got
     back = med + np.fmax(k * sig, math.log(1.5))
     out = []
     for a, b, n, last, rec in _excursions(spike, x, forward_median(x, p.recover_points), back):
@@ -422,16 +427,12 @@ def _loss_events(
     def sigma_floor(med: np.ndarray) -> np.ndarray:
         return np.fmax(p.loss_sigma_floor_rel * np.abs(np.nan_to_num(med)), 1e-12)
 
-    possible, med0 = True, None
-    if p.loss_min_rel >= 0 and p.loss_sigma_floor_rel >= 0:  # bounds that grow with |med|
-        possible, med0 = may_spike(
-            v, judged, p.window, p.min_baseline, p.loss_z, least_excess, sigma_floor
-        )
-    if not possible:
+    # the screen holds for bounds that grow with |med|
+    screen = p.loss_min_rel >= 0 and p.loss_sigma_floor_rel >= 0
+    got = _scores(v, steps, judged, w_end, p, p.loss_z, least_excess, sigma_floor, screen=screen)
+    if got is None:
         return []
-    med, sig, spike, k = _scores(
-        v, steps, judged, w_end, p, p.loss_z, med0, least_excess, sigma_floor
-    )
+    med, sig, spike, k = got
     back = med + np.fmax(k * sig, p.recover_rel * np.abs(med))
     raw_steps, raw_vals = raw
     bad_steps = np.sort(raw_steps[~np.isfinite(raw_vals)])
