@@ -6,15 +6,19 @@ import math
 import random
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import Run
+from trainlens.readers import _tbdecode as dec
 from trainlens.readers import _tfrecord as tfr
 from trainlens.readers import tensorboard as tb
 from trainlens.readers.base import ReadOptions, read_head
@@ -315,7 +319,7 @@ def _mixed_file(d: Path) -> Path:
     return path
 
 
-def _same(a: tb.FileData, b: tb.FileData, ta: tb._Tags, tb_: tb._Tags) -> None:
+def _same(a: dec.FileData, b: dec.FileData, ta: dec._Tags, tb_: dec._Tags) -> None:
     assert a.records == b.records
     assert np.array_equal(a.rows.record, b.rows.record)
     assert np.array_equal(a.rows.step, b.rows.step)
@@ -333,9 +337,9 @@ def _same(a: tb.FileData, b: tb.FileData, ta: tb._Tags, tb_: tb._Tags) -> None:
 
 def test_fast_path_equals_general_path(tmp_path: Path) -> None:
     path = _mixed_file(tmp_path / "mixed")
-    tags_fast, tags_slow = tb._Tags(), tb._Tags()
-    fast = tb.read_events_file(path, tags_fast, fast=True)
-    slow = tb.read_events_file(path, tags_slow, fast=False)
+    tags_fast, tags_slow = dec._Tags(), dec._Tags()
+    fast = dec.read_events_file(path, tags_fast, fast=True)
+    slow = dec.read_events_file(path, tags_slow, fast=False)
     assert fast.fast_records > 0.9 * len(fast.rows.record)  # the fast path did the work
     assert fast.cycle_records > 0.8 * fast.fast_records  # most of it a cycle at a time
     assert slow.fast_records == 0
@@ -345,9 +349,9 @@ def test_fast_path_equals_general_path(tmp_path: Path) -> None:
 
     want = _tf2_file(tmp_path / "tf2")
     path2 = _one_file(tmp_path / "tf2")
-    tf, ts = tb._Tags(), tb._Tags()
-    f2 = tb.read_events_file(path2, tf, fast=True)
-    s2 = tb.read_events_file(path2, ts, fast=False)
+    tf, ts = dec._Tags(), dec._Tags()
+    f2 = dec.read_events_file(path2, tf, fast=True)
+    s2 = dec.read_events_file(path2, ts, fast=False)
     assert f2.fast_records >= 4 * len(want["f32"])  # content tensors take the fast path
     _same(f2, s2, tf, ts)
 
@@ -377,9 +381,9 @@ def test_cycles_notice_whatever_changes_between_them(tmp_path: Path) -> None:
         raw[o + 12 + n - 3] ^= 0x01
     path.write_bytes(bytes(raw))
 
-    tags_fast, tags_slow = tb._Tags(), tb._Tags()
-    fast = tb.read_events_file(path, tags_fast)
-    slow = tb.read_events_file(path, tags_slow, fast=False)
+    tags_fast, tags_slow = dec._Tags(), dec._Tags()
+    fast = dec.read_events_file(path, tags_fast)
+    slow = dec.read_events_file(path, tags_slow, fast=False)
     _same(fast, slow, tags_fast, tags_slow)
     assert fast.cycle_records > 1200  # the cycles were used, around every change
     names = np.array([tags_fast.names[t].decode() for t in fast.rows.tag])
@@ -407,18 +411,18 @@ def test_tags_of_one_length_taking_turns_are_decoded_by_cycle(
     w.close()
     path = _one_file(tmp_path)
     calls: list[int] = []
-    cycles = tb._cycles
+    cycles = dec._cycles
 
     def counted(*args: Any) -> Any:
         calls.append(args[-1])
         return cycles(*args)
 
-    monkeypatch.setattr(tb, "_cycles", counted)
-    tags_fast, tags_slow = tb._Tags(), tb._Tags()
-    fast = tb.read_events_file(path, tags_fast)
+    monkeypatch.setattr(dec, "_cycles", counted)
+    tags_fast, tags_slow = dec._Tags(), dec._Tags()
+    fast = dec.read_events_file(path, tags_fast)
     assert len(calls) < 30
     assert fast.cycle_records > 0.95 * fast.fast_records
-    _same(fast, tb.read_events_file(path, tags_slow, fast=False), tags_fast, tags_slow)
+    _same(fast, dec.read_events_file(path, tags_slow, fast=False), tags_fast, tags_slow)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -450,9 +454,9 @@ def test_fast_path_equals_general_path_on_random_runs(tmp_path: Path, seed: int)
     for _ in range(rng.randrange(0, 4)):
         raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
     path.write_bytes(bytes(raw))
-    tags_fast, tags_slow = tb._Tags(), tb._Tags()
-    fast = tb.read_events_file(path, tags_fast)
-    slow = tb.read_events_file(path, tags_slow, fast=False)
+    tags_fast, tags_slow = dec._Tags(), dec._Tags()
+    fast = dec.read_events_file(path, tags_fast)
+    slow = dec.read_events_file(path, tags_slow, fast=False)
     _same(fast, slow, tags_fast, tags_slow)
     assert fast.fast_records > 0.5 * fast.records
 
@@ -468,12 +472,12 @@ def test_mapped_file_and_copy_read_the_same(
     start = min(o for o in offsets if o >= start)  # a record's offset, not page aligned
     mapped_buf = tfr.Buffer.from_file(str(path), start)
     assert mapped_buf.pad == 0 and mapped_buf.n == path.stat().st_size - start
-    t1, t2 = tb._Tags(), tb._Tags()
-    mapped = tb.read_events_file(path, t1, start_offset=start)
+    t1, t2 = dec._Tags(), dec._Tags()
+    mapped = dec.read_events_file(path, t1, start_offset=start)
     monkeypatch.setattr(tfr, "_CAN_MAP", False)
     copy_buf = tfr.Buffer.from_file(str(path), start)
     assert copy_buf.pad > 0 and copy_buf.arr[: copy_buf.n].tobytes() == path.read_bytes()[start:]
-    copied = tb.read_events_file(path, t2, start_offset=start)
+    copied = dec.read_events_file(path, t2, start_offset=start)
     _same(mapped, copied, t1, t2)
     assert mapped.fast_records >= copied.fast_records - 2  # only the last records differ
     assert len(mapped.rows.record) > 0.5 * 700 * 3
@@ -483,11 +487,11 @@ def test_fallback_crc_without_the_c_extension(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _mixed_file(tmp_path)
-    t1, t2 = tb._Tags(), tb._Tags()
-    with_c = tb.read_events_file(path, t1)
+    t1, t2 = dec._Tags(), dec._Tags()
+    with_c = dec.read_events_file(path, t1)
     monkeypatch.setattr(tfr, "_crc32c_c", None)
     assert tfr.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
-    without = tb.read_events_file(path, t2)
+    without = dec.read_events_file(path, t2)
     _same(with_c, without, t1, t2)
 
 
@@ -737,3 +741,215 @@ def test_buffer_release_drops_only_whole_pages_before_the_mark(tmp_path: Path) -
     buf.release(buf.n)
     assert _resident_kb(buf.arr) <= page_kb  # the last, partial page stays
     assert buf.arr[: buf.n].tobytes() == raw  # released bytes read back from the file
+
+
+# ---- the compiled lane ---------------------------------------------------------------------
+
+lane = pytest.mark.skipif(tb._tbscan is None, reason="the compiled lane is not built")
+
+
+def test_compiled_lane_is_built_where_a_compiler_is() -> None:
+    # the extension is optional at install; where a C compiler exists it must have built
+    # (`pip install -e .` puts it beside the sources), or every lane test below would skip
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler on this machine")
+    assert tb._tbscan is not None, "run `pip install -e .` to build trainlens.readers._tbscan"
+
+
+def _numpy_read(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Run]:
+    with monkeypatch.context() as m:
+        m.setattr(tb, "_tbscan", None)
+        return _read(path)
+
+
+def _same_runs(a: list[Run], b: list[Run]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert_frame_equal(x.frame, y.frame, check_exact=True)
+        assert (x.name, x.source, x.format) == (y.name, y.source, y.format)
+        assert x.metadata == y.metadata
+        assert x.cursor == y.cursor
+        assert [(i.kind, i.location, i.message) for i in x.data_quality] == [
+            (i.kind, i.location, i.message) for i in y.data_quality
+        ]
+
+
+@lane
+@pytest.mark.parametrize("writer", ["torch", "tensorboardX"])
+def test_compiled_lane_equals_numpy_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str
+) -> None:
+    # steps whose varints take 1 to 10 bytes (a negative step takes 10), special values,
+    # a tag in Unicode, tags that start late, and a step logged twice
+    mod = torch_tb if writer == "torch" else tensorboardX
+    w = mod.SummaryWriter(str(tmp_path))
+    steps = [0, 1, 127, 128, 16_383, 16_384, 2**21, 2**28, 2**35, 2**49, 2**56, 2**62]
+    for i, s in enumerate(steps):
+        w.add_scalar("train/loss", SPECIAL[i % len(SPECIAL)], s, walltime=1e9 + i)
+        w.add_scalar("损失/λ", 1.0 / (i + 1), s, walltime=1e9 + i)
+        if i > 5:
+            w.add_scalar("late", float(i), s, walltime=1e9 + i)
+    w.add_scalar("neg", 2.0, -7)
+    w.close()
+    path = _one_file(tmp_path)
+    assert tb._scan(path) is not None  # the lane takes this file
+    for p in (path, tmp_path):  # a file, and the directory holding it
+        got = _read(p)
+        _same_runs(got, _numpy_read(p, monkeypatch))
+    (run,) = got
+    assert run.frame.filter(pl.col("metric") == "neg")["step"].to_list() == [-7]
+    assert _series(run, "损失/λ")["step"].to_list() == steps
+    assert run.metadata["file_version"] == "brain.Event:2"
+
+
+@lane
+def test_compiled_lane_keeps_file_order_when_steps_go_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = torch_tb.SummaryWriter(str(tmp_path))
+    for s in [*range(10), *range(5, 15)]:  # a restart from step 5, in the same file
+        w.add_scalar("loss", 10.0 - s, s)
+        w.add_scalar("lr", 0.1, s)
+    w.close()
+    assert tb._scan(_one_file(tmp_path)) is not None
+    got = _read(tmp_path)
+    _same_runs(got, _numpy_read(tmp_path, monkeypatch))
+    (run,) = got
+    assert [i.kind for i in run.data_quality] == ["restart"]
+    assert run.standing().filter(pl.col("metric") == "train/loss")["step"].to_list() == list(
+        range(15)
+    )
+
+
+@lane
+def test_compiled_lane_reads_events_with_several_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = EventFileWriter(str(tmp_path))
+    for s in range(1, 4):
+        summary = summary_pb2.Summary(
+            value=[
+                summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / s),
+                summary_pb2.Summary.Value(tag="learning_rate", simple_value=0.5 * s),
+            ]
+        )
+        w.add_event(event_pb2.Event(wall_time=100.0 + s, step=s, summary=summary))
+    w.close()
+    assert tb._scan(_one_file(tmp_path)) is not None
+    got = _read(tmp_path)
+    _same_runs(got, _numpy_read(tmp_path, monkeypatch))
+    assert got[0].frame.height == 6
+
+
+def _lane_file(d: Path) -> Path:
+    w = torch_tb.SummaryWriter(str(d))
+    for s in range(40):
+        w.add_scalar("loss", 1.0 / (s + 1), s)
+        w.add_scalar("lr", 0.01, s)
+    w.close()
+    return _one_file(d)
+
+
+@lane
+@pytest.mark.parametrize(
+    ("fault", "why"),
+    [
+        ("histogram", "a value that is not a simple_value"),
+        ("tensor", "a value that is not a simple_value"),
+        ("flipped byte", "a corrupt record"),
+        ("flipped length", "a corrupt record header"),
+        ("truncated", "a truncated record"),
+    ],
+)
+def test_compiled_lane_leaves_other_files_to_the_numpy_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str, why: str
+) -> None:
+    path = _lane_file(tmp_path)
+    if fault in ("histogram", "tensor"):
+        path.unlink()
+        w = torch_tb.SummaryWriter(str(tmp_path))
+        w.add_scalar("loss", 1.0, 0)
+        if fault == "histogram":
+            w.add_histogram("h", np.arange(10.0), 0)
+        else:
+            w.add_scalar("acc", 0.5, 0, new_style=True)
+        w.add_scalar("loss", 0.5, 1)
+        w.close()
+        path = _one_file(tmp_path)
+    raw = bytearray(path.read_bytes())
+    offsets = _record_offsets(path)
+    if fault == "flipped byte":
+        o, n = offsets[20]
+        raw[o + 12 + n // 2] ^= 0x10
+    elif fault == "flipped length":
+        raw[offsets[20][0] + 9] ^= 0x01  # the length's checksum
+    elif fault == "truncated":
+        raw = raw[:-5]
+    path.write_bytes(bytes(raw))
+    reason = tb._tbscan.scan(bytes(raw))
+    assert isinstance(reason, str) and reason.startswith(why)
+    assert tb._scan(path) is None
+    got = _read(tmp_path)
+    _same_runs(got, _numpy_read(tmp_path, monkeypatch))
+    if fault.startswith("flipped") or fault == "truncated":
+        assert any(i.severity != "info" for i in got[0].data_quality)
+
+
+@lane
+def test_compiled_lane_on_random_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # random schedules of simple values: tag order changing, steps jumping and going back,
+    # tags first logged late, special values; whichever lane takes each, the runs agree
+    taken = 0
+    for seed in range(20):
+        rng = random.Random(seed)
+        d = tmp_path / str(seed)
+        w = torch_tb.SummaryWriter(str(d))
+        tags = [f"t{k}/" + "x" * rng.randrange(1, 9) for k in range(rng.randrange(1, 8))]
+        step = rng.randrange(0, 1000)
+        for i in range(rng.randrange(50, 400)):
+            step += rng.choice([1, 1, 2, 100]) if rng.random() < 0.99 else -rng.randrange(1, 9)
+            for tag in rng.sample(tags, len(tags)) if rng.random() < 0.05 else tags:
+                if rng.random() < 0.9 and (i > 20 or tag != tags[-1]):
+                    v = rng.choice(SPECIAL) if rng.random() < 0.02 else rng.gauss(0, 1)
+                    w.add_scalar(tag, v, step)
+        w.close()
+        taken += tb._scan(_one_file(d)) is not None
+        _same_runs(_read(d), _numpy_read(d, monkeypatch))
+    assert taken == 20
+
+
+@lane
+def test_compiled_lane_columns_export_once(tmp_path: Path) -> None:
+    got = tb._tbscan.scan(_lane_file(tmp_path).read_bytes())
+    assert not isinstance(got, str)
+    records, version, tags, counts, grouped, step, wall, value, code = got
+    assert (records, version, tags, counts, grouped, code) == (
+        81,
+        b"brain.Event:2",
+        [b"loss", b"lr"],
+        [40, 40],
+        True,
+        None,
+    )
+    assert pl.Series(value).head(2).to_list() == [1.0, 0.5]
+    with pytest.raises(ValueError, match="already exported"):
+        value.__arrow_c_array__()
+    assert pl.Series(step).to_list() == [*range(40), *range(40)]
+    assert len(wall) == 80
+
+
+@lane
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_compiled_lane_read_imports_no_numpy(tmp_path: Path, what: str) -> None:
+    path = _lane_file(tmp_path)
+    target = path if what == "file" else tmp_path
+    code = (
+        "import sys, trainlens\n"
+        f"(run,) = trainlens.read({str(target)!r})\n"
+        "print(run.frame.height, 'numpy' in sys.modules)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
+    )
+    assert out.stdout.split() == ["80", "False"]

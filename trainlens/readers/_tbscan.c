@@ -1,0 +1,646 @@
+/* The compiled lane of the TensorBoard reader: one pass over an events file that frames
+ * each record, checks both of its CRC-32C checksums and decodes the Event layout every
+ * scalar writer produces (wall_time, step, one Summary of tag + simple_value values).
+ *
+ * scan(buffer) returns the decoded columns, or a str saying why the file is outside this
+ * lane: a corrupt or truncated record, or any record of another shape (tensors, histograms,
+ * graphs, plugin metadata...). The caller then reads the file with the numpy reader, which
+ * handles and reports all of that; this lane never has to. Columns are handed to polars
+ * through the Arrow PyCapsule interface (__arrow_c_array__), so this lane needs no numpy.
+ *
+ * Parsing is bounded by the record's length everywhere: a record is untrusted input.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define TB_LITTLE_ENDIAN 1
+#else
+#define TB_LITTLE_ENDIAN 0
+#endif
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define TB_X86_CRC 1
+#include <nmmintrin.h>
+#else
+#define TB_X86_CRC 0
+#endif
+
+/* ---- CRC-32C (Castagnoli), as TFRecord uses it ------------------------------------------ */
+
+static uint32_t crc_table[8][256];
+static int have_sse42 = 0;
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = crc_table[0][i];
+        for (int t = 1; t < 8; t++) {
+            c = crc_table[0][c & 0xFF] ^ (c >> 8);
+            crc_table[t][i] = c;
+        }
+    }
+#if TB_X86_CRC
+    __builtin_cpu_init();
+    have_sse42 = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+static uint32_t crc_soft(const uint8_t *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t lo = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                      ((uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) |
+                      ((uint32_t)p[7] << 24);
+        c ^= lo;
+        c = crc_table[7][c & 0xFF] ^ crc_table[6][(c >> 8) & 0xFF] ^
+            crc_table[5][(c >> 16) & 0xFF] ^ crc_table[4][c >> 24] ^ crc_table[3][hi & 0xFF] ^
+            crc_table[2][(hi >> 8) & 0xFF] ^ crc_table[1][(hi >> 16) & 0xFF] ^
+            crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+#if TB_X86_CRC
+__attribute__((target("sse4.2"))) static uint32_t crc_hard(const uint8_t *p, size_t n) {
+#if defined(__x86_64__)
+    uint64_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+#else
+    uint32_t c32 = 0xFFFFFFFFu;
+#endif
+    while (n--) c32 = _mm_crc32_u8(c32, *p++);
+    return c32 ^ 0xFFFFFFFFu;
+}
+#endif
+
+static inline uint32_t crc32c(const uint8_t *p, size_t n) {
+#if TB_X86_CRC
+    if (have_sse42) return crc_hard(p, n);
+#endif
+    return crc_soft(p, n);
+}
+
+static inline uint32_t masked(uint32_t crc) {
+    return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+static inline uint64_t load_u64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static inline uint32_t load_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* ---- Column: one decoded column, exported to Arrow once ---------------------------------- */
+
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+typedef struct {
+    PyObject_HEAD void *data; /* malloc'd; NULL once exported */
+    Py_ssize_t length;
+    const char *format; /* Arrow format: "l" int64, "g" float64, "I" uint32 */
+} Column;
+
+typedef struct {
+    const void *buffers[2]; /* validity (none), values */
+    void *data;
+} ArrayPrivate;
+
+static void release_schema(struct ArrowSchema *s) { s->release = NULL; }
+
+static void release_array(struct ArrowArray *a) {
+    ArrayPrivate *priv = (ArrayPrivate *)a->private_data;
+    if (priv != NULL) {
+        free(priv->data);
+        free(priv);
+    }
+    a->private_data = NULL;
+    a->release = NULL;
+}
+
+static void schema_capsule_free(PyObject *cap) {
+    struct ArrowSchema *s = (struct ArrowSchema *)PyCapsule_GetPointer(cap, "arrow_schema");
+    if (s == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (s->release != NULL) s->release(s);
+    free(s);
+}
+
+static void array_capsule_free(PyObject *cap) {
+    struct ArrowArray *a = (struct ArrowArray *)PyCapsule_GetPointer(cap, "arrow_array");
+    if (a == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (a->release != NULL) a->release(a);
+    free(a);
+}
+
+static void Column_dealloc(Column *self) {
+    free(self->data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t Column_len(Column *self) { return self->length; }
+
+/* __arrow_c_array__(requested_schema=None): hands the column's memory over to the consumer
+ * (polars), which frees it through the array's release callback. A column exports once. */
+static PyObject *Column_arrow_c_array(Column *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"requested_schema", NULL};
+    PyObject *requested = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O", kwlist, &requested)) return NULL;
+    if (self->data == NULL && self->length > 0) {
+        PyErr_SetString(PyExc_ValueError, "this column was already exported");
+        return NULL;
+    }
+    struct ArrowSchema *schema = calloc(1, sizeof(struct ArrowSchema));
+    struct ArrowArray *array = calloc(1, sizeof(struct ArrowArray));
+    ArrayPrivate *priv = calloc(1, sizeof(ArrayPrivate));
+    if (schema == NULL || array == NULL || priv == NULL) {
+        free(schema);
+        free(array);
+        free(priv);
+        return PyErr_NoMemory();
+    }
+    schema->format = self->format;
+    schema->name = "";
+    schema->flags = 2; /* ARROW_FLAG_NULLABLE; there are no nulls */
+    schema->release = release_schema;
+    priv->data = self->data != NULL ? self->data : malloc(1); /* a valid pointer when empty */
+    if (priv->data == NULL) {
+        free(schema);
+        free(array);
+        free(priv);
+        return PyErr_NoMemory();
+    }
+    priv->buffers[0] = NULL;
+    priv->buffers[1] = priv->data;
+    array->length = self->length;
+    array->n_buffers = 2;
+    array->buffers = priv->buffers;
+    array->release = release_array;
+    array->private_data = priv;
+    self->data = NULL;
+    PyObject *s_cap = PyCapsule_New(schema, "arrow_schema", schema_capsule_free);
+    if (s_cap == NULL) {
+        release_array(array);
+        free(array);
+        free(schema);
+        return NULL;
+    }
+    PyObject *a_cap = PyCapsule_New(array, "arrow_array", array_capsule_free);
+    if (a_cap == NULL) {
+        release_array(array);
+        free(array);
+        Py_DECREF(s_cap);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", s_cap, a_cap);
+}
+
+static PyMethodDef Column_methods[] = {
+    {"__arrow_c_array__", (PyCFunction)(void (*)(void))Column_arrow_c_array,
+     METH_VARARGS | METH_KEYWORDS, "Export the column (once) through the Arrow C data interface."},
+    {NULL, NULL, 0, NULL}};
+
+static PySequenceMethods Column_as_sequence = {.sq_length = (lenfunc)Column_len};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "trainlens.readers._tbscan.Column",
+    .tp_basicsize = sizeof(Column),
+    .tp_dealloc = (destructor)Column_dealloc,
+    .tp_as_sequence = &Column_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A decoded column, exported to Arrow once.",
+    .tp_methods = Column_methods,
+};
+
+static PyObject *column_new(void *data, Py_ssize_t length, const char *format) {
+    Column *c = PyObject_New(Column, &ColumnType);
+    if (c == NULL) {
+        free(data);
+        return NULL;
+    }
+    c->data = data;
+    c->length = length;
+    c->format = format;
+    return (PyObject *)c;
+}
+
+/* ---- the scan ------------------------------------------------------------------------------ */
+
+typedef struct {
+    const uint8_t *ptr; /* into the scanned buffer */
+    size_t len;
+    uint32_t next; /* the tag seen after this one last time: the first guess */
+    int64_t count;
+    int64_t last_step;
+} Tag;
+
+typedef struct {
+    /* rows in file order */
+    int64_t *step;
+    double *wall;
+    double *value;
+    uint32_t *code;
+    size_t n, cap;
+    /* tags in order of first appearance, and an open-addressing index over them */
+    Tag *tags;
+    size_t ntags, tags_cap;
+    uint32_t *slots; /* tag index + 1; 0 is empty */
+    size_t nslots;
+    int increasing; /* every tag's steps strictly increase */
+    uint32_t prev;  /* the previous row's tag, UINT32_MAX before any */
+    const uint8_t *version;
+    size_t version_len;
+    const char *why; /* why the file is outside this lane */
+} Scan;
+
+static uint64_t hash_bytes(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static int grow_rows(Scan *s, size_t want) {
+    size_t cap = s->cap ? 2 * s->cap : want;
+    int64_t *step = realloc(s->step, cap * sizeof(int64_t));
+    if (step) s->step = step;
+    double *wall = realloc(s->wall, cap * sizeof(double));
+    if (wall) s->wall = wall;
+    double *value = realloc(s->value, cap * sizeof(double));
+    if (value) s->value = value;
+    uint32_t *code = realloc(s->code, cap * sizeof(uint32_t));
+    if (code) s->code = code;
+    if (!step || !wall || !value || !code) return 0;
+    s->cap = cap;
+    return 1;
+}
+
+static int reindex(Scan *s, size_t nslots) {
+    uint32_t *slots = calloc(nslots, sizeof(uint32_t));
+    if (slots == NULL) return 0;
+    for (size_t i = 0; i < s->ntags; i++) {
+        size_t j = hash_bytes(s->tags[i].ptr, s->tags[i].len) & (nslots - 1);
+        while (slots[j]) j = (j + 1) & (nslots - 1);
+        slots[j] = (uint32_t)(i + 1);
+    }
+    free(s->slots);
+    s->slots = slots;
+    s->nslots = nslots;
+    return 1;
+}
+
+/* The tag's index, added on first sight; UINT32_MAX when out of memory. */
+static uint32_t tag_id(Scan *s, const uint8_t *p, size_t n) {
+    if (s->prev != UINT32_MAX) {
+        Tag *g = &s->tags[s->tags[s->prev].next];
+        if (g->len == n && memcmp(g->ptr, p, n) == 0) return s->tags[s->prev].next;
+    }
+    size_t j = hash_bytes(p, n) & (s->nslots - 1);
+    while (s->slots[j]) {
+        Tag *t = &s->tags[s->slots[j] - 1];
+        if (t->len == n && memcmp(t->ptr, p, n) == 0) return s->slots[j] - 1;
+        j = (j + 1) & (s->nslots - 1);
+    }
+    if (s->ntags == s->tags_cap) {
+        size_t cap = 2 * s->tags_cap;
+        Tag *tags = realloc(s->tags, cap * sizeof(Tag));
+        if (tags == NULL) return UINT32_MAX;
+        s->tags = tags;
+        s->tags_cap = cap;
+    }
+    uint32_t id = (uint32_t)s->ntags++;
+    s->tags[id] = (Tag){p, n, id, 0, 0};
+    s->slots[j] = id + 1;
+    if (2 * s->ntags > s->nslots && !reindex(s, 2 * s->nslots)) return UINT32_MAX;
+    return id;
+}
+
+static int read_varint(const uint8_t *d, size_t end, size_t *pos, uint64_t *out) {
+    uint64_t v = 0;
+    for (int i = 0; i < 10 && *pos < end; i++) {
+        uint8_t b = d[(*pos)++];
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A length-delimited field's length, which must fit before ``end``. */
+static int read_len(const uint8_t *d, size_t end, size_t *pos, size_t *out) {
+    uint64_t n;
+    if (!read_varint(d, end, pos, &n) || n > end - *pos) return 0;
+    *out = (size_t)n;
+    return 1;
+}
+
+#define OUTSIDE(reason)   \
+    do {                  \
+        s->why = (reason); \
+        return 0;         \
+    } while (0)
+
+/* One Event: 1 wall_time, then 3 file_version and 10 source_metadata, or 2 step (optional)
+ * and 5 summary whose values are each exactly 1 tag and 2 simple_value. */
+static int parse_event(Scan *s, const uint8_t *d, size_t n) {
+    if (n < 9 || d[0] != 0x09) OUTSIDE("an Event without wall_time first");
+    double wall;
+    memcpy(&wall, d + 1, 8);
+    size_t pos = 9, len;
+    if (pos < n && (d[pos] == 0x1A || d[pos] == 0x52)) {
+        /* the file's first Event: file_version (3), and the writer's name in
+         * source_metadata (10), which nothing reads */
+        int versions = 0;
+        while (pos < n) {
+            uint8_t key = d[pos++];
+            if ((key != 0x1A && key != 0x52) || !read_len(d, n, &pos, &len))
+                OUTSIDE("an unusual file_version Event");
+            if (key == 0x1A && versions++) OUTSIDE("an unusual file_version Event");
+            if (key == 0x1A && s->version == NULL) {
+                s->version = d + pos;
+                s->version_len = len;
+            }
+            pos += len;
+        }
+        return 1;
+    }
+    uint64_t step = 0;
+    if (pos < n && d[pos] == 0x10) {
+        pos++;
+        if (!read_varint(d, n, &pos, &step)) OUTSIDE("a malformed step");
+    }
+    if (pos >= n || d[pos] != 0x2A) OUTSIDE("an Event that is not a summary");
+    pos++;
+    if (!read_len(d, n, &pos, &len) || pos + len != n) OUTSIDE("a malformed summary");
+    while (pos < n) {
+        size_t vlen, tlen;
+        if (d[pos] != 0x0A) OUTSIDE("a Summary field other than value");
+        pos++;
+        if (!read_len(d, n, &pos, &vlen)) OUTSIDE("a malformed Summary.Value");
+        size_t vend = pos + vlen;
+        if (pos >= vend || d[pos] != 0x0A) OUTSIDE("a Summary.Value without its tag first");
+        pos++;
+        if (!read_len(d, vend, &pos, &tlen) || tlen == 0) OUTSIDE("a malformed tag");
+        const uint8_t *tag = d + pos;
+        pos += tlen;
+        if (pos + 5 != vend || d[pos] != 0x15) OUTSIDE("a value that is not a simple_value");
+        float f;
+        memcpy(&f, d + pos + 1, 4);
+        pos = vend;
+        uint32_t id = tag_id(s, tag, tlen);
+        if (id == UINT32_MAX) OUTSIDE("out of memory");
+        if (s->n == s->cap && !grow_rows(s, 0)) OUTSIDE("out of memory");
+        Tag *t = &s->tags[id];
+        int64_t st = (int64_t)step;
+        if (t->count && st <= t->last_step) s->increasing = 0;
+        t->count++;
+        t->last_step = st;
+        if (s->prev != UINT32_MAX) s->tags[s->prev].next = id;
+        s->prev = id;
+        s->step[s->n] = st;
+        s->wall[s->n] = wall;
+        s->value[s->n] = (double)f;
+        s->code[s->n] = id;
+        s->n++;
+    }
+    return 1;
+}
+
+static int scan_records(Scan *s, const uint8_t *p, size_t size, Py_ssize_t *records) {
+    size_t off = 0;
+    uint64_t last_len = UINT64_MAX;
+    uint32_t last_len_crc = 0;
+    *records = 0;
+    while (off < size) {
+        if (size - off < 16) OUTSIDE("a truncated record");
+        uint64_t len = load_u64(p + off);
+        uint32_t len_crc = load_u32(p + off + 8);
+        if (len != last_len || len_crc != last_len_crc) {
+            if (masked(crc32c(p + off, 8)) != len_crc) OUTSIDE("a corrupt record header");
+            last_len = len;
+            last_len_crc = len_crc;
+        }
+        if (len > size - off - 16) OUTSIDE("a truncated record");
+        const uint8_t *d = p + off + 12;
+        if (masked(crc32c(d, (size_t)len)) != load_u32(d + len)) OUTSIDE("a corrupt record");
+        if (!parse_event(s, d, (size_t)len)) return 0;
+        off += 16 + (size_t)len;
+        (*records)++;
+    }
+    return 1;
+}
+
+static void scan_free(Scan *s) {
+    free(s->step);
+    free(s->wall);
+    free(s->value);
+    free(s->code);
+    free(s->tags);
+    free(s->slots);
+}
+
+/* Rows regrouped by tag (a counting sort; file order kept within each tag). */
+static int regroup(Scan *s, int64_t **step, double **wall, double **value) {
+    size_t n = s->n;
+    size_t *at = malloc((s->ntags ? s->ntags : 1) * sizeof(size_t));
+    *step = malloc((n ? n : 1) * sizeof(int64_t));
+    *wall = malloc((n ? n : 1) * sizeof(double));
+    *value = malloc((n ? n : 1) * sizeof(double));
+    if (!at || !*step || !*wall || !*value) {
+        free(at);
+        free(*step);
+        free(*wall);
+        free(*value);
+        return 0;
+    }
+    size_t sum = 0;
+    for (size_t t = 0; t < s->ntags; t++) {
+        at[t] = sum;
+        sum += (size_t)s->tags[t].count;
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t k = at[s->code[i]]++;
+        (*step)[k] = s->step[i];
+        (*wall)[k] = s->wall[i];
+        (*value)[k] = s->value[i];
+    }
+    free(at);
+    return 1;
+}
+
+PyDoc_STRVAR(scan_doc,
+             "scan(buffer) -> (records, file_version, tags, counts, grouped, step, wall, value, "
+             "code) | str\n\n"
+             "Frame, check and decode a whole events file held in ``buffer``. Returns the "
+             "number of records, the first file_version (bytes or None), the tags in order of "
+             "first appearance, each tag's row count, and the columns: step (int64), wall time "
+             "and value (float64), and code (uint32 tag index per row). When every tag's steps "
+             "strictly increase, ``grouped`` is True, the rows come one block per tag in tag "
+             "order (file order within each) and code is None; otherwise they are in file "
+             "order. Returns a str naming the first thing outside this lane instead.");
+
+static PyObject *scan(PyObject *module, PyObject *arg) {
+    (void)module;
+    if (!TB_LITTLE_ENDIAN) return PyUnicode_FromString("a big-endian machine");
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
+    Scan s;
+    memset(&s, 0, sizeof(s));
+    s.increasing = 1;
+    s.prev = UINT32_MAX;
+    s.tags_cap = 64;
+    s.tags = malloc(s.tags_cap * sizeof(Tag));
+    PyObject *result = NULL;
+    Py_ssize_t records = 0;
+    /* a record holding one value takes at least 37 bytes: room for every row of the usual
+     * file at once (pages are only touched as rows are written) */
+    if (s.tags == NULL || !reindex(&s, 256) || !grow_rows(&s, (size_t)view.len / 37 + 1024)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int ok;
+    Py_BEGIN_ALLOW_THREADS;
+    ok = scan_records(&s, (const uint8_t *)view.buf, (size_t)view.len, &records);
+    Py_END_ALLOW_THREADS;
+    if (!ok) {
+        result = PyUnicode_FromString(s.why);
+        goto done;
+    }
+    if (s.n == 0) {
+        result = PyUnicode_FromString("no scalar values");
+        goto done;
+    }
+    PyObject *tags = PyList_New((Py_ssize_t)s.ntags);
+    PyObject *counts = PyList_New((Py_ssize_t)s.ntags);
+    if (tags == NULL || counts == NULL) {
+        Py_XDECREF(tags);
+        Py_XDECREF(counts);
+        goto done;
+    }
+    for (size_t t = 0; t < s.ntags; t++) {
+        PyObject *b = PyBytes_FromStringAndSize((const char *)s.tags[t].ptr,
+                                                (Py_ssize_t)s.tags[t].len);
+        PyObject *c = PyLong_FromLongLong(s.tags[t].count);
+        if (b == NULL || c == NULL) {
+            Py_XDECREF(b);
+            Py_XDECREF(c);
+            Py_DECREF(tags);
+            Py_DECREF(counts);
+            goto done;
+        }
+        PyList_SET_ITEM(tags, (Py_ssize_t)t, b);
+        PyList_SET_ITEM(counts, (Py_ssize_t)t, c);
+    }
+    PyObject *version = s.version != NULL ? PyBytes_FromStringAndSize((const char *)s.version,
+                                                                      (Py_ssize_t)s.version_len)
+                                          : Py_NewRef(Py_None);
+    PyObject *step, *wall, *value, *code;
+    Py_ssize_t n = (Py_ssize_t)s.n;
+    if (s.increasing) {
+        int64_t *g_step;
+        double *g_wall, *g_value;
+        if (!regroup(&s, &g_step, &g_wall, &g_value)) {
+            PyErr_NoMemory();
+            Py_DECREF(tags);
+            Py_DECREF(counts);
+            Py_XDECREF(version);
+            goto done;
+        }
+        step = column_new(g_step, n, "l");
+        wall = column_new(g_wall, n, "g");
+        value = column_new(g_value, n, "g");
+        code = Py_NewRef(Py_None);
+    } else {
+        step = column_new(s.step, n, "l");
+        wall = column_new(s.wall, n, "g");
+        value = column_new(s.value, n, "g");
+        code = column_new(s.code, n, "I");
+        s.step = NULL;
+        s.wall = NULL;
+        s.value = NULL;
+        s.code = NULL;
+    }
+    if (version == NULL || step == NULL || wall == NULL || value == NULL || code == NULL) {
+        Py_DECREF(tags);
+        Py_DECREF(counts);
+        Py_XDECREF(version);
+        Py_XDECREF(step);
+        Py_XDECREF(wall);
+        Py_XDECREF(value);
+        Py_XDECREF(code);
+        goto done;
+    }
+    result = Py_BuildValue("(nNNNONNNN)", records, version, tags, counts,
+                           s.increasing ? Py_True : Py_False, step, wall, value, code);
+done:
+    scan_free(&s);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {{"scan", scan, METH_O, scan_doc}, {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_tbscan",
+    "The compiled lane of the TensorBoard reader (see trainlens.readers.tensorboard).", -1,
+    methods};
+
+PyMODINIT_FUNC PyInit__tbscan(void) {
+    crc_init();
+    if (PyType_Ready(&ColumnType) < 0) return NULL;
+    return PyModule_Create(&module);
+}
