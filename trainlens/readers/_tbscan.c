@@ -285,15 +285,20 @@ typedef struct {
     uint32_t next; /* the tag seen after this one last time: the first guess */
     int64_t count;
     int64_t last_step;
+    size_t at, end; /* grouped: where the tag's next row goes, and its block's end */
 } Tag;
 
+/* Two passes over the records: the first checks and counts (rows per tag, whether each
+ * tag's steps increase), the second decodes again and writes each row where it belongs,
+ * so the columns are written once, at their final size. */
 typedef struct {
-    /* rows in file order */
+    int store;   /* the second pass */
+    size_t n;    /* rows counted (first pass) or written (second, file order) */
+    size_t rows; /* the first pass's count, during the second */
     int64_t *step;
     double *wall;
     double *value;
-    uint32_t *code;
-    size_t n, cap;
+    uint32_t *code; /* file order only: the tag of each row */
     /* tags in order of first appearance, and an open-addressing index over them */
     Tag *tags;
     size_t ntags, tags_cap;
@@ -310,21 +315,6 @@ static uint64_t hash_bytes(const uint8_t *p, size_t n) {
     uint64_t h = 1469598103934665603ull;
     for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
     return h;
-}
-
-static int grow_rows(Scan *s, size_t want) {
-    size_t cap = s->cap ? 2 * s->cap : want;
-    int64_t *step = realloc(s->step, cap * sizeof(int64_t));
-    if (step) s->step = step;
-    double *wall = realloc(s->wall, cap * sizeof(double));
-    if (wall) s->wall = wall;
-    double *value = realloc(s->value, cap * sizeof(double));
-    if (value) s->value = value;
-    uint32_t *code = realloc(s->code, cap * sizeof(uint32_t));
-    if (code) s->code = code;
-    if (!step || !wall || !value || !code) return 0;
-    s->cap = cap;
-    return 1;
 }
 
 static int reindex(Scan *s, size_t nslots) {
@@ -361,7 +351,7 @@ static uint32_t tag_id(Scan *s, const uint8_t *p, size_t n) {
         s->tags_cap = cap;
     }
     uint32_t id = (uint32_t)s->ntags++;
-    s->tags[id] = (Tag){p, n, id, 0, 0};
+    s->tags[id] = (Tag){p, n, id, 0, 0, 0, 0};
     s->slots[j] = id + 1;
     if (2 * s->ntags > s->nslots && !reindex(s, 2 * s->nslots)) return UINT32_MAX;
     return id;
@@ -443,19 +433,29 @@ static int parse_event(Scan *s, const uint8_t *d, size_t n) {
         pos = vend;
         uint32_t id = tag_id(s, tag, tlen);
         if (id == UINT32_MAX) OUTSIDE("out of memory");
-        if (s->n == s->cap && !grow_rows(s, 0)) OUTSIDE("out of memory");
-        Tag *t = &s->tags[id];
-        int64_t st = (int64_t)step;
-        if (t->count && st <= t->last_step) s->increasing = 0;
-        t->count++;
-        t->last_step = st;
         if (s->prev != UINT32_MAX) s->tags[s->prev].next = id;
         s->prev = id;
-        s->step[s->n] = st;
-        s->wall[s->n] = wall;
-        s->value[s->n] = (double)f;
-        s->code[s->n] = id;
-        s->n++;
+        Tag *t = &s->tags[id];
+        int64_t st = (int64_t)step;
+        if (!s->store) {
+            if (t->count && st <= t->last_step) s->increasing = 0;
+            t->count++;
+            t->last_step = st;
+            s->n++;
+            continue;
+        }
+        size_t k;
+        if (s->code != NULL) { /* file order */
+            if (s->n >= s->rows) OUTSIDE("a file that changed while it was read");
+            k = s->n++;
+            s->code[k] = id;
+        } else {
+            if (t->at >= t->end) OUTSIDE("a file that changed while it was read");
+            k = t->at++;
+        }
+        s->step[k] = st;
+        s->wall[k] = wall;
+        s->value[k] = (double)f;
     }
     return 1;
 }
@@ -469,14 +469,15 @@ static int scan_records(Scan *s, const uint8_t *p, size_t size, Py_ssize_t *reco
         if (size - off < 16) OUTSIDE("a truncated record");
         uint64_t len = load_u64(p + off);
         uint32_t len_crc = load_u32(p + off + 8);
-        if (len != last_len || len_crc != last_len_crc) {
+        if (!s->store && (len != last_len || len_crc != last_len_crc)) {
             if (masked(crc32c(p + off, 8)) != len_crc) OUTSIDE("a corrupt record header");
             last_len = len;
             last_len_crc = len_crc;
         }
         if (len > size - off - 16) OUTSIDE("a truncated record");
         const uint8_t *d = p + off + 12;
-        if (masked(crc32c(d, (size_t)len)) != load_u32(d + len)) OUTSIDE("a corrupt record");
+        if (!s->store && masked(crc32c(d, (size_t)len)) != load_u32(d + len))
+            OUTSIDE("a corrupt record");
         if (!parse_event(s, d, (size_t)len)) return 0;
         off += 16 + (size_t)len;
         (*records)++;
@@ -493,32 +494,32 @@ static void scan_free(Scan *s) {
     free(s->slots);
 }
 
-/* Rows regrouped by tag (a counting sort; file order kept within each tag). */
-static int regroup(Scan *s, int64_t **step, double **wall, double **value) {
-    size_t n = s->n;
-    size_t *at = malloc((s->ntags ? s->ntags : 1) * sizeof(size_t));
-    *step = malloc((n ? n : 1) * sizeof(int64_t));
-    *wall = malloc((n ? n : 1) * sizeof(double));
-    *value = malloc((n ? n : 1) * sizeof(double));
-    if (!at || !*step || !*wall || !*value) {
-        free(at);
-        free(*step);
-        free(*wall);
-        free(*value);
-        return 0;
-    }
+/* Room for the second pass's rows: one block per tag when grouped, else file order. */
+static int place_rows(Scan *s) {
+    size_t n = s->n ? s->n : 1;
+    s->step = malloc(n * sizeof(int64_t));
+    s->wall = malloc(n * sizeof(double));
+    s->value = malloc(n * sizeof(double));
+    if (!s->increasing) s->code = malloc(n * sizeof(uint32_t));
+    if (!s->step || !s->wall || !s->value || (!s->increasing && !s->code)) return 0;
     size_t sum = 0;
     for (size_t t = 0; t < s->ntags; t++) {
-        at[t] = sum;
+        s->tags[t].at = sum;
         sum += (size_t)s->tags[t].count;
+        s->tags[t].end = sum;
     }
-    for (size_t i = 0; i < n; i++) {
-        size_t k = at[s->code[i]]++;
-        (*step)[k] = s->step[i];
-        (*wall)[k] = s->wall[i];
-        (*value)[k] = s->value[i];
-    }
-    free(at);
+    s->rows = s->n;
+    s->n = 0;
+    s->store = 1;
+    s->prev = UINT32_MAX;
+    return 1;
+}
+
+/* Whether the second pass wrote every row the first counted. */
+static int all_placed(const Scan *s) {
+    if (s->code != NULL) return s->n == s->rows;
+    for (size_t t = 0; t < s->ntags; t++)
+        if (s->tags[t].at != s->tags[t].end) return 0;
     return 1;
 }
 
@@ -546,21 +547,32 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
     s.tags = malloc(s.tags_cap * sizeof(Tag));
     PyObject *result = NULL;
     Py_ssize_t records = 0;
-    /* a record holding one value takes at least 37 bytes: room for every row of the usual
-     * file at once (pages are only touched as rows are written) */
-    if (s.tags == NULL || !reindex(&s, 256) || !grow_rows(&s, (size_t)view.len / 37 + 1024)) {
+    if (s.tags == NULL || !reindex(&s, 256)) {
         PyErr_NoMemory();
         goto done;
     }
-    int ok;
+    int ok, placed = 1;
+    Py_ssize_t again;
     Py_BEGIN_ALLOW_THREADS;
     ok = scan_records(&s, (const uint8_t *)view.buf, (size_t)view.len, &records);
+    if (ok && s.n > 0) {
+        placed = place_rows(&s);
+        if (placed) ok = scan_records(&s, (const uint8_t *)view.buf, (size_t)view.len, &again);
+        if (placed && ok && !all_placed(&s)) {
+            s.why = "a file that changed while it was read";
+            ok = 0;
+        }
+    }
     Py_END_ALLOW_THREADS;
+    if (!placed) {
+        PyErr_NoMemory();
+        goto done;
+    }
     if (!ok) {
         result = PyUnicode_FromString(s.why);
         goto done;
     }
-    if (s.n == 0) {
+    if (s.rows == 0) {
         result = PyUnicode_FromString("no scalar values");
         goto done;
     }
@@ -588,32 +600,16 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
     PyObject *version = s.version != NULL ? PyBytes_FromStringAndSize((const char *)s.version,
                                                                       (Py_ssize_t)s.version_len)
                                           : Py_NewRef(Py_None);
-    PyObject *step, *wall, *value, *code;
-    Py_ssize_t n = (Py_ssize_t)s.n;
-    if (s.increasing) {
-        int64_t *g_step;
-        double *g_wall, *g_value;
-        if (!regroup(&s, &g_step, &g_wall, &g_value)) {
-            PyErr_NoMemory();
-            Py_DECREF(tags);
-            Py_DECREF(counts);
-            Py_XDECREF(version);
-            goto done;
-        }
-        step = column_new(g_step, n, "l");
-        wall = column_new(g_wall, n, "g");
-        value = column_new(g_value, n, "g");
-        code = Py_NewRef(Py_None);
-    } else {
-        step = column_new(s.step, n, "l");
-        wall = column_new(s.wall, n, "g");
-        value = column_new(s.value, n, "g");
-        code = column_new(s.code, n, "I");
-        s.step = NULL;
-        s.wall = NULL;
-        s.value = NULL;
-        s.code = NULL;
-    }
+    /* the columns take over the arrays (column_new frees one it cannot wrap) */
+    Py_ssize_t n = (Py_ssize_t)s.rows;
+    PyObject *step = column_new(s.step, n, "l");
+    PyObject *wall = column_new(s.wall, n, "g");
+    PyObject *value = column_new(s.value, n, "g");
+    PyObject *code = s.code != NULL ? column_new(s.code, n, "I") : Py_NewRef(Py_None);
+    s.step = NULL;
+    s.wall = NULL;
+    s.value = NULL;
+    s.code = NULL;
     if (version == NULL || step == NULL || wall == NULL || value == NULL || code == NULL) {
         Py_DECREF(tags);
         Py_DECREF(counts);
