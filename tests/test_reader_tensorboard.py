@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -677,21 +678,27 @@ def test_sniff(tmp_path: Path) -> None:
     assert run.frame.height == 7
 
 
-def test_event_with_several_values(tmp_path: Path) -> None:
+def _several_values(d: Path, histogram: bool) -> None:
     # TF1's merged summaries put several values into one Event
-    w = EventFileWriter(str(tmp_path))
+    w = EventFileWriter(str(d))
     for s in range(1, 4):
-        summary = summary_pb2.Summary(
-            value=[
-                summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / s),
-                summary_pb2.Summary.Value(tag="learning_rate", simple_value=0.5 * s),
+        values = [
+            summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / s),
+            summary_pb2.Summary.Value(tag="learning_rate", simple_value=0.5 * s),
+        ]
+        if histogram:
+            values.append(
                 summary_pb2.Summary.Value(
                     tag="hist", histo=summary_pb2.HistogramProto(min=0, max=1, num=2)
-                ),
-            ]
-        )
+                )
+            )
+        summary = summary_pb2.Summary(value=values)
         w.add_event(event_pb2.Event(wall_time=100.0 + s, step=s, summary=summary))
     w.close()
+
+
+def test_event_with_several_values(tmp_path: Path) -> None:
+    _several_values(tmp_path, histogram=True)
     (run,) = _read(tmp_path)
     # one block per metric, file order within each (the frame's layout when no step
     # goes back)
@@ -825,16 +832,7 @@ def test_compiled_lane_keeps_file_order_when_steps_go_back(
 def test_compiled_lane_reads_events_with_several_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    w = EventFileWriter(str(tmp_path))
-    for s in range(1, 4):
-        summary = summary_pb2.Summary(
-            value=[
-                summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / s),
-                summary_pb2.Summary.Value(tag="learning_rate", simple_value=0.5 * s),
-            ]
-        )
-        w.add_event(event_pb2.Event(wall_time=100.0 + s, step=s, summary=summary))
-    w.close()
+    _several_values(tmp_path, histogram=False)
     assert tb._scan(_one_file(tmp_path)) is not None
     got = _read(tmp_path)
     _same_runs(got, _numpy_read(tmp_path, monkeypatch))
@@ -953,3 +951,34 @@ def test_compiled_lane_read_imports_no_numpy(tmp_path: Path, what: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root
     )
     assert out.stdout.split() == ["80", "False"]
+
+
+@lane
+def test_compiled_lane_cursor_stops_where_the_scan_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a writer appends while the file is read: the cursor must point at the end of what
+    # was scanned, so that the next read from it gets the appended values
+    path = _lane_file(tmp_path)
+    scanned = path.stat().st_size
+    real = tb._tbscan
+
+    def scan_then_append(buf: object) -> object:
+        got = real.scan(buf)
+        w = torch_tb.SummaryWriter(str(tmp_path / "more"))
+        w.add_scalar("loss", 123.0, 40)
+        w.close()
+        more = _one_file(tmp_path / "more")
+        second = _record_offsets(more)[1][0]  # its records after the file_version one
+        with open(path, "ab") as f:
+            f.write(more.read_bytes()[second:])
+        return got
+
+    monkeypatch.setattr(tb, "_tbscan", SimpleNamespace(scan=scan_then_append))
+    (run,) = _read(path)
+    assert path.stat().st_size > scanned
+    assert run.cursor == {str(path): scanned}
+    assert run.metadata["records"] == {path.name: 81}
+    monkeypatch.setattr(tb, "_tbscan", real)
+    (tail,) = _read(path, start_offset=scanned)
+    assert tail.frame.select("step", "value").rows() == [(40, 123.0)]

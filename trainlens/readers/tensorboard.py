@@ -191,26 +191,28 @@ def _build(
     return run
 
 
-def _scan(path: Path) -> tuple[Any, ...] | None:
-    """The compiled lane's columns for one whole events file, or None where the lane does
-    not take it (not compiled, nothing to map, or a record it leaves to the numpy reader)."""
+def _scan(path: Path) -> tuple[tuple[Any, ...], int] | None:
+    """The compiled lane's columns for one whole events file and the number of bytes they
+    came from (a file still being written may have grown since), or None where the lane
+    does not take it (not compiled, nothing to map, or a record it leaves to the numpy
+    reader)."""
     if _tbscan is None:
         return None
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            got = _tbscan.scan(m)
+            got, size = _tbscan.scan(m), len(m)
     except (OSError, ValueError):  # an empty file cannot be mapped; no mmap on this system
         return None
-    return None if isinstance(got, str) else got
+    return None if isinstance(got, str) else (got, size)
 
 
 def _read_compiled(path: Path, name: str, source: str, base: Path, opts: ReadOptions) -> Run | None:
     """The run held in the one events file ``path``, read by the compiled lane; None when
     the lane leaves the file to the numpy reader."""
-    got = _scan(path)
-    if got is None:
+    scanned = _scan(path)
+    if scanned is None:
         return None
-    records, version, tags, counts, grouped, step, wall, value, code = got
+    (records, version, tags, counts, grouped, step, wall, value, code), size = scanned
     names = [t.decode("utf-8", "replace") for t in tags]
     if len(set(names)) < len(names):  # tags that differ only in invalid UTF-8
         return None
@@ -226,7 +228,6 @@ def _read_compiled(path: Path, name: str, source: str, base: Path, opts: ReadOpt
             pl.Series(wall).alias("wall_time"),
         ]
     )
-    size = path.stat().st_size
     info = FileInfo(
         path,
         0,
