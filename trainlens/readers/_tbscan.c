@@ -256,7 +256,8 @@ static PyMethodDef Column_methods[] = {
 static PySequenceMethods Column_as_sequence = {.sq_length = (lenfunc)Column_len};
 
 static PyTypeObject ColumnType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "trainlens.readers._tbscan.Column",
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "trainlens.readers._tbscan.Column",
     .tp_basicsize = sizeof(Column),
     .tp_dealloc = (destructor)Column_dealloc,
     .tp_as_sequence = &Column_as_sequence,
