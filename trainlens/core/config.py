@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainlens.core.errors import ConfigError
+from trainlens.core.errors import ConfigError, did_you_mean
 
 TOP_KEYS = {
     "select": "detector codes or families to run (default: all)",
@@ -42,19 +42,12 @@ class Config:
     path: Path | None = None
 
 
-def _suggest(key: str, known: list[str]) -> str:
-    import difflib  # only for a mistake's message
-
-    close = difflib.get_close_matches(key, known, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 def parse_config(table: dict[str, Any], *, origin: str = "config") -> Config:
     cfg = Config()
     for key, value in table.items():
         if key not in TOP_KEYS:
             raise ConfigError(
-                f"{origin}: unknown key {key!r} in [tool.trainlens]{_suggest(key, list(TOP_KEYS))}"
+                f"{origin}: unknown key {key!r} in [tool.trainlens]{did_you_mean(key, TOP_KEYS)}"
             )
         if key in {"select", "ignore"}:
             if isinstance(value, str):

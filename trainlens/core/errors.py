@@ -6,6 +6,16 @@ anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """ "; did you mean 'x'?" for the closest of ``known`` to a mistyped ``key``, else ""."""
+    import difflib  # only for a mistake's message
+
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
 
 class TrainlensError(Exception):
     """Base class: a problem with the user's input, configuration or arguments."""

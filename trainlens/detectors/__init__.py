@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from trainlens.core.errors import ConfigError
+from trainlens.core.errors import ConfigError, did_you_mean
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import Run
 from trainlens.detectors.base import Context, Skip
@@ -100,10 +100,7 @@ def make_params(name: str, module: ModuleType, overrides: dict[str, Any]) -> Any
     known = {f.name: f for f in dataclasses.fields(params_cls)}
     for key in overrides:
         if key not in known:
-            import difflib
-
-            close = difflib.get_close_matches(key, list(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(key, known)
             raise ConfigError(f"unknown parameter {key!r} for detector {name!r}{hint}")
     try:
         return dataclasses.replace(params_cls(), **overrides)
@@ -121,10 +118,7 @@ def validate_config(cfg: Config) -> None:
         all_codes.update(load(name).CODES)
     for name, overrides in cfg.detectors.items():
         if name not in names:
-            import difflib
-
-            close = difflib.get_close_matches(name, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(name, names)
             raise ConfigError(f"unknown detector {name!r} in [tool.trainlens.detectors]{hint}")
         make_params(name, load(name), overrides)
     for code, sev in cfg.severity.items():

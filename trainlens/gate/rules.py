@@ -9,14 +9,13 @@ baseline thresholds and acknowledgements (docs/gate.md). An unknown key anywhere
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainlens.core.config import Config
-from trainlens.core.errors import ConfigError
+from trainlens.core.errors import ConfigError, did_you_mean
 from trainlens.core.findings import Finding, Severity
 from trainlens.gate.codes import GATE_CODES
 from trainlens.gate.result import FAIL_LEVELS
@@ -62,15 +61,10 @@ ACK_KEYS: dict[str, str] = {
 }
 
 
-def _hint(key: str, known: Mapping[str, str]) -> str:
-    close = difflib.get_close_matches(key, list(known), n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
 def _check_keys(table: Mapping[str, Any], known: Mapping[str, str], where: str) -> None:
     for key in table:
         if key not in known:
-            raise ConfigError(f"unknown key {key!r} in {where}{_hint(key, known)}")
+            raise ConfigError(f"unknown key {key!r} in {where}{did_you_mean(key, known)}")
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:
@@ -270,7 +264,7 @@ def _severity(raw: Any, where: str, codes: Mapping[str, str]) -> dict[str, str]:
     for code, sev in table.items():
         if code.upper() not in codes:
             raise ConfigError(
-                f"unknown finding code {code!r} in {where}{_hint(code.upper(), codes)}"
+                f"unknown finding code {code!r} in {where}{did_you_mean(code.upper(), codes)}"
             )
         if not isinstance(sev, str):
             raise ConfigError(f"severity of {code!r} in {where} must be info, warning or error")
@@ -296,7 +290,8 @@ def parse_rules(cfg: Config) -> GateRules:
     where = "[tool.trainlens.gate]"
     for key in table:
         if key not in GATE_KEYS:
-            raise ConfigError(f"{origin}unknown key {key!r} in {where}{_hint(key, GATE_KEYS)}")
+            hint = did_you_mean(key, GATE_KEYS)
+            raise ConfigError(f"{origin}unknown key {key!r} in {where}{hint}")
     codes = known_codes()
     try:
         validate_detectors(cfg)
