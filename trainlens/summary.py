@@ -175,7 +175,7 @@ def _non_finite(run: Run) -> dict[str, dict[str, int]]:
         .group_by("metric")
         .agg(pl.len().alias("n"), pl.col("step").min().alias("first_step"))
     )
-    # in metric order: group_by's own order changes from one run to the next
+    # in name order: group_by's own order changes from one run to the next
     rows = sorted(nonfinite.iter_rows(named=True), key=lambda r: str(r["metric"]))
     return {r["metric"]: {"count": int(r["n"]), "first_step": int(r["first_step"])} for r in rows}
 

@@ -862,30 +862,21 @@ def _framing_issues(fr: tfr.Framing, source: str, start: int) -> list[DataIssue]
                     details={"offset": at, "records_before": pr.record},
                 )
             )
-        elif pr.resynced:
-            out.append(
-                DataIssue(
-                    kind="corrupt-record",
-                    source=source,
-                    location=_where(pr.record, at),
-                    message=(
-                        "record header is corrupt (length checksum mismatch); skipped "
-                        f"{pr.skipped} bytes to the next valid record at byte offset "
-                        f"{at + pr.skipped}"
-                    ),
-                    details={"offset": at, "skipped_bytes": pr.skipped},
-                )
-            )
         else:
+            message = (
+                "record header is corrupt (length checksum mismatch); skipped "
+                f"{pr.skipped} bytes to the next valid record at byte offset "
+                f"{at + pr.skipped}"
+                if pr.resynced
+                else "record header is corrupt (length checksum mismatch) and no valid "
+                f"record follows; the last {pr.skipped} bytes were skipped"
+            )
             out.append(
                 DataIssue(
                     kind="corrupt-record",
                     source=source,
                     location=_where(pr.record, at),
-                    message=(
-                        "record header is corrupt (length checksum mismatch) and no valid "
-                        f"record follows; the last {pr.skipped} bytes were skipped"
-                    ),
+                    message=message,
                     details={"offset": at, "skipped_bytes": pr.skipped},
                 )
             )
