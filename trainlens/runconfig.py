@@ -37,7 +37,7 @@ from typing import Any
 
 from trainlens.core.errors import ConfigError
 from trainlens.core.run import DataIssue, Run
-from trainlens.core.yamlio import MAX_BYTES, YamlRefused, read_yaml
+from trainlens.core.yamlio import RefusedFile, read_bounded, read_yaml
 
 CANDIDATES = (
     "config.json",
@@ -170,22 +170,16 @@ def _candidates(run: Run) -> list[Path]:
 
 
 def _read(path: Path) -> Any:
-    """The document in a JSON or YAML file (YamlRefused when it cannot be read)."""
+    """The document in a JSON or YAML file (RefusedFile when it cannot be read)."""
     if path.suffix != ".json":
         return read_yaml(path)
+    text = read_bounded(path)
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise YamlRefused(str(path), f"cannot be read: {exc.strerror or exc}") from None
-    if len(data) > MAX_BYTES:
-        raise YamlRefused(str(path), f"not read: larger than {MAX_BYTES >> 20} MiB")
-    try:
-        return json.loads(data.decode("utf-8", errors="replace"))
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise YamlRefused(str(path), f"not valid JSON (line {exc.lineno}): {exc.msg}") from None
-    except (ValueError, RecursionError) as exc:
-        raise YamlRefused(str(path), f"not read: {type(exc).__name__}") from None
+        raise RefusedFile(str(path), f"not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # nested past the recursion limit
+        raise RefusedFile(str(path), f"not read: {type(exc).__name__}") from None
 
 
 def unwrap_wandb(data: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +206,7 @@ def find_run_config(
             continue
         try:
             data = _read(cand)
-        except YamlRefused as exc:
+        except RefusedFile as exc:
             if notes is not None:
                 notes.append(
                     DataIssue(

@@ -15,7 +15,7 @@ Every YAML file trainlens reads (MLflow's ``meta.yaml``, a W&B ``config.yaml``, 
   walking a config for keys) expands them: a 595-byte "billion laughs" ``meta.yaml``
   grew past 1 GB that way. Measured: that file is refused in under a millisecond.
 
-A refusal or a syntax error is a :class:`YamlRefused` whose message is one sentence
+A refusal or a syntax error is a :class:`RefusedFile` whose message is one sentence
 naming the file; callers turn it into a data-quality note.
 """
 
@@ -23,34 +23,30 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
 from trainlens.core.errors import UnreadableInputError
 
-#: run configs and MLflow metadata are kilobytes; 8 MiB is far above any real one
-MAX_BYTES = 8 << 20
+#: run configs and MLflow metadata are kilobytes; past that, reading costs seconds
+#: (measured: a 440 KB config takes about 1 s to compose, check and construct)
+MAX_BYTES = 2 << 20
 #: nodes once every alias is expanded: a config with a million values is not a config,
 #: and walking one costs about a second
 MAX_NODES = 1_000_000
 #: nesting; real configs nest under 10 levels, and PyYAML's constructor recurses per level
 MAX_DEPTH = 100
 
-_BaseLoader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-
-class YamlRefused(UnreadableInputError):
-    """A YAML file trainlens would not (or could not) read; the message says why."""
+class RefusedFile(UnreadableInputError):
+    """A config or metadata file trainlens would not (or could not) read: too big, not
+    valid YAML/JSON, an alias bomb. The message is one sentence naming the file."""
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
-
-
-class _Loader(_BaseLoader):
-    """The safe loader, plus unknown tags read as the plain data under them."""
 
 
 def _plain(loader: Any, node: yaml.Node) -> Iterator[Any]:
@@ -64,7 +60,17 @@ def _plain(loader: Any, node: yaml.Node) -> Iterator[Any]:
         yield loader.construct_scalar(node)
 
 
-_Loader.add_constructor(None, _plain)
+def make_loader(base: type) -> type:
+    """``base`` (a safe loader) with unknown tags read as the plain data under them; a
+    subclass, so PyYAML's own SafeLoader is left as it is."""
+    loader: Any = type("TrainlensYamlLoader", (base,), {})
+    loader.add_constructor(None, _plain)
+    return cast(type, loader)
+
+
+# the C loader when PyYAML was built with libyaml (measured 3x faster on a 440 KB
+# config); never a loader that builds objects
+_Loader = make_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _measure(root: yaml.Node) -> str | None:
@@ -109,6 +115,21 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 def parse_yaml(text: str, origin: str) -> Any:
     """One YAML document as plain Python data (None for an empty document)."""
+    try:
+        return _parse(text, origin)
+    except yaml.MarkedYAMLError as exc:
+        where = f" (line {exc.problem_mark.line + 1})" if exc.problem_mark else ""
+        why = " ".join(str(exc.problem or exc).split())
+        raise RefusedFile(origin, f"not valid YAML{where}: {why}") from None
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # ReaderError: a control character (the pure-Python loader checks on creation);
+        # ValueError: a timestamp like 2024-13-45, an int past Python's digit limit;
+        # TypeError: a mapping used as a key; RecursionError: the pure-Python composer
+        why = " ".join(str(exc).split())
+        raise RefusedFile(origin, f"not read: {type(exc).__name__}: {why}") from None
+
+
+def _parse(text: str, origin: str) -> Any:
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -116,32 +137,36 @@ def parse_yaml(text: str, origin: str) -> Any:
             return None
         why = _measure(node)
         if why is not None:
-            raise YamlRefused(origin, f"not read: {why}")
+            raise RefusedFile(origin, f"not read: {why}")
         return loader.construct_document(node)
-    except yaml.MarkedYAMLError as exc:
-        where = f" (line {exc.problem_mark.line + 1})" if exc.problem_mark else ""
-        why = " ".join(str(exc.problem or exc).split())
-        raise YamlRefused(origin, f"not valid YAML{where}: {why}") from None
-    except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
-        # ValueError: a timestamp like 2024-13-45, an int past Python's digit limit;
-        # TypeError: a mapping used as a key
-        why = " ".join(str(exc).split())
-        raise YamlRefused(origin, f"not read: {type(exc).__name__}: {why}") from None
     finally:
         loader.dispose()
 
 
-def read_yaml(path: str | Path) -> Any:
-    """The YAML document in ``path`` as plain Python data, within the bounds above."""
+def read_bounded(path: str | Path) -> str:
+    """The text of a small file (a config, a meta.yaml), refused past :data:`MAX_BYTES`."""
     p = Path(path)
     try:
         with p.open("rb") as fh:
             data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
-        raise YamlRefused(str(p), f"cannot be read: {exc.strerror or exc}") from None
+        raise RefusedFile(str(p), f"cannot be read: {exc.strerror or exc}") from None
     if len(data) > MAX_BYTES:
-        raise YamlRefused(str(p), f"not read: larger than {MAX_BYTES >> 20} MiB")
-    return parse_yaml(data.decode("utf-8", errors="replace"), str(p))
+        raise RefusedFile(str(p), f"not read: larger than {MAX_BYTES >> 20} MiB")
+    return data.decode("utf-8", errors="replace")
 
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "YamlRefused", "parse_yaml", "read_yaml"]
+def read_yaml(path: str | Path) -> Any:
+    """The YAML document in ``path`` as plain Python data, within the bounds above."""
+    return parse_yaml(read_bounded(path), str(path))
+
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "RefusedFile",
+    "parse_yaml",
+    "read_bounded",
+    "read_yaml",
+]

@@ -53,7 +53,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.core.yamlio import YamlRefused, read_yaml
+from trainlens.core.yamlio import RefusedFile, read_yaml
 from trainlens.readers import _sniff
 from trainlens.readers._wide import enum_runs
 from trainlens.readers.base import ReadOptions
@@ -730,7 +730,7 @@ def _read_meta(folder: Path, issues: list[DataIssue] | None = None) -> dict[str,
         return {}
     try:
         got = read_yaml(path)
-    except YamlRefused as exc:
+    except RefusedFile as exc:
         if issues is not None:
             issues.append(
                 DataIssue(
