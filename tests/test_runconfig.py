@@ -346,3 +346,7 @@ def test_model_info_keeps_scalars_only() -> None:
     raw = {"model": {"layers": [64, 64], "n_layer": 6}, "trainer": {"gpus": [0, 1], "devices": 2}}
     assert model_info(raw) == {"layers": 6}
     assert model_info({"hardware": {"gpu": "H100", "n_gpus": 8}}) == {"gpu": "H100", "n_gpus": 8}
+    # a device kind is no GPU model (Lightning's accelerator: auto / gpu / cuda)
+    raw = {"trainer": {"accelerator": "auto"}, "device": "cuda:0", "hardware": {"gpu": "A100"}}
+    assert model_info(raw) == {"gpu": "A100"}
+    assert model_info({"trainer": {"accelerator": "gpu"}}) == {}

@@ -405,12 +405,22 @@ def _scalar(v: Any) -> bool:
     return isinstance(v, (str, int, float)) and not isinstance(v, bool)
 
 
+#: device kinds frameworks write where a GPU model could be (Lightning's accelerator,
+#: ``device: cuda:0``): they name no model, so MFU would only say "unknown GPU"
+_NOT_A_GPU = re.compile(r"^(auto|gpu|gpus|cuda(:\d+)?|cpu|mps|tpu|hpu|ipu|xla|npu|meta)$", re.I)
+
+
+def _gpu(v: Any) -> bool:
+    return isinstance(v, str) and bool(v.strip()) and not _NOT_A_GPU.match(v.strip())
+
+
 def model_info(raw: dict[str, Any]) -> dict[str, Any]:
     """Model size and hardware keys (scalars only: a list of layer widths is no count)."""
     leaves = list(_leaves(raw))
     out: dict[str, Any] = {}
     for key, spellings in MODEL_KEYS.items():
-        hit = _pick(leaves, spellings, frozenset({"model", "hardware"}), _scalar)
+        accept = _gpu if key == "gpu" else _scalar
+        hit = _pick(leaves, spellings, frozenset({"model", "hardware"}), accept)
         if hit is not None:
             out[key] = hit[1]
     return out
