@@ -133,6 +133,37 @@ def test_generic_spellings_count_only_in_their_sections() -> None:
     assert normalize_schedule(raw)["peak_lr"] == 0.5
 
 
+def test_hydra_target_of_a_transformers_schedule() -> None:
+    raw = {
+        "scheduler": {
+            "_target_": "transformers.get_cosine_schedule_with_warmup",
+            "num_warmup_steps": WARMUP,
+            "num_training_steps": TOTAL,
+        },
+        "model": {"_target_": "models.GPT"},  # a _target_ elsewhere is no schedule
+        "optim": {"_target_": "torch.optim.AdamW", "lr": PEAK},
+    }
+    assert normalize_schedule(raw) == DECLARED
+    # a scheduler class whose steps may be epochs is not modelled: strict says so
+    raw["scheduler"] = {"_target_": "torch.optim.lr_scheduler.CosineAnnealingLR", "T_max": 90}
+    with pytest.raises(ConfigError, match=r"CosineAnnealingLR.*key 'scheduler._target_'"):
+        normalize_schedule(raw)
+
+
+def test_mlflow_string_nulls_and_flags_are_no_values() -> None:
+    # mlflow.log_params(vars(args)) writes None and booleans as strings
+    params = {
+        "lr_scheduler_type": "cosine",
+        "warmup_steps": "None",
+        "warmup": "True",
+        "num_warmup_steps": "100",
+        "max_steps": "1000",
+        "learning_rate": "0.0003",
+        "min_lr": "",
+    }
+    assert normalize_schedule(params) == DECLARED
+
+
 def test_hydra_interpolation_is_resolved(tmp_path: Path) -> None:
     cfg = {
         "trainer": {"max_steps": TOTAL},

@@ -64,6 +64,7 @@ SCHEDULE_KEYS: dict[str, tuple[str, ...]] = {
         "decay_style",
         "type",
         "name",
+        "_target_",
     ),
     "warmup_steps": (
         "warmup_steps",
@@ -129,7 +130,7 @@ SECTIONS = frozenset(
 #: spellings too generic to trust anywhere: only at the top level or under a section
 GENERIC = frozenset({"shape", "schedule", "scheduler", "lr", "steps", "gamma", "warmup"})
 #: spellings that name the schedule only directly under a scheduler section
-SCHEDULER_ONLY = frozenset({"type", "name"})
+SCHEDULER_ONLY = frozenset({"type", "name", "_target_"})
 SCHEDULER_PARENTS = frozenset({"scheduler", "lr_scheduler", "lr_schedule", "schedule", "sched"})
 
 #: integer schedule keys; a value past 2**62 is no step count (and overflows int64 later)
@@ -292,9 +293,20 @@ def _resolve(value: Any, raw: dict[str, Any]) -> Any:
     return value if isinstance(node, dict) else node
 
 
+#: what a null or a flag looks like once written as a string (MLflow params are strings:
+#: ``log_params(vars(args))`` turns ``warmup_steps=None`` into "None")
+_NOT_A_VALUE = frozenset({"", "none", "null", "~", "true", "false"})
+
+
 def _is_value(v: Any) -> bool:
     # flags such as ``warmup: true`` or ``scheduler: null`` are not the value of the key
+    if isinstance(v, str):
+        return v.strip().lower() not in _NOT_A_VALUE
     return v is not None and not isinstance(v, bool)
+
+
+def _is_name(v: Any) -> bool:
+    return isinstance(v, str) and _is_value(v)
 
 
 def _number(value: Any) -> float | None:
@@ -307,12 +319,24 @@ def _number(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
-def _shape(value: str) -> str | None:
+_HF_FACTORY = re.compile(r"get_(\w+?)_schedule(_with_warmup)?")
+
+
+def _shape(value: str, where: str) -> str | None:
     # the one table of shape spellings is the schedule model's
     from trainlens.detectors._schedules import shape_of
 
+    name = value.strip()
+    if where.rsplit(".", 1)[-1] == "_target_":
+        # Hydra instantiates the scheduler: transformers.get_cosine_schedule_with_warmup is
+        # cosine with warmup; a class (torch's CosineAnnealingLR counts T_max in its own
+        # steps, often epochs) is not modelled and stays an unknown shape
+        name = name.rsplit(".", 1)[-1]
+        m = _HF_FACTORY.fullmatch(name)
+        if m:
+            name = m.group(1) + (m.group(2) or "")
     try:
-        return shape_of({"shape": value})
+        return shape_of({"shape": name})
     except ValueError:
         return None
 
@@ -321,19 +345,20 @@ def _shape(value: str) -> str | None:
 
 
 def read_schedule(raw: dict[str, Any]) -> tuple[dict[str, Any], list[ConfigProblem]]:
-    """A declared schedule with canonical keys (empty when no shape is declared), and the
-    keys whose values cannot be understood (reported only when a shape is declared)."""
+    """A declared schedule with canonical keys, and the keys whose values cannot be
+    understood. Empty when no shape is declared (and then no problem is reported: without a
+    shape nothing is judged against the plan), or when a key cannot be understood."""
     leaves = list(_leaves(raw))
     out: dict[str, Any] = {}
     problems: list[ConfigProblem] = []
     for key, spellings in SCHEDULE_KEYS.items():
-        accept = (lambda v: isinstance(v, str)) if key == "shape" else _is_value
+        accept = _is_name if key == "shape" else _is_value
         hit = _pick(leaves, spellings, SECTIONS, accept)
         if hit is None:
             continue
         where, value = hit[0], _resolve(hit[1], raw)
         if key == "shape":
-            shape = _shape(str(value))
+            shape = _shape(str(value), where)
             if shape is None:
                 problems.append(
                     ConfigProblem(
@@ -351,6 +376,8 @@ def read_schedule(raw: dict[str, Any]) -> tuple[dict[str, Any], list[ConfigProbl
         out[key] = number
     if "shape" not in out:
         return {}, []
+    if problems:
+        return {}, problems
     # HF TrainingArguments: warmup_ratio of the total steps, when warmup_steps is 0/absent
     ratio_hit = _pick(leaves, ("warmup_ratio", "warmup_frac"), SECTIONS, _is_value)
     if ratio_hit is not None and not out.get("warmup_steps") and out.get("total_steps"):
@@ -361,10 +388,12 @@ def read_schedule(raw: dict[str, Any]) -> tuple[dict[str, Any], list[ConfigProbl
             )
         else:
             out["warmup_steps"] = math.ceil(ratio * out["total_steps"])
+    if problems:
+        return {}, problems
     for key in _INT_KEYS:
         if key in out:
             out[key] = int(out[key])
-    return out, problems
+    return out, []
 
 
 def normalize_schedule(raw: dict[str, Any], origin: str = "schedule") -> dict[str, Any]:
