@@ -270,6 +270,55 @@ def _mlflow_run(root: Path, params: dict[str, str], monkeypatch: pytest.MonkeyPa
     return root
 
 
+def test_lightning_mlflow_logger_params_are_nested_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("mlflow")
+    pytest.importorskip("lightning")
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    logger = MLFlowLogger(experiment_name="e", tracking_uri=f"file:{tmp_path / 'mlruns'}")
+    # MLFlowLogger flattens nested hparams to "optimizer/lr", "lr_schedule/schedule", ...
+    logger.log_hyperparams(
+        {
+            "optimizer": {"name": "adamw", "lr": PEAK, "betas": (0.9, 0.999)},
+            "lr_schedule": {"schedule": "cosine", "warmup_steps": WARMUP},
+            "max_steps": TOTAL,
+        }
+    )
+    for s in range(0, 300, 10):
+        logger.log_metrics({"loss": 1.0 / (s + 1), "lr": _cosine(s)}, step=s)
+    logger.finalize("success")
+    [run] = trainlens.read(tmp_path / "mlruns")
+    assert "optimizer/lr" in run.metadata["params"]
+    ctx = build_context(run, Config())
+    assert ctx.schedule == DECLARED and ctx.schedule_source == f"{run.source} (params)"
+
+
+def test_sqlite_runs_use_their_own_params_over_a_file_beside_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mlflow = pytest.importorskip("mlflow")
+    from mlflow.entities import Metric, Param
+
+    db = tmp_path / "mlflow.db"
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{db}")
+    exp = client.create_experiment("e")
+    shapes = {"a": "cosine", "b": "linear"}
+    for name, shape in shapes.items():
+        rid = client.create_run(exp, run_name=name).info.run_id
+        client.log_batch(
+            rid,
+            metrics=[Metric("loss", 1.0 / (s + 1), 1_700_000_000_000 + s, s) for s in range(50)],
+            params=[Param("lr_scheduler_type", shape), Param("learning_rate", "0.1")],
+        )
+    (tmp_path / "config.yaml").write_text("schedule: constant\nlr: 9.0\n")  # the project's
+    runs = trainlens.read(db)
+    got = {r.name: build_context(r, Config()).schedule for r in runs}
+    assert got == {n: {"shape": s, "peak_lr": 0.1} for n, s in shapes.items()}
+
+
 @pytest.mark.parametrize(
     ("params", "key", "why"),
     [

@@ -1,10 +1,11 @@
 """A run configuration archived beside the run: the declared LR schedule and the model.
 
-**Where.** Beside the run (the run's folder, or the folder of the file it was read from):
+**Where.** An MLflow run's own params; else beside the run (the run's folder, or the
+folder of the file it was read from):
 ``<stem>.config.json``, config.json, run_config.json, trainlens.json, hparams.yaml/.yml
 (Lightning), config.yaml/.yml (W&B beside an exported file), ``files/config.yaml`` (a W&B
-run folder), ``.hydra/config.yaml`` (Hydra), then ``../.hydra/config.yaml`` one level up;
-else the params of an MLflow run. The first file that holds a mapping is the run config.
+run folder), ``.hydra/config.yaml`` (Hydra), then ``../.hydra/config.yaml`` one level up.
+The first file that holds a mapping is the run config.
 YAML is read by :mod:`trainlens.core.yamlio` (safe, bounded; Lightning's ``!!python/…``
 tags are read as the plain data under them). A W&B ``config.yaml`` is unwrapped: each key
 is ``{value: …, desc: …}``, and ``_wandb`` / ``wandb_version`` are W&B's own.
@@ -150,6 +151,7 @@ _MAX_STEPS = float(2**62)
 _MAX_DEPTH = 32  # configs nest under 10 levels; deeper content is not searched
 _INTERPOLATION = re.compile(r"^\$\{([A-Za-z0-9_.\-]+)\}$")
 _WANDB_OWN = ("_wandb", "wandb_version")
+_KEY_SEP = re.compile(r"[/.]")
 
 
 @dataclass(frozen=True)
@@ -204,8 +206,13 @@ def unwrap_wandb(data: dict[str, Any]) -> dict[str, Any]:
 def find_run_config(
     run: Run, notes: list[DataIssue] | None = None
 ) -> tuple[dict[str, Any], str | None]:
-    """The first run configuration found beside the run, and its path. A file that is
-    there but cannot be read is noted in ``notes`` and the search goes on."""
+    """The run's configuration and where it came from: its own MLflow params first (a
+    file beside a SQLite store of many runs belongs to none of them in particular), else
+    the first file found beside the run. A file that is there but cannot be read is noted
+    in ``notes`` and the search goes on."""
+    params = run.metadata.get("params")
+    if isinstance(params, dict) and params:
+        return dict(params), f"{run.source} (params)"
     for cand in _candidates(run):
         if not cand.is_file():
             continue
@@ -223,9 +230,6 @@ def find_run_config(
             continue
         if isinstance(data, dict) and data:  # a list or a scalar is no run config
             return unwrap_wandb(data), str(cand)
-    params = run.metadata.get("params")
-    if isinstance(params, dict) and params:
-        return dict(params), f"{run.source} (params)"
     return {}, None
 
 
@@ -241,8 +245,9 @@ def _placed(path: tuple[str, ...], spelling: str) -> bool:
     return True
 
 
-#: leaf key (lower case) -> (document order, key path, value) of every leaf so named
-_Index = dict[str, list[tuple[int, tuple[str, ...], Any]]]
+#: leaf key (lower case) -> (document order, key path, key as written, value) of every
+#: leaf so named
+_Index = dict[str, list[tuple[int, tuple[str, ...], str, Any]]]
 
 
 def _index(raw: dict[str, Any]) -> _Index:
@@ -261,9 +266,13 @@ def _index(raw: dict[str, Any]) -> _Index:
                 if len(path) < _MAX_DEPTH:
                     walk(value, (*path, str(key)))
                 continue
-            name = str(key).lower()
+            # a flattened key is a path: Lightning's MLFlowLogger logs "optimizer/lr",
+            # Hydra overrides and some params say "optim.lr"
+            parts = tuple(_KEY_SEP.split(str(key)))
+            name = parts[-1].lower()
             if name in wanted:
-                out.setdefault(name, []).append((order, (*path, str(key)), value))
+                shown = ".".join((*path, str(key)))
+                out.setdefault(name, []).append((order, (*path, *parts), shown, value))
                 order += 1
 
     walk(raw, ())
@@ -280,13 +289,13 @@ def _pick(
     ``prefer`` sections, then the shallowest, then the first in the file."""
     for spelling in spellings:
         hits = [
-            (0 if any(p.lower() in prefer for p in path[:-1]) else 1, len(path), i, path, v)
-            for i, path, v in index.get(spelling, ())
+            (0 if any(p.lower() in prefer for p in path[:-1]) else 1, len(path), i, shown, v)
+            for i, path, shown, v in index.get(spelling, ())
             if _placed(path, spelling) and (accept is None or accept(v))
         ]
         if hits:
-            _r, _d, _i, path, value = min(hits, key=lambda h: h[:3])
-            return ".".join(path), value
+            _r, _d, _i, shown, value = min(hits, key=lambda h: h[:3])
+            return shown, value
     return None
 
 
@@ -337,7 +346,7 @@ def _shape(value: str, where: str) -> str | None:
     from trainlens.detectors._schedules import shape_of
 
     name = value.strip()
-    if where.rsplit(".", 1)[-1] == "_target_":
+    if _KEY_SEP.split(where)[-1] == "_target_":
         # Hydra instantiates the scheduler: transformers.get_cosine_schedule_with_warmup is
         # cosine with warmup; a class (torch's CosineAnnealingLR counts T_max in its own
         # steps, often epochs) is not modelled and stays an unknown shape
