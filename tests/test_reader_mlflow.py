@@ -21,10 +21,11 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 import trainlens.readers.mlflow as mlflow_reader  # noqa: E402
 from trainlens.core.errors import UnreadableInputError  # noqa: E402
 from trainlens.core.run import Run  # noqa: E402
+from trainlens.core.yamlio import read_yaml  # noqa: E402
 from trainlens.readers import detect_format  # noqa: E402
 from trainlens.readers.base import ReadOptions  # noqa: E402
-from trainlens.readers.mlflow import parse_flat_yaml, sniff  # noqa: E402
 from trainlens.readers.mlflow import read as read_mlflow  # noqa: E402
+from trainlens.readers.mlflow import sniff  # noqa: E402
 
 T0 = 1_700_000_000_000  # ms
 DBL_MAX = 1.7976931348623157e308
@@ -232,14 +233,53 @@ def test_file_store_metadata(file_store: tuple[Path, dict[str, str]]) -> None:
     assert ids["discarded"] not in runs
 
 
-def test_meta_yaml_fallback_parser_matches_pyyaml(file_store: tuple[Path, dict[str, str]]) -> None:
+def test_meta_yaml_reads_as_pyyaml_safe_load(file_store: tuple[Path, dict[str, str]]) -> None:
+    """The bounded reader changes nothing on what the MLflow client writes (folded long
+    names, quotes, nulls, ints)."""
     yaml = pytest.importorskip("yaml")
     root, _ids = file_store
     metas = sorted(root.rglob("meta.yaml"))
     assert len(metas) >= 8
     for meta in metas:
-        text = meta.read_text(encoding="utf-8")
-        assert parse_flat_yaml(text) == yaml.safe_load(text), meta
+        assert read_yaml(meta) == yaml.safe_load(meta.read_text(encoding="utf-8")), meta
+    assert any(read_yaml(m).get("run_name") == TRICKY_NAME for m in metas)
+
+
+def _laughs(levels: int = 9) -> str:
+    """A "billion laughs" document: 9 aliases per level, 9**levels strings expanded."""
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    prev = "a"
+    for c in "bcdefghijklmnop"[: levels - 1]:
+        lines.append(f"{c}: &{c} [" + ",".join([f"*{prev}"] * 9) + "]")
+        prev = c
+    return "\n".join([*lines, f"run_name: *{prev}"]) + "\n"
+
+
+def test_billion_laughs_meta_yaml_is_refused_and_noted(
+    file_store: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    import resource
+    import time
+
+    root, ids = file_store
+    store = tmp_path / "mlruns"
+    shutil.copytree(root, store)
+    run_dir = next(p.parent for p in store.rglob("meta.yaml") if p.parent.name == ids["beta"])
+    meta = run_dir / "meta.yaml"
+    bomb = f"run_id: {ids['beta']}\nrun_uuid: {ids['beta']}\n" + _laughs()
+    meta.write_text(bomb)
+    assert len(bomb) < 700  # 9**9 = 387 million strings once expanded
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.perf_counter()
+    [run] = read_mlflow(run_dir, ReadOptions())
+    assert time.perf_counter() - t0 < 5.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 200_000  # KiB
+    # the metrics are all there, the name comes from the mlflow.runName tag, the status
+    # (only in meta.yaml) is unknown, and the refusal is noted
+    assert run.name == "beta" and run.metadata["status"] is None
+    assert run.frame.height > 0
+    [note] = [d for d in run.data_quality if d.kind == "bad-metadata"]
+    assert note.source == str(meta) and "aliases are expanded" in note.message
 
 
 def test_experiment_folder_run_folder_and_metrics_folder(

@@ -81,19 +81,26 @@ def read(
 
 
 def build_context(run: Run, config: Config) -> Context:
-    """Declared schedule and model: explicit config first, else a run config beside it."""
+    """Declared schedule and model: explicit config first, else a run config beside it.
+
+    The user's schedule (``--schedule``, ``[tool.trainlens]``) is strict (ConfigError); a
+    run's own config that cannot be read or understood is a data-quality note on the run
+    and the run is judged without it (:mod:`trainlens.runconfig`)."""
     from trainlens.detectors.base import Context
-    from trainlens.runconfig import find_run_config, model_info, normalize_schedule
+    from trainlens.runconfig import find_run_config, model_info, normalize_schedule, run_schedule
 
     ctx = Context()
-    raw, origin = find_run_config(run)
+    notes: list[DataIssue] = []
+    raw, origin = find_run_config(run, notes)
     if config.schedule:
         ctx.schedule = normalize_schedule(config.schedule, origin="schedule")
         ctx.schedule_source = str(config.path) if config.path else "flags"
     elif raw:
-        ctx.schedule = normalize_schedule(raw, origin=origin or "run config")
+        ctx.schedule = run_schedule(raw, origin or "run config", notes)
         ctx.schedule_source = origin if ctx.schedule else None
     ctx.model = {**(model_info(raw) if raw else {}), **config.model}
+    # once per run: analyze and report may both build the context of one run
+    run.data_quality.extend(n for n in notes if n not in run.data_quality)
     return ctx
 
 

@@ -7,7 +7,9 @@ when a dataset was attached — read at its step, where MLflow's own reader says
 ``timestamp value`` in files from very old MLflow, step 0), values as Python's
 ``str(float)`` writes them (``nan``, ``inf``, ``-inf`` included).
 A ``/`` in a metric name is a sub-folder. ``params/`` and ``tags/`` hold one file per
-key; ``meta.yaml`` holds the run's name, status, times and experiment. ``.trash`` (deleted
+key; ``meta.yaml`` holds the run's name, status, times and experiment (read by
+:mod:`trainlens.core.yamlio`, bounded: one it refuses is a note, and the run is still read
+from its metric files). ``.trash`` (deleted
 experiments) and ``models`` are not experiments. The path may be the ``mlruns`` root, one
 experiment folder or one run folder. Every metric file is parsed by polars' CSV reader
 (small files concatenated and parsed in one call); a line it cannot read (a truncated
@@ -51,6 +53,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.core.yamlio import RefusedFile, read_yaml
 from trainlens.readers import _sniff
 from trainlens.readers._wide import enum_runs
 from trainlens.readers.base import ReadOptions
@@ -217,6 +220,8 @@ class _RunInfo:
     deleted: bool = False
     # file store: the run's metric files (name, path, size)
     files: list[tuple[str, str, int]] = field(default_factory=list)
+    # file store: a meta.yaml (the run's or its experiment's) that was refused
+    issues: list[DataIssue] = field(default_factory=list)
 
 
 def _select(runs: list[_RunInfo], opts: ReadOptions, where: Path) -> list[_RunInfo]:
@@ -373,7 +378,7 @@ def _read_file_store(path: Path, opts: ReadOptions) -> list[Run]:
     for r in with_metrics:
         mine = counts[file_pos : file_pos + len(r.files)]
         file_pos += len(r.files)
-        issues = [i for _n, p, _s in r.files for i in issues_by_file.get(p, [])]
+        issues = [*r.issues, *(i for _n, p, _s in r.files for i in issues_by_file.get(p, []))]
         rows = table.slice(row_pos, sum(mine))
         row_pos += rows.height
         if rows.height == 0 and not issues:
@@ -406,8 +411,9 @@ def _discover(path: Path) -> list[_RunInfo]:
     """Every run under ``path``: a run folder, an experiment folder or the mlruns root."""
     if _is_run_dir(path):
         parent = path.parent
-        exp = _read_meta(parent) if _is_experiment_dir(parent) else {}
-        return [_run_from_dir(path, exp)]
+        exp_issues: list[DataIssue] = []
+        exp = _read_meta(parent, exp_issues) if _is_experiment_dir(parent) else {}
+        return [_run_from_dir(path, exp, exp_issues)]
     if _is_experiment_dir(path):
         exp_dirs = [path]
     else:
@@ -421,16 +427,20 @@ def _discover(path: Path) -> list[_RunInfo]:
             )
     runs: list[_RunInfo] = []
     for exp_dir in exp_dirs:
-        exp = _read_meta(exp_dir)
+        exp_issues = []
+        exp = _read_meta(exp_dir, exp_issues)
         for d in _subdirs(exp_dir):
             if d.name not in _NOT_RUNS and _is_run_dir(d):
-                runs.append(_run_from_dir(d, exp))
+                runs.append(_run_from_dir(d, exp, exp_issues))
     runs.sort(key=_run_order)
     return runs
 
 
-def _run_from_dir(run_dir: Path, exp: Mapping[str, Any]) -> _RunInfo:
-    meta = _read_meta(run_dir)
+def _run_from_dir(
+    run_dir: Path, exp: Mapping[str, Any], exp_issues: Sequence[DataIssue] = ()
+) -> _RunInfo:
+    issues = list(exp_issues)
+    meta = _read_meta(run_dir, issues)
     run_id = str(meta.get("run_id") or meta.get("run_uuid") or run_dir.name)
     tags = _read_kv_dir(run_dir / "tags")
     params = _read_kv_dir(run_dir / "params")
@@ -451,6 +461,7 @@ def _run_from_dir(run_dir: Path, exp: Mapping[str, Any]) -> _RunInfo:
             tags=tags,
         ),
         deleted=meta.get("lifecycle_stage") == "deleted",
+        issues=issues,
     )
 
 
@@ -711,115 +722,25 @@ def _show(line: bytes, n: int = 60) -> str:
 # ---- meta.yaml --------------------------------------------------------------------------
 
 
-def _read_meta(folder: Path) -> dict[str, Any]:
+def _read_meta(folder: Path, issues: list[DataIssue] | None = None) -> dict[str, Any]:
+    """A run's or experiment's meta.yaml as a dict ({} when absent or refused: the run is
+    still read from its metric files, and a refusal is noted in ``issues``)."""
     path = folder / "meta.yaml"
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+    if not path.is_file():
         return {}
-    return parse_meta_yaml(text)
-
-
-def parse_meta_yaml(text: str) -> dict[str, Any]:
-    """MLflow's meta.yaml as a dict: PyYAML's safe loader when it is installed, else a
-    small parser for the flat ``key: value`` mapping MLflow writes (no code runs)."""
     try:
-        import yaml
-    except ImportError:
-        return parse_flat_yaml(text)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        got = yaml.load(text, Loader=loader)  # a safe loader: no tags that build objects
-    except yaml.YAMLError:
-        return parse_flat_yaml(text)
+        got = read_yaml(path)
+    except RefusedFile as exc:
+        if issues is not None:
+            issues.append(
+                DataIssue(
+                    kind="bad-metadata",
+                    source=str(path),
+                    message=f"{exc.reason}; the run is read without its name and status",
+                )
+            )
+        return {}
     return got if isinstance(got, dict) else {}
-
-
-_KEY_LINE = re.compile(r"^([^\s#'\"\-][^:]*?):(?:\s+(.*))?$")
-_INT = re.compile(r"^[-+]?\d+$")
-_DQ_ESCAPES = {
-    "0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v",
-    "f": "\f", "r": "\r", "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\",
-    "N": "\x85", "_": "\xa0", "L": "\u2028", "P": "\u2029",
-}  # fmt: skip
-_DQ_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]{2}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)")
-
-
-def parse_flat_yaml(text: str) -> dict[str, Any]:
-    """A top-level ``key: scalar`` mapping (what ``yaml.safe_dump`` writes for a flat
-    dict): plain, single- and double-quoted scalars, folded continuation lines, ``null``,
-    integers, ``[]`` / ``{}``. Nested content is kept as its raw text."""
-    out: dict[str, Any] = {}
-    key: str | None = None
-    first = ""
-    more: list[str] = []
-
-    def flush() -> None:
-        if key is not None:
-            out[key] = _scalar(first, more)
-
-    for raw in text.splitlines():
-        m = _KEY_LINE.match(raw)
-        if m and not raw[0].isspace():
-            flush()
-            key, first, more = m.group(1).strip(), (m.group(2) or "").strip(), []
-        elif key is not None:
-            more.append(raw)
-    flush()
-    return out
-
-
-def _scalar(first: str, more: list[str]) -> Any:
-    if first[:1] in ("'", '"'):
-        quote = first[0]
-        body = _fold([first[1:], *more])
-        end = body.rfind(quote)
-        body = body[:end] if end >= 0 else body
-        if quote == "'":
-            return body.replace("''", "'")
-        return _DQ_ESCAPE.sub(_dq_unescape, body)
-    if first in ("|", ">", "|-", ">-", "|+", ">+"):
-        lines = [m.strip() for m in more]
-        joined = ("\n" if first[0] == "|" else " ").join(lines)
-        return joined + ("\n" if not first.endswith("-") else "")
-    if more and first == "":
-        return "\n".join(more)  # nested block: raw text
-    value = _fold([first, *more]).strip()
-    if value in ("", "~", "null", "Null", "NULL"):
-        return None
-    if value in ("true", "True", "TRUE"):
-        return True
-    if value in ("false", "False", "FALSE"):
-        return False
-    if value == "[]":
-        return []
-    if value == "{}":
-        return {}
-    if _INT.match(value):
-        return int(value)
-    return value
-
-
-def _fold(lines: list[str]) -> str:
-    """YAML line folding: a line break is a space, an empty line is a newline."""
-    out = lines[0]
-    pending = 0
-    for line in lines[1:]:
-        s = line.strip()
-        if not s:
-            pending += 1
-            continue
-        out += ("\n" * pending) if pending else " "
-        pending = 0
-        out += s
-    return out
-
-
-def _dq_unescape(m: re.Match[str]) -> str:
-    esc = m.group(1)
-    if esc[0] in "xuU" and len(esc) > 1:
-        return chr(int(esc[1:], 16))
-    return _DQ_ESCAPES.get(esc, esc)
 
 
 # ---- SQLite -----------------------------------------------------------------------------
@@ -1429,4 +1350,4 @@ def _number(v: Any) -> float:
     return float(v)  # also "NaN", "Infinity" written as strings
 
 
-__all__ = ["FORMAT", "parse_flat_yaml", "parse_meta_yaml", "read", "sniff"]
+__all__ = ["FORMAT", "read", "sniff"]
