@@ -26,6 +26,8 @@ prints both): textlog uses these shapes only when no Megatron or ``key:value`` l
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 _NUM = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:nan|inf)"
@@ -40,6 +42,18 @@ _EVAL_HEAD = r"\*+ Evaluating perplexity, Epoch ([0-9]+)/[0-9]+ \*+"
 _PPL = rf"^[ \t]*ppl:[ \t]*({_NUM})[ \t]*$"
 _STAMP = r"^\[?([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})[,.]([0-9]{3})\]?"
 
+# every line of these shapes holds one of these: a cheap pre-filter before the patterns
+MARKERS = "|".join(
+    re.escape(m)
+    for m in (
+        "skipped=",
+        "global_step=",
+        "OVERFLOW!",
+        "Evaluating perplexity",
+        "ppl:",
+        "Total Micro Batches",
+    )
+)
 # what a sniff looks for (with textlog's own shapes)
 SNIFF = rf"(?:{_EVAL_HEAD})|(?:\[deepspeed\] OVERFLOW!)|(?:{_TIMER})|(?:{_STEP_LINE})"
 

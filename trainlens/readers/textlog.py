@@ -398,11 +398,13 @@ def _with_deepspeed(
     """Add the DeepSpeed engine / DeepSpeed-Chat lines when no Megatron or ``key:value``
     line is in the file (Megatron-DeepSpeed prints both; its own lines are the record)."""
     shapes = meta["text_shapes"]
-    if not df.filter(pl.col("line").str.contains(deepspeed.SNIFF)).height:
+    # one pass over literal markers (0.04 s on a 1M-line llm.c log; contains_any took
+    # 0.14 s), then the patterns on the few lines that hold one
+    marked = df.filter(pl.col("line").str.contains(deepspeed.MARKERS))
+    if not marked.height:
         return found
-    ds, counts = deepspeed.parse(df)
-    n_lines = sum(counts.values())
     if shapes.get("megatron") or shapes.get("key_value"):
+        n_lines = marked.filter(pl.col("line").str.contains(deepspeed.SNIFF)).height
         if n_lines:
             issues.append(
                 DataIssue(
@@ -417,20 +419,19 @@ def _with_deepspeed(
                 )
             )
         return found
-    if not n_lines:
+    ds, counts = deepspeed.parse(marked)
+    if not sum(counts.values()):
         return found
     if shapes.pop("trainer_dict", None):
         found = found.head(0)  # printed dicts carry no step; these lines do
     shapes.update({k: v for k, v in counts.items() if v})
-    _note_deepspeed(df, counts, source, issues)
-    walls = deepspeed.wall_times(df)
+    _note_deepspeed(counts, source, issues)
+    walls = deepspeed.wall_times(marked)
     out = pl.concat([found, ds]).sort("lineno", "field", maintain_order=True)
     return out.join(walls, on="lineno", how="left")
 
 
-def _note_deepspeed(
-    df: pl.DataFrame, counts: dict[str, int], source: str, issues: list[DataIssue]
-) -> None:
+def _note_deepspeed(counts: dict[str, int], source: str, issues: list[DataIssue]) -> None:
     if counts["deepspeed_overflow"]:
         issues.append(
             DataIssue(
