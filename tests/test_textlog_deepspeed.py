@@ -239,3 +239,26 @@ def test_real_megatron_sample_draw_does_not_overwrite_validation(shared_dir: Pat
     assert s.tolist() == [100, 200, 300, 400, 500]
     assert v[-1] == pytest.approx(6.314754)
     assert run.series("lm loss validation draw")[1].tolist() == pytest.approx([6.335348])
+
+
+def test_later_deepspeed_chat_prints_the_eval_loss_with_ppl(tmp_path: Path) -> None:
+    lines = [
+        "***** Evaluating perplexity, Epoch 0/1 *****",
+        "ppl: 40.31, loss: 3.6967",
+        "Beginning of Epoch 1/1, Total Micro Batches 20",
+        "[2024-01-01 00:00:10,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, "
+        "skipped=0, lr=[9e-06], mom=[(0.9, 0.95)]",
+        "***** Evaluating perplexity *****",  # a mid-epoch evaluation names no epoch
+        "ppl: 12.5, loss: 2.5257",
+        "[2024-01-01 00:00:20,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=20, "
+        "skipped=0, lr=[8e-06], mom=[(0.9, 0.95)]",
+        "***** Evaluating perplexity, Epoch 1/1 *****",
+        "ppl: 9.8, loss: 2.2824",
+    ]
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    run = trainlens.read(tmp_path / "train.log")[0]
+    s, v = run.series("val/loss")
+    assert s.tolist() == [0, 10, 20]
+    assert v.tolist() == pytest.approx([3.6967, 2.5257, 2.2824])  # as printed, not ln ppl
+    assert run.raw_names["val/loss"] == "loss (after ppl:)"
+    assert run.series("val/perplexity")[1].tolist() == pytest.approx([40.31, 12.5, 9.8])

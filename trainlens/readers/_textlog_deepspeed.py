@@ -16,7 +16,8 @@ Shapes, all from DeepSpeed's own logger or DeepSpeed-Chat's ``main.py``:
   step — ``loss_scale``, the scale after the interval's last overflow, and ``overflow
   steps``, how many steps the interval skipped.
 * ``***** Evaluating perplexity, Epoch 3/16 *****`` then ``ppl: 1.93``: ``val/perplexity``
-  and ``val/loss`` = ln(ppl) (shown as logged ``ln(ppl)``) at the last global step logged
+  and ``val/loss`` = ln(ppl) (shown as logged ``ln(ppl)``; the printed loss when the line
+  is ``ppl: 1.93, loss: 0.66``, as later versions print it) at the last global step logged
   before the evaluation (0 before the first).
 
 Timestamps (``[2023-04-18 01:46:59,171]``) of the step lines become wall times. The file's
@@ -38,8 +39,9 @@ _TIMER_FIELD = rf"([A-Za-z_]+)=({_NUM})(GB|MB)?"
 _TIMER_EPOCH = r"\bepoch=([0-9]+)/micro_step=([0-9]+)/global_step="
 _EPOCH_HEAD = r"Beginning of Epoch [0-9]+/[0-9]+, Total Micro Batches ([0-9]+)"
 _OVERFLOW = rf"\[deepspeed\] OVERFLOW! .*?Attempted loss scale: ({_NUM})(?:, reducing to ({_NUM}))?"
-_EVAL_HEAD = r"\*+ Evaluating perplexity, Epoch ([0-9]+)/[0-9]+ \*+"
-_PPL = rf"^[ \t]*ppl:[ \t]*({_NUM})[ \t]*$"
+_EVAL_HEAD = r"\*+ Evaluating perplexity(?:, Epoch ([0-9]+)/[0-9]+)? \*+"
+# `ppl: X`, or `ppl: X, loss: Y` (later DeepSpeed-Chat versions print the eval loss too)
+_PPL = rf"^[ \t]*ppl:[ \t]*({_NUM})(?:,[ \t]*loss:[ \t]*({_NUM}))?[ \t]*$"
 _STAMP = r"^\[?([0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})[,.]([0-9]{3})\]?"
 
 # every line of these shapes holds one of these: a cheap pre-filter before the patterns
@@ -198,23 +200,24 @@ def _overflows(lines: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, 
 
 
 def _evaluations(lines: pl.DataFrame, steps: pl.DataFrame, has_steps: bool) -> pl.DataFrame:
-    marks = lines.filter(
-        pl.col("line").str.contains(_EVAL_HEAD) | pl.col("line").str.contains(_PPL)
-    ).select(
+    head = pl.col("line").str.contains(_EVAL_HEAD)
+    marks = lines.filter(head | pl.col("line").str.contains(_PPL)).select(
         "lineno",
+        head.alias("_head"),
         pl.col("line").str.extract(_EVAL_HEAD, 1).cast(pl.Int64).alias("_epoch"),
         pl.col("line").str.extract(_PPL, 1).alias("_ppl"),
+        pl.col("line").str.extract(_PPL, 2).alias("_loss"),
     )
     if marks.height == 0:
         return _empty()
     # a ppl line belongs to the evaluation header before it; only its first ppl counts
     marks = marks.with_columns(
-        pl.col("_epoch").forward_fill().alias("_of"),
-        pl.col("_epoch").is_not_null().cum_sum().alias("_head"),
+        pl.col("_head").cum_sum().alias("_n"),
+        pl.when(pl.col("_head")).then(pl.col("_epoch")).forward_fill().alias("_of"),
     )
     ppl = (
-        marks.filter(pl.col("_ppl").is_not_null() & pl.col("_of").is_not_null())
-        .unique("_head", keep="first", maintain_order=True)
+        marks.filter(pl.col("_ppl").is_not_null() & (pl.col("_n") > 0))
+        .unique("_n", keep="first", maintain_order=True)
         .sort("lineno")
     )
     if ppl.height == 0:
@@ -222,15 +225,30 @@ def _evaluations(lines: pl.DataFrame, steps: pl.DataFrame, has_steps: bool) -> p
     if has_steps:
         ppl = _attach(ppl, steps, "backward").with_columns(pl.col("step").fill_null(0))
     else:
-        ppl = ppl.with_columns(pl.col("_of").alias("step"))
-    value = pl.col("_ppl").cast(pl.Float64, strict=False)
+        ppl = ppl.with_columns(pl.col("_of").alias("step")).filter(pl.col("step").is_not_null())
+    ln_ppl = pl.col("_ppl").cast(pl.Float64, strict=False).log().cast(pl.String)
     return _long(
         ppl,
         [
             ("val/perplexity", pl.col("_ppl")),
-            ("val/loss", value.log().cast(pl.String)),
+            # the eval loss as printed; else ln(ppl), which is what it is the exp() of
+            ("val/loss", pl.coalesce("_loss", ln_ppl)),
         ],
     )
+
+
+def logged_as(lines: pl.DataFrame) -> dict[str, str]:
+    """The name each metric is shown under; ``val/loss`` is ``ln(ppl)`` unless the file
+    prints the evaluation loss itself."""
+    out = dict(LOGGED_AS)
+    if (
+        lines.filter(pl.col("line").str.contains(_PPL))
+        .get_column("line")
+        .str.contains(r"loss:")
+        .any()
+    ):
+        out["val/loss"] = "loss (after ppl:)"
+    return out
 
 
 def wall_times(lines: pl.DataFrame) -> pl.DataFrame:

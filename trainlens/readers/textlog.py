@@ -237,6 +237,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             hint="use --regex with a named group `step` for another log shape",
         )
     columns = ["step", "metric", "value", *(["wall_time"] if "wall_time" in long.columns else [])]
+    logged_as: dict[str, str] = meta.pop("_logged_as", {})
     run = build_run(
         long.select(columns),
         name=run_name_for(path),
@@ -247,12 +248,10 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         issues=issues,
     )
     run.cursor[source] = cursor
-    if meta.get("text_shapes", {}).get("deepspeed_steps") or meta.get("text_shapes", {}).get(
-        "deepspeed_eval"
-    ):
-        for canonical, shown in deepspeed.LOGGED_AS.items():
-            if canonical in run.raw_names and run.raw_names[canonical] == canonical:
-                run.raw_names[canonical] = shown
+    # DeepSpeed shapes are read under canonical names: show what the log calls them
+    for canonical, shown in logged_as.items():
+        if run.raw_names.get(canonical) == canonical:
+            run.raw_names[canonical] = shown
     return [run]
 
 
@@ -426,6 +425,7 @@ def _with_deepspeed(
         found = found.head(0)  # printed dicts carry no step; these lines do
     shapes.update({k: v for k, v in counts.items() if v})
     _note_deepspeed(counts, source, issues)
+    meta["_logged_as"] = deepspeed.logged_as(marked)
     walls = deepspeed.wall_times(marked)
     out = pl.concat([found, ds]).sort("lineno", "field", maintain_order=True)
     return out.join(walls, on="lineno", how="left")
