@@ -202,3 +202,18 @@ def test_real_law_llm_final_is_not_a_mean_with_its_first_loss(shared_dir: Path) 
     assert s["train_loss"]["final"] == pytest.approx(5.0244, abs=1e-4)
     assert s["train_loss"]["final_mean_last_k"] is None
     assert s["train_loss"]["final_perplexity"] is None
+
+
+def test_a_token_count_or_token_accuracy_marks_an_lm_loss(tmp_path: Path) -> None:
+    # TRL's SFTTrainer logs mean_token_accuracy and num_tokens beside a plain `loss`
+    path = tmp_path / "metrics.jsonl"
+    with path.open("w") as fh:
+        for i in range(1, 6):
+            row = {"step": i, "loss": 2.0 - 0.1 * i, "mean_token_accuracy": 0.5 + 0.01 * i}
+            fh.write(json.dumps({**row, "num_tokens": 4096 * i}) + "\n")
+    s = summarize(trainlens.read(path)[0])
+    assert s["perplexity"]["shown"] is True
+    assert s["train_loss"]["final_perplexity"] == pytest.approx(math.exp(1.5))
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("".join(json.dumps({"step": i, "loss": 1.0}) + "\n" for i in range(5)))
+    assert summarize(trainlens.read(plain)[0])["perplexity"]["shown"] is False

@@ -210,10 +210,12 @@ _LM_LOSS_NAMES = {
     "trl": "llm.c `trl`",
     "tel": "llm.c `tel`",
 }
-# an accuracy beside the loss: a classifier (val/accuracy, val/g0_accuracy, top1_acc)
+# an accuracy beside the loss: a classifier (val/accuracy, val/g0_accuracy, top1_acc) —
+# unless it is a token accuracy (TRL's mean_token_accuracy), which is an LM's
 _ACCURACY = re.compile(r"(?:^|[/_])(?:accuracy|acc)$")
-# metrics a run logs only when its loss is per token
-_LM_SIGNS = ("val/perplexity", "train/perplexity", "tokens_per_sec", "tokens")
+# metrics a run logs only when its loss is per token: a perplexity of its own, or a count
+# or rate of tokens (tokens_per_sec, HF num_input_tokens_seen, TRL num_tokens)
+_LM_SIGNS = re.compile(r"perplexity|ppl|token")
 
 
 def _setting_text(setting: bool | str) -> str:
@@ -235,14 +237,16 @@ def perplexity_basis(run: Run, setting: bool | str = "auto") -> tuple[bool, str]
     only with a sign of a per-token language-model loss — the loss has a name only LM
     trainers print (Megatron ``lm loss``, NeoX ``lm_loss``, llm.c ``trl``/``tel``), the
     log is an llm.c / modded-nanogpt ``step:N/M`` log, or the run logs a perplexity or a
-    token count itself — and no accuracy is logged (a classifier's cross-entropy is per
-    example, its exp() no perplexity). In every case a loss outside 0–16 nats
+    token count or rate itself (a metric named with ``perplexity``, ``ppl`` or ``token``)
+    — and no accuracy other than a token accuracy is logged (a classifier's cross-entropy
+    is per example, its exp() no perplexity). In every case a loss outside 0–16 nats
     (``MAX_TOKEN_NATS``) gets none."""
     if setting is True:
         return True, "config: perplexity = true"
     if setting is False:
         return False, "config: perplexity = false"
-    accuracy = [m for m in run.metrics if _ACCURACY.search(m)]
+    metrics = run.metrics
+    accuracy = [m for m in metrics if _ACCURACY.search(m) and "token" not in m]
     if accuracy:
         return False, f"not a language-model loss: {accuracy[0]} is logged (a classifier)"
     for metric in ("train/loss", "val/loss"):
@@ -251,7 +255,7 @@ def perplexity_basis(run: Run, setting: bool | str = "auto") -> tuple[bool, str]
             return True, f"{_LM_LOSS_NAMES[raw]} is a per-token language-model loss"
     if run.format == "text" and "key_value" in (run.metadata.get("text_shapes") or {}):
         return True, "an llm.c / modded-nanogpt log: its loss is per token"
-    signs = [m for m in _LM_SIGNS if run.has(m)]
+    signs = [m for m in metrics if _LM_SIGNS.search(m.lower())]
     if signs:
         return True, f"the run logs {signs[0]}, so its loss is per token"
     return False, "no sign that the loss is a per-token language-model loss"
