@@ -262,3 +262,37 @@ def test_later_deepspeed_chat_prints_the_eval_loss_with_ppl(tmp_path: Path) -> N
     assert v.tolist() == pytest.approx([3.6967, 2.5257, 2.2824])  # as printed, not ln ppl
     assert run.raw_names["val/loss"] == "loss (after ppl:)"
     assert run.series("val/perplexity")[1].tolist() == pytest.approx([40.31, 12.5, 9.8])
+
+
+def test_newer_deepspeed_without_step_lines(tmp_path: Path) -> None:
+    # DeepSpeed ≥ 0.10 wording, steps_per_print off: no global step anywhere
+    tput = (
+        "Model Parameters: 1.429 B, Latency: 0.73s, TFLOPs: 63.71, Samples/sec: 21.92, "
+        "Time/seq 0.05s, Batch Size: 16, Sequence Length: 512"
+    )
+    lines = [
+        "***** Running training *****",
+        "***** Evaluating perplexity, Epoch 0/1 *****",
+        "ppl: 4390.5380859375, loss: 8.38720703125",
+        "Beginning of Epoch 1/1, Total Micro Batches 954",
+        tput,
+        "[2023-11-06 11:54:09,446] [INFO] [fused_optimizer.py:347:_update_scale]",
+        "Grad overflow on iteration 0",
+        "[2023-11-06 11:54:09,446] [INFO] [fused_optimizer.py:348:_update_scale] Reducing "
+        "dynamic loss scale from 65536 to 32768.0",
+        "[2023-11-06 11:54:09,446] [INFO] [logging.py:96:log_dist] [Rank 0] Overflow "
+        "detected. Skipping step. Attempted loss scale: 65536, reducing to 32768.0",
+        tput,
+        "***** Evaluating perplexity, Epoch 1/1 *****",
+        "ppl: 2.148517608642578, loss: 0.7647781372070312",
+        "saving the final model ...",
+    ]
+    (tmp_path / "sft.log").write_text("\n".join(lines) + "\n")
+    run = trainlens.read(tmp_path / "sft.log")[0]
+    s, v = run.series("val/loss")
+    assert s.tolist() == [0, 1]  # at the epoch numbers, said in a note
+    assert v.tolist() == pytest.approx([8.38720703125, 0.7647781372070312])
+    kinds = {d.kind: d.message for d in run.data_quality}
+    assert "epoch number" in kinds["inferred-step"]
+    assert "1 DeepSpeed overflow line(s) were left out" in kinds["ignored-lines"]
+    assert "loss_scale" not in run.metrics

@@ -38,7 +38,12 @@ _TIMER = r"\bglobal_step=([0-9]+),[ \t]*(.*)$"
 _TIMER_FIELD = rf"([A-Za-z_]+)=({_NUM})(GB|MB)?"
 _TIMER_EPOCH = r"\bepoch=([0-9]+)/micro_step=([0-9]+)/global_step="
 _EPOCH_HEAD = r"Beginning of Epoch [0-9]+/[0-9]+, Total Micro Batches ([0-9]+)"
-_OVERFLOW = rf"\[deepspeed\] OVERFLOW! .*?Attempted loss scale: ({_NUM})(?:, reducing to ({_NUM}))?"
+# `[deepspeed] OVERFLOW! Rank 0 Skipping step.` (DeepSpeed ≤ 0.9) and `[Rank 0] Overflow
+# detected. Skipping step.` (later): the same event
+_OVERFLOW = (
+    r"(?:\[deepspeed\] OVERFLOW!|Overflow detected\.) .*?Attempted loss scale: "
+    rf"({_NUM})(?:, reducing to ({_NUM}))?"
+)
 _EVAL_HEAD = r"\*+ Evaluating perplexity(?:, Epoch ([0-9]+)/[0-9]+)? \*+"
 # `ppl: X`, or `ppl: X, loss: Y` (later DeepSpeed-Chat versions print the eval loss too)
 _PPL = rf"^[ \t]*ppl:[ \t]*({_NUM})(?:,[ \t]*loss:[ \t]*({_NUM}))?[ \t]*$"
@@ -51,13 +56,14 @@ MARKERS = "|".join(
         "skipped=",
         "global_step=",
         "OVERFLOW!",
+        "Overflow detected",
         "Evaluating perplexity",
         "ppl:",
         "Total Micro Batches",
     )
 )
 # what a sniff looks for (with textlog's own shapes)
-SNIFF = rf"(?:{_EVAL_HEAD})|(?:\[deepspeed\] OVERFLOW!)|(?:{_TIMER})|(?:{_STEP_LINE})"
+SNIFF = rf"(?:{_EVAL_HEAD})|(?:{_OVERFLOW})|(?:{_TIMER})|(?:{_STEP_LINE})"
 
 # the name each metric is shown under ("logged as"), DeepSpeed's words for it
 LOGGED_AS = {
@@ -290,6 +296,8 @@ def parse(lines: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         "deepspeed_overflow": n_overflow if steps.height else 0,
         "deepspeed_eval": _n(eval_rows),
     }
+    if not steps.height:
+        counts["deepspeed_overflow_unplaced"] = n_overflow
     long = pl.concat([step_rows, timer_rows, overflow_rows, eval_rows])
     return long.sort("lineno", "field", maintain_order=True), counts
 

@@ -423,8 +423,8 @@ def _with_deepspeed(
         return found
     if shapes.pop("trainer_dict", None):
         found = found.head(0)  # printed dicts carry no step; these lines do
-    shapes.update({k: v for k, v in counts.items() if v})
     _note_deepspeed(counts, source, issues)
+    shapes.update({k: v for k, v in counts.items() if v})
     meta["_logged_as"] = deepspeed.logged_as(marked)
     walls = deepspeed.wall_times(marked)
     out = pl.concat([found, ds]).sort("lineno", "field", maintain_order=True)
@@ -432,6 +432,20 @@ def _with_deepspeed(
 
 
 def _note_deepspeed(counts: dict[str, int], source: str, issues: list[DataIssue]) -> None:
+    unplaced = counts.pop("deepspeed_overflow_unplaced", 0)
+    if unplaced:
+        issues.append(
+            DataIssue(
+                kind="ignored-lines",
+                source=source,
+                message=(
+                    f"{unplaced} DeepSpeed overflow line(s) were left out: the file logs no "
+                    "global step to place them at (DeepSpeed's steps_per_print prints one)"
+                ),
+                count=unplaced,
+                severity="info",
+            )
+        )
     if counts["deepspeed_overflow"]:
         issues.append(
             DataIssue(
