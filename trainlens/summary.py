@@ -147,10 +147,10 @@ def summarize(run: Run, *, perplexity: bool | str = "auto") -> dict[str, Any]:
     out["epochs"] = _epochs(run)
     token_level, reason = perplexity_basis(run, perplexity)
     out["perplexity"] = {"setting": _setting_text(perplexity), "shown": False, "basis": reason}
-    if run.has("train/loss"):
-        out["train_loss"] = _train_loss(run, token_level)
-    if run.has("val/loss"):
-        out["val_loss"] = _val_loss(run, token_level)
+    for key, loss in (("train_loss", _train_loss), ("val_loss", _val_loss)):
+        entry = loss(run, token_level)
+        if entry is not None:  # absent, as before, when the loss has no finite value
+            out[key] = entry
     shown = any(
         (out.get(k) or {}).get("final_perplexity") is not None for k in ("train_loss", "val_loss")
     )
@@ -161,6 +161,8 @@ def summarize(run: Run, *, perplexity: bool | str = "auto") -> dict[str, Any]:
 
 
 def _train_loss(run: Run, token_level: bool) -> dict[str, Any] | None:
+    if not run.has("train/loss"):
+        return None
     s, v = run.series("train/loss", finite=True)
     if not v.size:
         return None
@@ -178,6 +180,8 @@ def _train_loss(run: Run, token_level: bool) -> dict[str, Any] | None:
 
 
 def _val_loss(run: Run, token_level: bool) -> dict[str, Any] | None:
+    if not run.has("val/loss"):
+        return None
     s, v = run.series("val/loss", finite=True)
     if not v.size:
         return None
