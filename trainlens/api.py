@@ -104,12 +104,12 @@ def build_context(run: Run, config: Config) -> Context:
     return ctx
 
 
-def summarize(run: Run) -> dict[str, Any]:
+def summarize(run: Run, *, perplexity: bool | str = "auto") -> dict[str, Any]:
     """A JSON-ready summary of one run (:func:`trainlens.summary.summarize`)."""
     # imported here: the summary needs numpy, which reading a run does not
     from trainlens.summary import summarize as summary_of
 
-    return summary_of(run)
+    return summary_of(run, perplexity=perplexity)
 
 
 def analyze_run(run: Run, config: Config | None = None) -> Analysis:
@@ -118,7 +118,7 @@ def analyze_run(run: Run, config: Config | None = None) -> Analysis:
 
     config = config or Config()
     ctx = build_context(run, config)
-    summary = summarize(run)
+    summary = summarize(run, perplexity=config.perplexity)
     if ctx.model:
         from trainlens.efficiency import add_efficiency
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,12 @@ import polars as pl
 
 from trainlens.core.run import Run
 
-FINAL_WINDOW = 10  # the final train loss is the mean of the last this-many logged values
+# "final" is the last logged value. The mean of the last FINAL_WINDOW values is a
+# separate figure (``final_mean_last_k``), given only when those points are at most a
+# tenth of the series: over a short log the "last k" is most of the run, and its mean is
+# no longer a final value (a 6-point log's mean of 6 mixed the first loss, 284, into it).
+FINAL_WINDOW = 10
+FINAL_WINDOW_SHARE = 10
 
 
 def _f(x: float | None) -> float | None:
@@ -20,25 +26,88 @@ def _f(x: float | None) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _step_times(run: Run) -> np.ndarray:
-    """Seconds per step: the logged step_time, else wall-clock deltas per step."""
+def _train_time_segments(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps, values and segment ids of the logged cumulative ``train_time``; a new
+    segment starts where the value falls (the script restarted its timer: modded-nanogpt
+    resets it after its 10 compile steps)."""
+    s, v = run.series("train_time", finite=True)
+    seg = np.r_[0, np.cumsum(np.diff(v) < 0)] if v.size else np.empty(0, dtype=np.int64)
+    return s, v, seg
+
+
+def _train_time_total(run: Run) -> float | None:
+    """Seconds the logged ``train_time`` covers: the span of its first segment (as for wall
+    times, the time before the first logged line is unknown) plus the whole of every
+    segment after a timer restart (each counts from zero)."""
+    _, v, seg = _train_time_segments(run)
+    if v.size < 2:
+        return None
+    first = v[seg == 0]
+    total = float(first[-1] - first[0])
+    for k in range(1, int(seg[-1]) + 1):
+        total += float(v[seg == k][-1])
+    return total
+
+
+def _wall_clock(run: Run, standing: pl.DataFrame) -> tuple[float | None, str | None]:
+    """Seconds from the first to the last logged value, and where they came from: wall
+    times, else the cumulative ``train_time`` a log prints (modded-nanogpt, llm.c)."""
+    wall = standing.get_column("wall_time")
+    if wall.null_count() < wall.len():
+        return _f(float(wall.max()) - float(wall.min())), "wall_time"  # type: ignore[arg-type]
+    if run.has("train_time"):
+        total = _train_time_total(run)
+        if total is not None:
+            return _f(total), "train_time"
+    return None, None
+
+
+def _step_times(run: Run) -> tuple[np.ndarray, str | None]:
+    """Seconds per step and their source: the logged step_time, else wall-clock deltas per
+    step, else deltas of the logged cumulative train_time (within each timer segment)."""
     if run.has("step_time"):
         _, v = run.series("step_time", finite=True)
-        return v
+        return v, "step_time"
     st = run.standing().filter(pl.col("wall_time").is_not_null())
-    if st.height == 0:
-        return np.empty(0)
-    per_step = st.group_by("step").agg(pl.col("wall_time").max()).sort("step")
-    steps = per_step.get_column("step").to_numpy()
-    wall = per_step.get_column("wall_time").to_numpy()
-    if len(steps) < 2:
-        return np.empty(0)
-    dt = np.diff(wall) / np.maximum(np.diff(steps), 1)
-    return dt[np.isfinite(dt) & (dt >= 0)]
+    if st.height:
+        per_step = st.group_by("step").agg(pl.col("wall_time").max()).sort("step")
+        steps = per_step.get_column("step").to_numpy()
+        wall = per_step.get_column("wall_time").to_numpy()
+        if len(steps) < 2:
+            return np.empty(0), None
+        dt = np.diff(wall) / np.maximum(np.diff(steps), 1)
+        return dt[np.isfinite(dt) & (dt >= 0)], "wall_time"
+    if run.has("train_time"):
+        s, v, seg = _train_time_segments(run)
+        same = (np.diff(seg) == 0) & (np.diff(s) > 0)
+        dt = np.diff(v)[same] / np.diff(s)[same]
+        return dt[np.isfinite(dt) & (dt >= 0)], "train_time"
+    return np.empty(0), None
 
 
-def summarize(run: Run) -> dict[str, Any]:
-    """A JSON-ready summary of one run (keys documented in docs/json.md)."""
+def _step_time_summary(run: Run) -> dict[str, Any] | None:
+    dt, source = _step_times(run)
+    if dt.size:
+        return {
+            "mean": _f(dt.mean()),
+            "p50": _f(np.median(dt)),
+            "p95": _f(np.percentile(dt, 95)),
+            "source": source,
+        }
+    if run.has("step_time_avg"):
+        # only a running mean is logged: its last value is the mean step time
+        _, v = run.series("step_time_avg", finite=True)
+        if v.size:
+            return {"mean": _f(v[-1]), "p50": None, "p95": None, "source": "step_time_avg"}
+    return None
+
+
+def summarize(run: Run, *, perplexity: bool | str = "auto") -> dict[str, Any]:
+    """A JSON-ready summary of one run (keys documented in docs/json.md).
+
+    ``perplexity``: ``"auto"`` gives the perplexity of a loss only when the run shows it
+    is a per-token language-model loss (:func:`perplexity_basis`); ``True`` always (for
+    any loss in range), ``False`` never."""
     standing = run.standing()
     views = run._by_metric() if standing is run.frame else None
     counts = _metric_counts(run, views)
@@ -51,8 +120,7 @@ def summarize(run: Run) -> dict[str, Any]:
         for m, (values, steps) in counts.items()
     }
     steps = standing.get_column("step")
-    wall = standing.get_column("wall_time")
-    has_wall = wall.null_count() < wall.len()
+    wall_clock, wall_source = _wall_clock(run, standing)
     out: dict[str, Any] = {
         "steps": {
             "first": int(steps.min()) if steps.len() else None,  # type: ignore[arg-type]
@@ -61,15 +129,10 @@ def summarize(run: Run) -> dict[str, Any]:
         },
         "values": int(run.frame.height),
         "metrics": metrics,
-        "wall_clock_seconds": _f(float(wall.max()) - float(wall.min())) if has_wall else None,  # type: ignore[arg-type]
+        "wall_clock_seconds": wall_clock,
+        "wall_clock_source": wall_source,
+        "step_time": _step_time_summary(run),
     }
-
-    dt = _step_times(run)
-    out["step_time"] = (
-        {"mean": _f(dt.mean()), "p50": _f(np.median(dt)), "p95": _f(np.percentile(dt, 95))}
-        if dt.size
-        else None
-    )
     for key in ("tokens_per_sec", "samples_per_sec"):
         if run.has(key):
             _, v = run.series(key, finite=True)
@@ -82,35 +145,124 @@ def summarize(run: Run) -> dict[str, Any]:
             out[key] = None
 
     out["epochs"] = _epochs(run)
-
-    if run.has("train/loss"):
-        s, v = run.series("train/loss", finite=True)
-        if v.size:
-            tail = v[-FINAL_WINDOW:]
-            final = float(tail.mean())
-            out["train_loss"] = {
-                "first": _f(v[0]),
-                "final": _f(final),
-                "final_window": int(tail.size),
-                "min": _f(v.min()),
-                "min_step": int(s[int(np.argmin(v))]),
-                "final_perplexity": _f(math.exp(final)) if final < 700 else None,
-            }
-    if run.has("val/loss"):
-        s, v = run.series("val/loss", finite=True)
-        if v.size:
-            best = int(np.argmin(v))
-            out["val_loss"] = {
-                "best": _f(v[best]),
-                "best_step": int(s[best]),
-                "final": _f(v[-1]),
-                "final_step": int(s[-1]),
-                "final_perplexity": _f(math.exp(v[-1])) if v[-1] < 700 else None,
-                "evaluations": int(v.size),
-            }
+    token_level, reason = perplexity_basis(run, perplexity)
+    out["perplexity"] = {"setting": _setting_text(perplexity), "shown": False, "basis": reason}
+    for key, loss in (("train_loss", _train_loss), ("val_loss", _val_loss)):
+        entry = loss(run, token_level)
+        if entry is not None:  # absent, as before, when the loss has no finite value
+            out[key] = entry
+    shown = any(
+        (out.get(k) or {}).get("final_perplexity") is not None for k in ("train_loss", "val_loss")
+    )
+    out["perplexity"]["shown"] = shown
     out["non_finite"] = _non_finite(run)
     out["restarts"] = [d.details for d in run.data_quality if d.kind == "restart"]
     return out
+
+
+def _train_loss(run: Run, token_level: bool) -> dict[str, Any] | None:
+    if not run.has("train/loss"):
+        return None
+    s, v = run.series("train/loss", finite=True)
+    if not v.size:
+        return None
+    k = FINAL_WINDOW if v.size >= FINAL_WINDOW * FINAL_WINDOW_SHARE else None
+    return {
+        "first": _f(v[0]),
+        "final": _f(v[-1]),
+        "final_step": int(s[-1]),
+        "final_mean_last_k": _f(v[-FINAL_WINDOW:].mean()) if k else None,
+        "final_window": k,
+        "min": _f(v.min()),
+        "min_step": int(s[int(np.argmin(v))]),
+        "final_perplexity": _perplexity(float(v[-1])) if token_level else None,
+    }
+
+
+def _val_loss(run: Run, token_level: bool) -> dict[str, Any] | None:
+    if not run.has("val/loss"):
+        return None
+    s, v = run.series("val/loss", finite=True)
+    if not v.size:
+        return None
+    best = int(np.argmin(v))
+    return {
+        "best": _f(v[best]),
+        "best_step": int(s[best]),
+        "final": _f(v[-1]),
+        "final_step": int(s[-1]),
+        "final_perplexity": _perplexity(float(v[-1])) if token_level else None,
+        "evaluations": int(v.size),
+    }
+
+
+# ---- perplexity: only for a per-token language-model loss -----------------------------------
+
+# A per-token cross-entropy in nats lies between 0 and about ln(vocabulary size) at
+# initialisation: ln(50,257) = 10.8 (GPT-2), ln(151,936) = 11.9 (Qwen), ln(250,880) =
+# 12.4 (BLOOM). 16 nats is a uniform guess over 8.9 million tokens: a loss above it is a
+# sum (over tokens, or over accumulation steps), not a mean per token, and exp() of it
+# is no perplexity.
+MAX_TOKEN_NATS = 16.0
+
+# raw names that only language-model trainers print for their per-token loss
+_LM_LOSS_NAMES = {
+    "lm loss": "Megatron `lm loss`",
+    "lm_loss": "GPT-NeoX `lm_loss`",
+    "lm loss validation": "Megatron `lm loss`",
+    "train/lm_loss": "`lm_loss`",
+    "trl": "llm.c `trl`",
+    "tel": "llm.c `tel`",
+}
+# an accuracy beside the loss: a classifier (val/accuracy, val/g0_accuracy, top1_acc) —
+# unless it is a token accuracy (TRL's mean_token_accuracy), which is an LM's
+_ACCURACY = re.compile(r"(?:^|[/_])(?:accuracy|acc)$")
+# metrics a run logs only when its loss is per token: a perplexity of its own, or a count
+# or rate of tokens (tokens_per_sec, HF num_input_tokens_seen, TRL num_tokens)
+_LM_SIGNS = re.compile(r"perplexity|ppl|token")
+
+
+def _setting_text(setting: bool | str) -> str:
+    if isinstance(setting, bool):
+        return "true" if setting else "false"
+    return setting
+
+
+def _perplexity(loss: float) -> float | None:
+    if not 0.0 <= loss <= MAX_TOKEN_NATS:
+        return None
+    return _f(math.exp(loss))
+
+
+def perplexity_basis(run: Run, setting: bool | str = "auto") -> tuple[bool, str]:
+    """Whether exp(loss) is a perplexity for this run, and why (said in the summary).
+
+    ``setting`` True/False is the user's word (config ``perplexity``). ``"auto"``: yes
+    only with a sign of a per-token language-model loss — the loss has a name only LM
+    trainers print (Megatron ``lm loss``, NeoX ``lm_loss``, llm.c ``trl``/``tel``), the
+    log is an llm.c / modded-nanogpt ``step:N/M`` log, or the run logs a perplexity or a
+    token count or rate itself (a metric named with ``perplexity``, ``ppl`` or ``token``)
+    — and no accuracy other than a token accuracy is logged (a classifier's cross-entropy
+    is per example, its exp() no perplexity). In every case a loss outside 0–16 nats
+    (``MAX_TOKEN_NATS``) gets none."""
+    if setting is True:
+        return True, "config: perplexity = true"
+    if setting is False:
+        return False, "config: perplexity = false"
+    metrics = run.metrics
+    accuracy = [m for m in metrics if _ACCURACY.search(m) and "token" not in m]
+    if accuracy:
+        return False, f"not a language-model loss: {accuracy[0]} is logged (a classifier)"
+    for metric in ("train/loss", "val/loss"):
+        raw = run.raw_names.get(metric, metric).strip().lower()
+        if raw in _LM_LOSS_NAMES:
+            return True, f"{_LM_LOSS_NAMES[raw]} is a per-token language-model loss"
+    if run.format == "text" and "key_value" in (run.metadata.get("text_shapes") or {}):
+        return True, "an llm.c / modded-nanogpt log: its loss is per token"
+    signs = [m for m in metrics if _LM_SIGNS.search(m.lower())]
+    if signs:
+        return True, f"the run logs {signs[0]}, so its loss is per token"
+    return False, "no sign that the loss is a per-token language-model loss"
 
 
 # ---- per-metric numbers: from the per-metric views when nothing is superseded --------------

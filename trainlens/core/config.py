@@ -24,7 +24,12 @@ TOP_KEYS = {
     "fail_on": "analyze: exit 1 at or above this severity (info/warning/error/none)",
     "gate": "trainlens gate rules ([tool.trainlens.gate])",
     "report": "report options (smoothing, ...)",
+    "perplexity": (
+        "summary perplexity: 'auto' (only for a per-token language-model loss), true or false"
+    ),
 }
+
+PERPLEXITY_SETTINGS: tuple[bool | str, ...] = ("auto", True, False)
 
 
 @dataclass
@@ -39,6 +44,7 @@ class Config:
     fail_on: str | None = None
     gate: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
+    perplexity: bool | str = "auto"
     path: Path | None = None
 
 
@@ -59,6 +65,16 @@ def parse_config(table: dict[str, Any], *, origin: str = "config") -> Config:
             if not isinstance(value, str):
                 raise ConfigError(f"{origin}: 'fail_on' must be a string")
             cfg.fail_on = value
+        elif key == "perplexity":
+            if isinstance(value, str):
+                value = value.strip().lower()
+            if not any(
+                value is v or (isinstance(v, str) and value == v) for v in PERPLEXITY_SETTINGS
+            ):
+                raise ConfigError(
+                    f"{origin}: 'perplexity' must be true, false or \"auto\", not {value!r}"
+                )
+            cfg.perplexity = value
         else:
             if not isinstance(value, dict):
                 raise ConfigError(f"{origin}: {key!r} must be a table")

@@ -4,8 +4,10 @@ What it flags
     VAL001 ``val-train-divergence``: after its best evaluation, a validation loss that
     rises clearly and persistently while the training loss over the same steps still
     falls — overfitting (or a train/val distribution split). Each per-domain validation
-    loss (``val/loss/<domain>``) is judged on its own, never pooled with the others.
-    The finding names the best step: the checkpoint to keep.
+    loss (``val/loss/<domain>``, and the HF Trainer's per-set ``eval_<set>_loss``, read
+    as ``val/<set>_loss``) is judged on its own, never pooled with the others.
+    The finding names the best step: the checkpoint to keep, and the percent it prints
+    is measured from that best value to the mean of the last evaluations.
 
 Why it matters
     Past that point more training makes the model worse on what you care about; the
@@ -23,7 +25,9 @@ Default thresholds
     fallen over the same steps (smoothed, by more than its own noise). This is the
     "generalization loss" criterion of early stopping (Prechelt 1998, "Early Stopping —
     But When?", GL_α with α = 2 %) with a noise guard. Severity: warning; error when
-    the rise exceeds ``error_rise`` = 10 %.
+    the rise (from the level around the best) exceeds ``error_rise`` = 10 %. Without a
+    train loss the gap is not confirmed: info while the rise is recent, warning once the
+    val loss has been past its best for at least half the evaluated steps.
 
 Known false positives
     A deliberate change of the validation set mid-run; validation on a tiny set, whose
@@ -32,12 +36,14 @@ Known false positives
     rises too).
 
 Example
-    ``WARNING  VAL001  steps 400–1000  val/loss rose 8.1 % from its best 1.52 at step
-    400 to 1.64 while train/loss fell 0.31; keep the step-400 checkpoint.``
+    ``ERROR  VAL001  steps 4–25  val/loss rose 95.2% from its best 0.7876 at step 4 to
+    1.538 (the mean of the last 3 evaluations; 1.519 at step 25) while train/loss fell
+    0.35 (0.4163 → 0.06616); keep the step-4 checkpoint.`` (a Keras CSVLogger file)
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,64 +89,106 @@ def _train_change(run: Run, start: int, end: int) -> tuple[float, float] | None:
     return float(np.median(before)), float(np.median(after))
 
 
+# A validation loss, by name: ``val/loss``, ``val/loss/<domain>``, and the HF Trainer's
+# per-set ``eval_<set>_loss`` (``val/<set>_loss`` once the eval_ prefix is mapped), so a
+# trainer_state.json with ``eval_g0_loss`` … ``eval_g5_loss`` and no ``eval_loss`` is judged
+# per set too.
+_VAL_LOSS = re.compile(r"^val/loss(?:/(?P<domain>.+))?$|^val/(?P<set>.+)_loss$")
+
+
+def val_losses(metrics: list[str]) -> dict[str, str | None]:
+    """The validation-loss metrics of a run, each with its domain (None for the pooled
+    ``val/loss``)."""
+    out: dict[str, str | None] = {}
+    for m in metrics:
+        hit = _VAL_LOSS.match(m)
+        if hit:
+            out[m] = hit.group("domain") or hit.group("set")
+    return out
+
+
+def _severity(rise_rel: float, train_known: bool, share_after: float, p: Params) -> str:
+    """error past ``error_rise``, else warning. Without a train loss the gap is not
+    confirmed, so at most a warning — and info only while the rise is short: a val loss
+    that has risen for most of the run since its best (``share_after`` ≥ ½ of the
+    evaluated steps) is a problem whatever the train loss did."""
+    if not train_known:
+        return "warning" if share_after >= 0.5 else "info"
+    return "error" if rise_rel >= p.error_rise else "warning"
+
+
 def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
-    metrics = [m for m in run.metrics if m == "val/loss" or m.startswith("val/loss/")]
+    metrics = val_losses(run.metrics)
     if not metrics:
         raise Skip("needs val/loss, not logged")
     out: list[Finding] = []
-    for metric in metrics:
-        s, v = run.series(metric, finite=True)
-        if v.size < params.min_evals:
-            continue
-        best = int(np.argmin(v))
-        after = v[best + 1 :]
-        if after.size < params.min_after:
-            continue
-        best_v = float(v[best])
-        tail_mean = float(after[-params.tail :].mean())
-        # the rise is measured from the level around the best evaluation, not from the
-        # single lowest one: among thousands of noisy evaluations the lowest is an
-        # outlier, and every later evaluation would look like a rise from it
-        best_level = float(np.median(v[max(best - 2, 0) : best + 3]))
-        rise = tail_mean - best_level
-        rel = rise / max(abs(best_level), 1e-12)
-        noise = _noise(v)
-        if rel < params.min_rise or rise < params.noise_k * noise:
-            continue
-        slope = theil_sen(np.r_[best_v, after], np.r_[s[best], s[best + 1 :]]).slope
-        if not slope > 0:
-            continue
-        train = _train_change(run, int(s[best]), int(s[-1]))
-        if train is not None:
-            t0, t1 = train
-            if not t1 < t0:
-                continue  # train rose too: not a generalization gap (LR restart, divergence)
-            train_text = f"while train/loss fell {t0 - t1:.3g} ({t0:.4g} → {t1:.4g})"
-        else:
-            train_text = "(train/loss not logged, so the gap is not confirmed)"
-        severity = "error" if rel >= params.error_rise else "warning"
-        if train is None:
-            severity = "info"
-        out.append(
-            finding(
-                "VAL001",
-                CODES["VAL001"],
-                severity,
-                f"{metric} rose {rel:.1%} from its best {best_v:.4g} at step {int(s[best])} "
-                f"to {tail_mean:.4g} {train_text}; keep the step-{int(s[best])} checkpoint.",
-                metric=metric,
-                step_start=int(s[best]),
-                step_end=int(s[-1]),
-                best_step=int(s[best]),
-                best_val=best_v,
-                final_val=float(v[-1]),
-                rise=rise,
-                rise_rel=rel,
-                eval_noise=noise,
-                train_at_best=train[0] if train else None,
-                train_final=train[1] if train else None,
-                gap_at_best=(best_v - train[0]) if train else None,
-                gap_final=(tail_mean - train[1]) if train else None,
-            )
-        )
+    for metric, domain in metrics.items():
+        f = _judge(run, metric, domain, params)
+        if f is not None:
+            out.append(f)
     return out
+
+
+def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding | None:
+    s, v = run.series(metric, finite=True)
+    if v.size < params.min_evals:
+        return None
+    best = int(np.argmin(v))
+    after = v[best + 1 :]
+    if after.size < params.min_after:
+        return None
+    best_v = float(v[best])
+    tail_n = min(params.tail, after.size)
+    tail_mean = float(after[-tail_n:].mean())
+    # whether it rose is judged from the level around the best evaluation, not from the
+    # single lowest one: among thousands of noisy evaluations the lowest is an outlier,
+    # and every later evaluation would look like a rise from it
+    best_level = float(np.median(v[max(best - 2, 0) : best + 3]))
+    rise = tail_mean - best_level
+    rel_level = rise / max(abs(best_level), 1e-12)
+    noise = _noise(v)
+    if rel_level < params.min_rise or rise < params.noise_k * noise:
+        return None
+    slope = theil_sen(np.r_[best_v, after], np.r_[s[best], s[best + 1 :]]).slope
+    if not slope > 0:
+        return None
+    train = _train_change(run, int(s[best]), int(s[-1]))
+    if train is not None:
+        t0, t1 = train
+        if not t1 < t0:
+            return None  # train rose too: not a generalization gap (LR restart, divergence)
+        train_text = f"while train/loss fell {t0 - t1:.3g} ({t0:.4g} → {t1:.4g})"
+    else:
+        train_text = "(train/loss not logged, so the gap is not confirmed)"
+    # the percent the message prints is measured from the best value it names
+    rise_rel = (tail_mean - best_v) / max(abs(best_v), 1e-12)
+    span = float(s[-1] - s[0])
+    share_after = float(s[-1] - s[best]) / span if span > 0 else 0.0
+    severity = _severity(rel_level, train is not None, share_after, params)
+    last = "the last evaluation" if tail_n == 1 else f"the mean of the last {tail_n} evaluations"
+    return finding(
+        "VAL001",
+        CODES["VAL001"],
+        severity,
+        f"{metric} rose {rise_rel:.1%} from its best {best_v:.4g} at step {int(s[best])} "
+        f"to {tail_mean:.4g} ({last}; {v[-1]:.4g} at step {int(s[-1])}) {train_text}; "
+        f"keep the step-{int(s[best])} checkpoint.",
+        metric=metric,
+        step_start=int(s[best]),
+        step_end=int(s[-1]),
+        domain=domain,
+        best_step=int(s[best]),
+        best_val=best_v,
+        best_level=best_level,
+        tail_mean=tail_mean,
+        final_val=float(v[-1]),
+        rise=tail_mean - best_v,
+        rise_rel=rise_rel,
+        rise_rel_level=rel_level,
+        share_after_best=share_after,
+        eval_noise=noise,
+        train_at_best=train[0] if train else None,
+        train_final=train[1] if train else None,
+        gap_at_best=(best_v - train[0]) if train else None,
+        gap_final=(tail_mean - train[1]) if train else None,
+    )

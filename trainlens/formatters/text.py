@@ -45,6 +45,52 @@ def _metric_list(metrics: dict[str, Any], limit: int = 14) -> str:
     return text
 
 
+def _wall_clock_text(s: dict[str, Any]) -> str:
+    text = duration_text(s.get("wall_clock_seconds"))
+    if s.get("wall_clock_source") == "train_time":
+        text += " (train_time as logged)"
+    return text
+
+
+def _step_time_text(t: dict[str, Any]) -> str:
+    text = f"step time   mean {_num(t['mean'])} s"
+    if t.get("p50") is not None:
+        text += f"   p50 {_num(t['p50'])} s   p95 {_num(t['p95'])} s"
+    source = t.get("source")
+    if source and source != "step_time":
+        text += f"   (from {source})"
+    return text
+
+
+def _ppl(x: float | None) -> str:
+    return f" (perplexity {_num(x)})" if x is not None else ""
+
+
+def _loss_lines(s: dict[str, Any], *, verbose: bool) -> list[str]:
+    """Train and val loss; a perplexity only where the summary gives one, and why."""
+    lines = []
+    t = s.get("train_loss")
+    if t:
+        text = (
+            f"train loss  final {_num(t['final'])} at step {t['final_step']}"
+            f"{_ppl(t['final_perplexity'])}"
+        )
+        if t.get("final_mean_last_k") is not None:
+            text += f"   mean of last {t['final_window']} {_num(t['final_mean_last_k'])}"
+        lines.append(f"{text}   min {_num(t['min'])} at step {t['min_step']}")
+    v = s.get("val_loss")
+    if v:
+        lines.append(
+            f"val loss    best {_num(v['best'])} at step {v['best_step']}   final "
+            f"{_num(v['final'])} at step {v['final_step']}{_ppl(v['final_perplexity'])}"
+        )
+    p = s.get("perplexity")
+    if (t or v) and p and (p.get("shown") or verbose):
+        shown = "shown" if p.get("shown") else "not shown"
+        lines.append(f"perplexity  {shown}: {p['basis']} (config `perplexity` overrides)")
+    return lines
+
+
 def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
     s = a.summary
     lines: list[str] = []
@@ -52,12 +98,12 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
     st = s["steps"]
     lines.append(
         f"steps       {st['first']} … {st['last']}  ({st['count']:,} steps, "
-        f"{s['values']:,} values)   wall clock {duration_text(s['wall_clock_seconds'])}"
+        f"{s['values']:,} values)   wall clock {_wall_clock_text(s)}"
     )
     lines.append(f"metrics     {_metric_list(s['metrics'])}")
     if s.get("step_time"):
         t = s["step_time"]
-        lines.append(f"step time   mean {_num(t['mean'])} s   p95 {_num(t['p95'])} s")
+        lines.append(_step_time_text(t))
     tput = []
     if s.get("tokens_per_sec"):
         tput.append(f"{_num(s['tokens_per_sec']['mean'])} tokens/s")
@@ -71,19 +117,7 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
             f"{k}: {duration_text(v)}" for k, v in list(ep["seconds_per_epoch"].items())[:6]
         )
         lines.append(f"epochs      {_num(ep['count'])}   time per epoch {per}")
-    if s.get("train_loss"):
-        t = s["train_loss"]
-        lines.append(
-            f"train loss  final {_num(t['final'])} (perplexity {_num(t['final_perplexity'])}, "
-            f"mean of last {t['final_window']})   min {_num(t['min'])} at step {t['min_step']}"
-        )
-    if s.get("val_loss"):
-        v = s["val_loss"]
-        lines.append(
-            f"val loss    best {_num(v['best'])} at step {v['best_step']}   final "
-            f"{_num(v['final'])} at step {v['final_step']} (perplexity "
-            f"{_num(v['final_perplexity'])})"
-        )
+    lines.extend(_loss_lines(s, verbose=verbose))
     for extra in ("mfu", "compute"):
         if s.get(extra):
             lines.append(f"{extra:<11} {s[extra]['text']}")

@@ -69,7 +69,7 @@ def gate_run(run: Run, name: str, job: GateJob) -> RunReport:
     report.data_quality = [d.to_dict() for d in run.data_quality]
     if not job.detect:
         ctx = build_context(run, cfg)
-        report.summary = summarize(run)
+        report.summary = summarize(run, perplexity=cfg.perplexity)
         from trainlens.gate.outcomes import outcome_metrics
 
         report.outcomes = outcome_metrics(run, report.summary, checks, ctx.model)

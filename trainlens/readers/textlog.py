@@ -10,7 +10,12 @@ Shapes recognised (sniffed from the content, several may share one file):
   (as when copied from a terminal into notes). Validation lines
   (``validation loss at iteration 1000 | lm loss value: ... | lm loss PPL: ... |``) give
   ``<key> validation`` and ``<key> validation ppl``, the names Megatron gives the same
-  numbers in TensorBoard.
+  numbers in TensorBoard; an evaluation ``on N-sample draw from validation set`` gives
+  ``<key> validation draw``.
+* DeepSpeed engine and DeepSpeed-Chat lines (``step=N, skipped=K, lr=[...]``, timer
+  throughput lines, ``OVERFLOW! ... Attempted loss scale``, ``Evaluating perplexity`` +
+  ``ppl:``), when the file has no Megatron or ``key:value`` line: see
+  :mod:`trainlens.readers._textlog_deepspeed`.
 * llm.c / modded-nanogpt ``key:value`` lines: ``s:0 trl:10.9 lr:0.0006 norm:1.2`` and
   ``step:10/5100 train_loss:4.3 train_time:1234ms step_avg:123.4ms``. A line counts only
   when it consists entirely of ``key:number`` tokens and starts with the step key, so the
@@ -25,6 +30,9 @@ Shapes recognised (sniffed from the content, several may share one file):
   out with a regular expression.
 * A user's regular expression (``ReadOptions.regex``): group ``step`` is the step, every
   other named group a metric of that name; only it is used when given.
+
+A file in which no metric line is found but which ends in a Python exception (a run that
+crashed before its first step) is reported with that exception quoted.
 
 Values ``nan``/``inf`` (any case, with a sign) are kept as NaN/±inf. A value that is not a
 number is counted and reported with its first line. Bytes that are not UTF-8 are replaced
@@ -48,6 +56,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError, UsageError
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers import _textlog_deepspeed as deepspeed
 from trainlens.readers.base import HEAD_BYTES, ReadOptions, run_name_for
 
 FORMAT = "text"
@@ -94,7 +103,18 @@ _HF_SNIFF = rf"\{{[^{{}}\n]*'(?:loss|eval_loss)':[ \t]*{_NUM}[^{{}}\n]*\}}"
 # np.float64(2.1) and the like, as newer numpy prints scalars
 _WRAPPED_SCALAR = r"^[A-Za-z_][A-Za-z0-9_.]*\(\s*([^(),]*?)\s*\)$"
 
-_SNIFF = re.compile("|".join(f"(?:{p})" for p in (_KV_LINE, _MEG_SNIFF, _HF_SNIFF)), re.MULTILINE)
+_SNIFF = re.compile(
+    "|".join(f"(?:{p})" for p in (_KV_LINE, _MEG_SNIFF, _HF_SNIFF, deepspeed.SNIFF)), re.MULTILINE
+)
+
+# the last line of a Python traceback, after any launcher prefix (`[rank3]: `, `3: `)
+_EXCEPTION = re.compile(
+    r"^(?:\[[^\]\n]*\]:?[ \t]*)*(?:[0-9]+:[ \t]*)?"
+    r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Interrupt|Fault))"
+    r"(?::[ \t]*(.*))?$"
+)
+# launchers' wrappers around a worker's error: the worker's own error says more
+_WRAPPER_ERRORS = {"ChildFailedError", "CalledProcessError"}
 _MEG_MARK_RE = re.compile(_MEG_MARK)
 
 _VAL_SETS = {"validation", "valid", "val", "eval", "evaluation"}
@@ -205,14 +225,21 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             raise UnreadableInputError(
                 f"{path}: no line matched the regex {opts.regex!r} with a numeric value"
             )
+        crash = _final_error(lines)
+        if crash is not None:
+            raise UnreadableInputError(
+                f"{path}: no training step was logged; the log ends in an error: {crash}"
+            )
         raise UnreadableInputError(
             f"{path}: no training metrics found (looked for Megatron `iteration N/ M | key: "
-            "value |` lines, llm.c `s:N key:value` lines, `step:N/M key:value` lines and "
-            "printed Trainer dicts)",
+            "value |` lines, llm.c `s:N key:value` lines, `step:N/M key:value` lines, "
+            "DeepSpeed step, timer and perplexity lines and printed Trainer dicts)",
             hint="use --regex with a named group `step` for another log shape",
         )
+    columns = ["step", "metric", "value", *(["wall_time"] if "wall_time" in long.columns else [])]
+    logged_as: dict[str, str] = meta.pop("_logged_as", {})
     run = build_run(
-        long.select("step", "metric", "value"),
+        long.select(columns),
         name=run_name_for(path),
         source=source,
         fmt=FORMAT,
@@ -221,7 +248,30 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         issues=issues,
     )
     run.cursor[source] = cursor
+    # DeepSpeed shapes are read under canonical names: show what the log calls them
+    for canonical, shown in logged_as.items():
+        if run.raw_names.get(canonical) == canonical:
+            run.raw_names[canonical] = shown
     return [run]
+
+
+def _final_error(lines: pl.Series) -> str | None:
+    """The error a log that logged no metric ends with: its last Python exception line
+    (a launcher's wrapper only when nothing else), quoted, with how many lines repeat it."""
+    found: list[tuple[str, str]] = []
+    for line in lines.filter(lines.str.contains(r"(?:Error|Exception|Interrupt|Fault)")):
+        m = _EXCEPTION.match(line.strip())
+        if m:
+            found.append((m.group(1), (m.group(2) or "").strip()))
+    if not found:
+        return None
+    own = [f for f in found if f[0].rsplit(".", 1)[-1] not in _WRAPPER_ERRORS] or found
+    kind, text = own[-1]
+    quote = f"{kind}: {text}" if text else kind
+    if len(quote) > 200:
+        quote = quote[:199] + "…"
+    same = sum(1 for k, _ in found if k == kind)
+    return quote + (f" ({same} {kind} lines)" if same > 1 else "")
 
 
 class _Where:
@@ -333,7 +383,96 @@ def _parse_builtin(
     total = meg_total if meg_total is not None else kv_total
     if total is not None:
         meta["max_steps"] = total
-    return pl.concat(parts, how="vertical").sort("lineno", "field", maintain_order=True)
+    out = pl.concat(parts, how="vertical").sort("lineno", "field", maintain_order=True)
+    return _with_deepspeed(df, out, source, issues, meta)
+
+
+def _with_deepspeed(
+    df: pl.DataFrame,
+    found: pl.DataFrame,
+    source: str,
+    issues: list[DataIssue],
+    meta: dict[str, Any],
+) -> pl.DataFrame:
+    """Add the DeepSpeed engine / DeepSpeed-Chat lines when no Megatron or ``key:value``
+    line is in the file (Megatron-DeepSpeed prints both; its own lines are the record)."""
+    shapes = meta["text_shapes"]
+    # one pass over literal markers (0.04 s on a 1M-line llm.c log; contains_any took
+    # 0.14 s), then the patterns on the few lines that hold one
+    marked = df.filter(pl.col("line").str.contains(deepspeed.MARKERS))
+    if not marked.height:
+        return found
+    if shapes.get("megatron") or shapes.get("key_value"):
+        n_lines = marked.filter(pl.col("line").str.contains(deepspeed.SNIFF)).height
+        if n_lines:
+            issues.append(
+                DataIssue(
+                    kind="ignored-lines",
+                    source=source,
+                    message=(
+                        f"{n_lines} DeepSpeed engine line(s) were left out: the file's "
+                        "Megatron / key:value lines record the same steps"
+                    ),
+                    count=n_lines,
+                    severity="info",
+                )
+            )
+        return found
+    ds, counts = deepspeed.parse(marked)
+    if not sum(counts.values()):
+        return found
+    if shapes.pop("trainer_dict", None):
+        found = found.head(0)  # printed dicts carry no step; these lines do
+    _note_deepspeed(counts, source, issues)
+    shapes.update({k: v for k, v in counts.items() if v})
+    meta["_logged_as"] = deepspeed.logged_as(marked)
+    walls = deepspeed.wall_times(marked)
+    out = pl.concat([found, ds]).sort("lineno", "field", maintain_order=True)
+    return out.join(walls, on="lineno", how="left")
+
+
+def _note_deepspeed(counts: dict[str, int], source: str, issues: list[DataIssue]) -> None:
+    unplaced = counts.pop("deepspeed_overflow_unplaced", 0)
+    if unplaced:
+        issues.append(
+            DataIssue(
+                kind="ignored-lines",
+                source=source,
+                message=(
+                    f"{unplaced} DeepSpeed overflow line(s) were left out: the file logs no "
+                    "global step to place them at (DeepSpeed's steps_per_print prints one)"
+                ),
+                count=unplaced,
+                severity="info",
+            )
+        )
+    if counts["deepspeed_overflow"]:
+        issues.append(
+            DataIssue(
+                kind="inferred-step",
+                source=source,
+                message=(
+                    f"{counts['deepspeed_overflow']} DeepSpeed OVERFLOW line(s) carry no step: "
+                    "each logging interval's count ('overflow steps') and the loss scale "
+                    "after it are placed at the interval's next logged step"
+                ),
+                count=counts["deepspeed_overflow"],
+                severity="info",
+            )
+        )
+    if counts["deepspeed_eval"] and not (counts["deepspeed_steps"] or counts["deepspeed_timer"]):
+        issues.append(
+            DataIssue(
+                kind="inferred-step",
+                source=source,
+                message=(
+                    "the file logs no global step: each perplexity evaluation is placed at "
+                    "its epoch number"
+                ),
+                count=counts["deepspeed_eval"],
+                severity="info",
+            )
+        )
 
 
 def _n_lines(df: pl.DataFrame) -> int:
@@ -427,14 +566,19 @@ def _megatron_validation(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("line").str.extract(_MEG_VAL, 4).alias("_rest"),
     ).filter(pl.col("step").is_not_null())
     word = pl.col("_set").str.to_lowercase()
+    suffix = pl.col("_suffix").str.to_lowercase()
     setname = (
-        pl.when(
-            pl.col("_suffix").str.to_lowercase().str.contains("test") | word.str.contains("test")
-        )
+        pl.when(suffix.str.contains("test") | word.str.contains("test"))
         .then(pl.lit("test"))
         .when(word.is_in(list(_VAL_SETS)))
         .then(pl.lit("validation"))
         .otherwise(pl.lit("validation ") + pl.col("_set"))
+    )
+    # Megatron-DeepSpeed's end-of-training `... at iteration 500 on 160-sample draw from
+    # validation set` is another evaluation (a sample of the set) at the same iteration:
+    # named apart, it does not overwrite the full validation at that step
+    setname = (
+        pl.when(suffix.str.contains(r"\bdraw\b")).then(setname + pl.lit(" draw")).otherwise(setname)
     )
     key = pl.col("_key")
     lower = key.str.to_lowercase()
