@@ -105,6 +105,8 @@ class CauseParams:
     lr_sigma_floor: float = 0.01
     #: LR still climbing before a sustained rise: this factor since its last low
     ramp_factor: float = 2.0
+    #: ... when the loss stays up this many logged points or more (or LOSS003)
+    sustain_points: int = 50
     #: routine loss-scale drops: one in the window counts below this chance probability
     scale_alpha: float = 0.01
 
@@ -310,7 +312,7 @@ def _scale_drop(sig: _Signals, sc: _Scope) -> Move | None:
     return Move(
         SCALE,
         int(s[k]),
-        f"dropped at step {int(s[k])} ({v[k - 1]:.6g} -> {low:.6g}, ×{low / v[k - 1]:.3g})",
+        f"dropped at step {int(s[k])} ({v[k - 1]:.6g} to {low:.6g}, ×{low / v[k - 1]:.3g})",
     )
 
 
@@ -482,11 +484,25 @@ def _scope(f: Finding, sig: _Signals) -> _Scope | None:
     p = sig.p
     interval = _interval(sig.raw[LOSS][0]) if LOSS in sig.raw else 1
     look = max(p.lookback_steps, p.lookback_points * interval)
-    sustained = f.code == "LOSS003" or (f.code in ("LOSS001", "GRAD001") and f.severity.rank >= 1)
     # the pairing window of grad_spikes (lag_window 10 steps or 3 intervals): a move over
     # longer than that before the loss onset did not lead it
     lag = max(10, 3 * interval)
-    return _Scope(step, step - look, step + lag, step - lag, sustained)
+    return _Scope(step, step - look, step + lag, step - lag, _sustained(f, interval, p))
+
+
+def _sustained(f: Finding, interval: int, p: CauseParams) -> bool:
+    """A rise that stays (LOSS003, or a loss event back only after sustain_points logged
+    points, or never): only then may a climbing LR be its cause. A spike the loss comes
+    back from within a few dozen points is a spike (a bad batch in warmup stays one)."""
+    if f.code == "LOSS003":
+        return True
+    if f.code not in ("LOSS001", "GRAD001") or f.severity.rank < 1:
+        return False
+    start = _int(f.evidence.get("lag_step"), f.step_start)
+    back = _int(f.evidence.get("recovered_step"), None)
+    if back is None or start is None:
+        return True
+    return back - start >= p.sustain_points * interval
 
 
 def chain_for(f: Finding, run: Run, ctx: Context, p: CauseParams | None = None) -> list[Move]:
