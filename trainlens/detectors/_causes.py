@@ -155,29 +155,55 @@ def tail_departure(
     whose confirming point lies before index ``stop`` and which lasts to index ``reach``
     at least (one that was over before then is another event). ``sign`` +1 looks up,
     -1 down."""
-    i = max(0, start - window)
-    n = min(stop, x.size)
-    while i < n:
-        base = x[max(0, i - window) : i]
-        if base.size < min_baseline:
-            i += 1
-            continue
-        med, sig = _tail(base, sigma_floor)
-        band = max(band_k * sig, band_min)
-        if sign * (x[i] - med) < band:
-            i += 1
-            continue
+    i0, n = max(0, start - window), min(stop, x.size)
+    if i0 >= n:
+        return None
+    med, sig = _tails(x, i0, n, window, min_baseline, sigma_floor)
+    band = np.fmax(band_k * sig, band_min)
+    with np.errstate(invalid="ignore"):
+        leaves = np.flatnonzero(sign * (x[i0:n] - med) >= band) + i0
+    after = i0
+    for i in leaves.tolist():
+        if i < after:
+            continue  # inside the excursion just judged
+        m, b = float(med[i - i0]), float(band[i - i0])
         # an excursion: while the points stay beyond the band of the tail frozen here
         j = i
-        while j + 1 < x.size and sign * (x[j + 1] - med) >= band:
+        while j + 1 < x.size and sign * (x[j + 1] - m) >= b:
             j += 1
-        dev = sign * (x[i : min(j + 1, n)] - med)
-        hit = np.flatnonzero(dev >= max(confirm_k * sig, confirm_min))
-        if hit.size and i >= start and j >= reach:
-            peak = i + int(np.argmax(dev))
-            return Departure(i, peak, med)
-        i = j + 1
+        dev = sign * (x[i : min(j + 1, n)] - m)
+        confirm = max(confirm_k * float(sig[i - i0]), confirm_min)
+        if i >= start and j >= reach and (dev >= confirm).any():
+            return Departure(i, i + int(np.argmax(dev)), m)
+        after = j + 1
     return None
+
+
+def _tails(
+    x: np.ndarray, i0: int, n: int, window: int, min_baseline: int, floor: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_tail` of the ``window`` points before each index in [i0, n), vectorized
+    where the window is full (NaN where fewer than ``min_baseline`` points precede)."""
+    idx = np.arange(i0, n)
+    med = np.full(idx.size, np.nan)
+    sig = np.full(idx.size, np.nan)
+    full = idx >= max(window, LEVEL_POINTS, 3)
+    if full.any():
+        ii = idx[full]
+        c = int(ii[0]) - window  # a local copy: never a pass over a 1M-point series
+        xs = x[c : int(ii[-1])]
+        med[full] = np.median(
+            np.lib.stride_tricks.sliding_window_view(xs, LEVEL_POINTS)[ii - c - LEVEL_POINTS],
+            axis=1,
+        )
+        d = np.lib.stride_tricks.sliding_window_view(np.diff(xs), window - 1)[ii - c - window]
+        dev = np.abs(d - np.median(d, axis=1, keepdims=True))
+        sig[full] = np.median(dev, axis=1) * MAD_TO_SIGMA / math.sqrt(2.0)
+    for k in np.flatnonzero(~full).tolist():
+        i = int(idx[k])
+        if i >= min_baseline:
+            med[k], sig[k] = _tail(x[max(0, i - window) : i], floor)
+    return med, np.fmax(sig, floor)
 
 
 #: the tail's level: the median of this many points before (a 50-point median lags a
@@ -212,7 +238,8 @@ class _Scope:
 
 
 class _Signals:
-    """The run's candidate series, read once."""
+    """The run's candidate series, read once; what every event asks of them, computed
+    once (a 1M-step run has a few dozen events, each judged on its own window)."""
 
     def __init__(self, run: Run, ctx: Context, p: CauseParams) -> None:
         self.p = p
@@ -220,17 +247,31 @@ class _Signals:
         for m in (*CANDIDATES, LOSS):
             if run.has(m):
                 self.raw[m] = run.series(m)
-        self.plan: np.ndarray | None = None
-        if LR in self.raw and ctx.schedule:
-            self.plan = _plan(ctx.schedule, self.raw[LR][0])
+        self.schedule: dict[str, Any] | None = None
+        if LR in self.raw and ctx.schedule and _plan(ctx.schedule, self.raw[LR][0][:1]) is not None:
+            self.schedule = ctx.schedule
+        self._pos: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._drops: np.ndarray | None = None
+        #: the loss' typical logging interval, in steps
+        self.loss_interval = _interval(self.raw[LOSS][0]) if LOSS in self.raw else 1
+
+    def scale_drops(self) -> np.ndarray:
+        """Indices (into the positive loss-scale points) where the scale fell."""
+        if self._drops is None:
+            _, v, _ = self.positive(SCALE)
+            self._drops = np.flatnonzero(v[1:] < v[:-1] * (1 - 1e-9)) + 1
+        return self._drops
 
     def logged(self) -> list[str]:
         return [m for m in CANDIDATES if m in self.raw]
 
-    def positive(self, m: str) -> tuple[np.ndarray, np.ndarray]:
-        s, v = self.raw[m]
-        ok = np.isfinite(v) & (v > 0)
-        return s[ok], v[ok]
+    def positive(self, m: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Steps, values and log values of the finite positive points."""
+        if m not in self._pos:
+            s, v = self.raw[m]
+            ok = np.isfinite(v) & (v > 0)
+            self._pos[m] = (s[ok], v[ok], np.log(v[ok]))
+        return self._pos[m]
 
 
 def _plan(schedule: dict[str, Any], steps: np.ndarray) -> np.ndarray | None:
@@ -245,10 +286,9 @@ def _plan(schedule: dict[str, Any], steps: np.ndarray) -> np.ndarray | None:
 def _log_signal(sig: _Signals, m: str, sc: _Scope) -> Move | None:
     """Grad norm / update ratio: the first upward departure from its tail."""
     p = sig.p
-    s, v = sig.positive(m)
+    s, v, x = sig.positive(m)
     if s.size < p.min_baseline + 1:
         return None
-    x = np.log(v)
     a = int(np.searchsorted(s, sc.lo, side="left"))
     b = int(np.searchsorted(s, sc.hi, side="right"))
     d = tail_departure(
@@ -282,30 +322,33 @@ def _nonfinite(sig: _Signals, m: str, sc: _Scope) -> Move | None:
     if SCALE in sig.raw:
         return None
     s, v = sig.raw[m]
-    bad = np.flatnonzero(~np.isfinite(v) & (s >= sc.lo) & (s < sc.loss_step))
+    a, b = np.searchsorted(s, [sc.lo, sc.loss_step], side="left")
+    bad = np.flatnonzero(~np.isfinite(v[a:b]))
     if not bad.size:
         return None
-    k = int(bad[0])
+    k = int(a) + int(bad[0])
     kind = "NaN" if np.isnan(v[k]) else "inf"
     return Move(m, int(s[k]), f"became {kind} at step {int(s[k])}")
 
 
 def _scale_drop(sig: _Signals, sc: _Scope) -> Move | None:
     """The first drop of the loss scale in the window, unless drops are routine here."""
-    s, v = sig.positive(SCALE)
+    s, v, _ = sig.positive(SCALE)
     if s.size < 2:
         return None
-    drop = np.r_[False, v[1:] < v[:-1] * (1 - 1e-9)]
-    win = (s >= sc.lo) & (s <= sc.loss_step)
-    hits = np.flatnonzero(drop & win)
+    drops = sig.scale_drops()
+    a = int(np.searchsorted(s, sc.lo, side="left"))
+    b = int(np.searchsorted(s, sc.loss_step, side="right"))
+    i0, i1 = np.searchsorted(drops, [a, b])
+    hits = drops[i0:i1]
     if not hits.size:
         return None
-    outside = int((~win).sum())
-    rate = float(drop[~win].sum()) / max(outside, 1)
+    n_win, outside = b - a, s.size - (b - a)
+    rate = float(drops.size - hits.size) / max(outside, 1)
     if rate > 0:
         from scipy.special import pdtrc  # P(X >= k), X ~ Poisson(mu)
 
-        if float(pdtrc(hits.size - 1, rate * int(win.sum()))) >= sig.p.scale_alpha:
+        if float(pdtrc(hits.size - 1, rate * n_win)) >= sig.p.scale_alpha:
             return None  # as many drops as the run makes anyway
     k = int(hits[0])
     low = float(v[k : int(hits[-1]) + 1].min())
@@ -317,12 +360,17 @@ def _scale_drop(sig: _Signals, sc: _Scope) -> Move | None:
 
 
 def _lr_move(sig: _Signals, sc: _Scope) -> Move | None:
+    if sig.schedule is None:
+        s, v, x = sig.positive(LR)
+        return _lr_jump(s, v, x, sig.p, sc) or (_lr_ramp(s, v, sig.p, sc) if sc.sustained else None)
     s, v = sig.raw[LR]
-    ok = np.isfinite(v)
-    if sig.plan is not None:
-        return _lr_vs_plan(s[ok], v[ok], sig.plan[:, ok], sig.p, sc)
-    s, v = sig.positive(LR)
-    return _lr_jump(s, v, sig.p, sc) or (_lr_ramp(s, v, sig.p, sc) if sc.sustained else None)
+    # only the window and what leads into it: the plan of a 1M-step run is not needed
+    a = max(int(np.searchsorted(s, sc.lo, side="left")) - sig.p.window, 0)
+    b = int(np.searchsorted(s, sc.hi, side="right"))
+    ok = np.isfinite(v[a:b])
+    s, v = s[a:b][ok], v[a:b][ok]
+    plan = _plan(sig.schedule, s)
+    return None if plan is None else _lr_vs_plan(s, v, plan, sig.p, sc)
 
 
 def _lr_vs_plan(
@@ -365,13 +413,18 @@ def _lr_vs_plan(
     return None
 
 
-def _lr_jump(s: np.ndarray, v: np.ndarray, p: CauseParams, sc: _Scope) -> Move | None:
+def _lr_jump(
+    s: np.ndarray, v: np.ndarray, x: np.ndarray, p: CauseParams, sc: _Scope
+) -> Move | None:
     """A jump of the log step change beyond its own tail, without a declared plan."""
     if s.size < p.min_baseline + 2:
         return None
-    dx = np.diff(np.log(v))  # dx[k]: from point k to point k + 1
     a = max(int(np.searchsorted(s, sc.lo, side="left")) - 1, 0)
     b = int(np.searchsorted(s, sc.loss_step, side="right")) - 1
+    # the changes of the window and the tail before it (dx[k]: point k - c0 to the next)
+    c0 = max(a - p.window - 1, 0)
+    dx = np.diff(x[c0 : b + 2])
+    a, b = a - c0, b - c0
     for sign in (1.0, -1.0):
         d = tail_departure(
             dx,
@@ -388,8 +441,8 @@ def _lr_jump(s: np.ndarray, v: np.ndarray, p: CauseParams, sc: _Scope) -> Move |
         )
         if d is None:
             continue
-        k = d.onset + 1  # the point after the jump
-        before = float(v[d.onset])
+        k = c0 + d.onset + 1  # the point after the jump
+        before = float(v[k - 1])
         seg = v[k : int(np.searchsorted(s, sc.loss_step, side="right"))]
         ext = float(seg.max() if sign > 0 else seg.min()) if seg.size else float(v[k])
         verb = "rose" if sign > 0 else "fell"
@@ -445,12 +498,12 @@ def _loss_onset(f: Finding, sig: _Signals) -> int | None:
     if f.step_start is None or LOSS not in sig.raw:
         return f.step_start
     p = sig.p
-    s, v = sig.positive(LOSS)
-    span = max(p.lookback_steps, p.lookback_points * _interval(s))
+    s, _, logv = sig.positive(LOSS)
+    span = max(p.lookback_steps, p.lookback_points * sig.loss_interval)
     a = int(np.searchsorted(s, f.step_start - span, side="left"))
     b = int(np.searchsorted(s, f.step_start + span, side="right"))
     d = tail_departure(
-        np.log(v),
+        logv,
         a,
         b,
         window=p.window,
@@ -482,7 +535,7 @@ def _scope(f: Finding, sig: _Signals) -> _Scope | None:
     if step is None:
         return None
     p = sig.p
-    interval = _interval(sig.raw[LOSS][0]) if LOSS in sig.raw else 1
+    interval = sig.loss_interval
     look = max(p.lookback_steps, p.lookback_points * interval)
     # the pairing window of grad_spikes (lag_window 10 steps or 3 intervals): a move over
     # longer than that before the loss onset did not lead it
@@ -519,8 +572,8 @@ def _moves(sig: _Signals, sc: _Scope) -> list[Move]:
         mv: Move | None
         if m == LR:
             mv = _lr_move(sig, sc)
-            if mv is None and sig.plan is not None and sc.sustained:
-                s, v = sig.positive(LR)
+            if mv is None and sig.schedule is not None and sc.sustained:
+                s, v, _ = sig.positive(LR)
                 mv = _lr_ramp(s, v, sig.p, sc, planned=True)
         elif m == SCALE:
             mv = _scale_drop(sig, sc)
