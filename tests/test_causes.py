@@ -342,3 +342,50 @@ def test_bad_batches_on_healthy_noise_name_nothing() -> None:
                     named.append((seed, at, f.message))
     assert events >= 20
     assert not named
+
+
+def test_grad_spikes_builds_its_advice_from_the_shared_clauses() -> None:
+    """The step replaces grad_spikes' default advice by matching these clauses: if their
+    wording drifted apart, both advices would be printed."""
+    from tests.detector_cases.series import make_run
+    from trainlens.detectors import grad_spikes
+
+    case = {
+        "steps": 2000,
+        "seed": 3,
+        "series": {
+            "grad_norm": {
+                "base": "constant",
+                "value": 1.0,
+                "noise": {"kind": "lognormal", "sigma": 0.1},
+                "events": [{"at": 1000, "len": 1, "mult": 30}],
+            },
+            "train/loss": {
+                "base": "decay",
+                "start": 6.0,
+                "end": 2.5,
+                "noise": {"kind": "relative", "sigma": 0.01},
+                "events": [
+                    {"at": 1002, "len": 3, "mult": 1.5, "recover": 15},
+                    {"at": 1500, "len": 3, "mult": 1.5, "recover": 15},
+                ],
+            },
+        },
+    }
+    found = grad_spikes.detect(make_run(case), grad_spikes.Params(), Context())
+    by_code = {f.code: f for f in found if f.severity.rank >= 1}
+    assert "; " + _causes.GRAD_ADVICE in by_code["GRAD001"].message
+    assert "; " + _causes.DATA_ADVICE in by_code["LOSS001"].message
+
+
+def test_chain_goes_out_as_json() -> None:
+    a = _fixture("lr_shock_recover")
+    out = json.loads(json.dumps(a.to_dict()))
+    (f,) = [f for f in out["findings"] if f["code"] == "GRAD001"]
+    assert f["evidence"]["first_mover"] == "lr"
+    assert f["evidence"]["chain"][0] == {
+        "metric": "lr",
+        "step": 400,
+        "what": "rose ×40 at step 400 against its declared schedule (0.0877 vs planned "
+        "0.00219 at step 400)",
+    }
