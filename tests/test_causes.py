@@ -73,7 +73,7 @@ def test_lr_shock_without_a_declared_schedule_is_found_from_the_lr_history() -> 
     f = next(f for f in a.findings if f.code == "GRAD001")
     (moves,) = [chain_for(f, a.run, Context())]
     assert [(m.metric, m.step) for m in moves][:1] == [("lr", 400)]
-    assert "(from 0.0022)" in moves[0].what  # the LR before the jump, not a plan
+    assert moves[0].what.startswith("rose ×39.6 at step 400 (from 0.0022")  # its level, no plan
 
 
 def test_resume_lr_reset_names_the_reset() -> None:
@@ -389,3 +389,20 @@ def test_chain_goes_out_as_json() -> None:
         "what": "rose ×40 at step 400 against its declared schedule (0.0877 vs planned "
         "0.00219 at step 400)",
     }
+
+
+def test_an_lr_blip_that_ended_before_the_loss_is_no_mover() -> None:
+    s = np.arange(0, 1000)
+    lr = np.full(s.size, 1e-3)
+    lr[500] = 4e-2  # one step at x40, then back
+    run = _run({"lr": (s, lr), "train/loss": (s, np.full(s.size, 2.0))})
+    late = chain_for(_event("LOSS001", 540), run, Context())
+    assert [m.metric for m in late] == ["train/loss"]  # neither the jump nor the way back
+    moves = chain_for(_event("LOSS001", 501), run, Context())
+    assert [(m.metric, m.step) for m in moves] == [("lr", 500), ("train/loss", 501)]
+    assert moves[0].what == "rose ×40 at step 500 (from 0.001)"
+    lr[500:] = 1e-4  # a drop that stays is a move, however long before (in the window)
+    run = _run({"lr": (s, lr), "train/loss": (s, np.full(s.size, 2.0))})
+    moves = chain_for(_event("LOSS001", 540), run, Context())
+    assert [(m.metric, m.step) for m in moves] == [("lr", 500), ("train/loss", 540)]
+    assert moves[0].what.startswith("fell ×0.1 at step 500")

@@ -425,31 +425,49 @@ def _lr_jump(
     c0 = max(a - p.window - 1, 0)
     dx = np.diff(x[c0 : b + 2])
     a, b = a - c0, b - c0
+    found: list[Move] = []
     for sign in (1.0, -1.0):
-        d = tail_departure(
-            dx,
-            a,
-            b,
-            window=p.window,
-            min_baseline=p.min_baseline,
-            band_k=p.confirm_k,
-            band_min=math.log(p.lr_jump),
-            confirm_k=p.confirm_k,
-            confirm_min=math.log(p.lr_jump),
-            sigma_floor=p.lr_sigma_floor,
-            sign=sign,
-        )
-        if d is None:
-            continue
-        k = c0 + d.onset + 1  # the point after the jump
-        before = float(v[k - 1])
-        seg = v[k : int(np.searchsorted(s, sc.loss_step, side="right"))]
-        ext = float(seg.max() if sign > 0 else seg.min()) if seg.size else float(v[k])
-        verb = "rose" if sign > 0 else "fell"
-        return Move(
-            LR, int(s[k]), f"{verb} ×{ext / before:.3g} at step {int(s[k])} (from {before:.3g})"
-        )
-    return None
+        start = a
+        while start < b:
+            d = tail_departure(
+                dx,
+                start,
+                b,
+                window=p.window,
+                min_baseline=p.min_baseline,
+                band_k=p.confirm_k,
+                band_min=math.log(p.lr_jump),
+                confirm_k=p.confirm_k,
+                confirm_min=math.log(p.lr_jump),
+                sigma_floor=p.lr_sigma_floor,
+                sign=sign,
+            )
+            if d is None:
+                break
+            start = d.onset + 1
+            mv = _jump_move(s, v, c0 + d.onset + 1, sign, p, sc)
+            if mv is not None:
+                found.append(mv)
+                break
+    return min(found, key=lambda mv: mv.step, default=None)
+
+
+def _jump_move(
+    s: np.ndarray, v: np.ndarray, k: int, sign: float, p: CauseParams, sc: _Scope
+) -> Move | None:
+    """The LR jumped into point ``k``: a move when it left the level it had (the median
+    of the points before, so the jump back after a one-step shock is no move) and was
+    still off it at ``sc.reach`` (a shock over before then is another event)."""
+    level = float(np.median(v[max(0, k - LEVEL_POINTS) : k]))
+    if abs(math.log(v[k] / level)) < math.log(p.lr_jump):
+        return None
+    r = int(np.searchsorted(s, sc.reach, side="right")) - 1
+    if r > k and abs(math.log(v[r] / level)) < math.log(p.lr_jump):
+        return None
+    seg = v[k : int(np.searchsorted(s, sc.loss_step, side="right"))]
+    ext = float(seg.max() if sign > 0 else seg.min()) if seg.size else float(v[k])
+    verb = "rose" if sign > 0 else "fell"
+    return Move(LR, int(s[k]), f"{verb} ×{ext / level:.3g} at step {int(s[k])} (from {level:.3g})")
 
 
 def _lr_ramp(
