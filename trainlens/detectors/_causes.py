@@ -11,14 +11,19 @@ the chain and the advice that fits the first mover in the message. "A bad batch 
 is said only when no optimizer-side signal moved first.
 
 Onset: the first departure of a metric from its own tail, not the step where a large
-threshold is crossed. The tail of a point is the median and MAD (as a sigma) of the
-``window`` = 50 logged points before it, in log space for the LR steps, grad norm and
-update ratio. An excursion starts at the first point beyond max(``band_k`` = 3 sigma,
-x``band_ratio`` = 1.5) of its tail and lasts while the points stay beyond that band of
-the tail frozen at its start; it is a real departure only when a point of it reaches
-max(``confirm_k`` = 6 sigma, x``confirm_ratio`` = 3) — the grad-spike rule of
-grad_spikes (6 robust sigmas AND 3x, Lightning's SpikeDetection ratio) — so noise never
-becomes a mover, and its onset is the excursion's start, where it left the band.
+threshold is crossed. The tail of a point is its level — the median of the 10 logged
+points before it (a 50-point median lags a trend by half its window) — and its noise —
+the MAD of the successive differences of the ``window`` = 50 points before it, / sqrt 2,
+as a sigma (a trend, e.g. a grad norm falling fast early on, does not inflate it) — in
+log space for the grad norm, the update ratio, the LR's step changes and the loss. An
+excursion starts at the first point beyond max(``band_k`` = 3 sigma, x``band_ratio`` =
+1.5) of its tail and lasts while the points stay beyond that band of the tail frozen at
+its start; it is a real departure only when a point of it reaches max(``confirm_k`` = 6
+sigma, x``confirm_ratio`` = 3) — grad_spikes' spike rule (6 robust sigmas AND 3x,
+Lightning's SpikeDetection ratio) — so noise never becomes a mover; its onset is the
+excursion's start, where it left the band. A move must also last until the pairing lag
+before the loss (10 steps or 3 intervals, grad_spikes' lag_window): one that was over
+before then is another event.
 
 - LR with a declared schedule: the departure from the planned value (the step either side
   of the plan is allowed, for schedulers stepped before or after the LR is read): beyond
