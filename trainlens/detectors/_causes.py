@@ -426,8 +426,9 @@ def _lr_jump(
         return None
     a = max(int(np.searchsorted(s, sc.lo, side="left")) - 1, 0)
     b = int(np.searchsorted(s, sc.loss_step, side="right")) - 1
-    # the changes of the window and the tail before it (dx[k]: point k - c0 to the next)
-    c0 = max(a - p.window - 1, 0)
+    # the changes of the window, of the tails scanned before it and of their own tails
+    # (dx[k]: from point c0 + k to the next), so that every tail is a full one
+    c0 = max(a - 2 * p.window - 2, 0)
     dx = np.diff(x[c0 : b + 2])
     a, b = a - c0, b - c0
     found: list[Move] = []
