@@ -406,3 +406,16 @@ def test_an_lr_blip_that_ended_before_the_loss_is_no_mover() -> None:
     moves = chain_for(_event("LOSS001", 540), run, Context())
     assert [(m.metric, m.step) for m in moves] == [("lr", 500), ("train/loss", 540)]
     assert moves[0].what.startswith("fell ×0.1 at step 500")
+
+
+def test_a_grad001_always_names_its_own_lead() -> None:
+    # a flat run where the tails see nothing: the GRAD001's own lead stands in
+    s = np.arange(0, 200)
+    run = _run({"grad_norm": (s, np.ones(s.size)), "train/loss": (s, np.full(s.size, 2.0))})
+    ev = _event(
+        "GRAD001", 150, lead_step=150, lag_step=151, grad_ratio_at_lead=9.9, grad_baseline=0.242
+    )
+    (out,) = _causes.attach_causes(run, Context(), [ev])
+    assert out.evidence["first_mover"] == "grad_norm"
+    assert _chain(out) == [("grad_norm", 150), ("train/loss", 151)]
+    assert "grad norm spiked at step 150 (×9.9 its rolling median 0.242)" in out.message

@@ -631,8 +631,26 @@ def attach_causes(
     out = []
     for f in findings:
         sc = _scope(f, sig)
-        out.append(f if sc is None else _explained(f, _moves(sig, sc), sig.logged()))
+        out.append(f if sc is None else _explained(f, _with_lead(f, _moves(sig, sc)), sig.logged()))
     return out
+
+
+def _with_lead(f: Finding, chain: list[Move]) -> list[Move]:
+    """A GRAD001 finding is itself a grad norm that led the loss: when the tails here did
+    not see it (a shorter baseline, a different noise estimate), its own lead stands in,
+    so the finding never says that nothing optimizer-side moved."""
+    lead = _int(f.evidence.get("lead_step"), None)
+    if f.code != "GRAD001" or lead is None or any(mv.metric == GRAD for mv in chain):
+        return chain
+    ratio, base = f.evidence.get("grad_ratio_at_lead"), f.evidence.get("grad_baseline")
+    what = f"spiked at step {lead}"
+    if isinstance(ratio, (int, float)) and isinstance(base, (int, float)):
+        what += f" (×{ratio:.3g} its rolling median {base:.3g})"
+    movers = sorted(
+        [*chain[:-1], Move(GRAD, lead, what)],
+        key=lambda mv: (mv.step, CANDIDATES.index(mv.metric)),
+    )
+    return [*movers, chain[-1]]
 
 
 def _explained(f: Finding, chain: list[Move], logged: list[str]) -> Finding:
