@@ -419,3 +419,40 @@ def test_a_grad001_always_names_its_own_lead() -> None:
     assert out.evidence["first_mover"] == "grad_norm"
     assert _chain(out) == [("grad_norm", 150), ("train/loss", 151)]
     assert "grad norm spiked at step 150 (×9.9 its rolling median 0.242)" in out.message
+
+
+def test_a_slow_rise_looks_back_further() -> None:
+    """LOSS003 is seen late (it needs 5 % of the run above the minimum): an undeclared LR
+    tripled 78 steps before its onset is still what moved first."""
+    from tests.detector_cases.series import make_run
+    from trainlens.core.config import Config
+    from trainlens.detectors import run_detectors
+
+    case = {
+        "steps": 3000,
+        "seed": 4,
+        "series": {
+            "lr": {
+                "base": "constant",
+                "value": 1e-3,
+                "events": [{"at": 1500, "len": 1500, "mult": 3}],
+            },
+            "grad_norm": {
+                "base": "constant",
+                "value": 1.0,
+                "noise": {"kind": "lognormal", "sigma": 0.1},
+            },
+            "train/loss": {
+                "base": "decay",
+                "start": 6,
+                "end": 2.5,
+                "noise": {"kind": "relative", "sigma": 0.01},
+                "events": [{"at": 1500, "ramp": 0.002}],
+            },
+        },
+    }
+    found = run_detectors(make_run(case), Config(select=["loss_trend"]), Context()).findings
+    (f,) = [f for f in found if f.code == "LOSS003"]
+    assert f.step_start is not None and f.step_start - 1500 > 50  # beyond the short look
+    assert f.evidence["first_mover"] == "lr" and f.evidence["first_mover_step"] == 1500
+    assert "lr rose ×3 at step 1500 (from 0.001)" in f.message

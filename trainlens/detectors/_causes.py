@@ -41,9 +41,11 @@ before then is another event.
   runs, whose overflow steps are skipped on purpose).
 
 Look-back: max(``lookback_steps`` = 50, ``lookback_points`` = 10 loss intervals) before
-the loss onset; a mover's onset must lie in it (a departure under way since before it is
-not "moving before the loss"). At one step the order is lr, loss scale, grad norm, update
-ratio (the LR is set before the step; the update follows the gradient).
+the loss onset (for LOSS003, a slow rise seen late, at least ``slow_lookback_frac`` = 5 %
+of the run, the stretch LOSS003 itself needs); a mover's onset must lie in it (a
+departure under way since before it is not "moving before the loss"). At one step the
+order is lr, loss scale, grad norm, update ratio (the LR is set before the step; the
+update follows the gradient).
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ ADVICE = {
 class CauseParams:
     lookback_steps: int = 50
     lookback_points: int = 10
+    #: a slow rise (LOSS003) looks back this share of the run at least
+    slow_lookback_frac: float = 0.05
     #: the tail: median and MAD of this many logged points before a point
     window: int = 50
     min_baseline: int = 2
@@ -561,6 +565,11 @@ def _scope(f: Finding, sig: _Signals) -> _Scope | None:
     p = sig.p
     interval = sig.loss_interval
     look = max(p.lookback_steps, p.lookback_points * interval)
+    if f.code == "LOSS003" and LOSS in sig.raw:
+        # a slow rise is seen late (LOSS003 needs 5 % of the run above the minimum): what
+        # set it off may lie that far before its onset
+        s = sig.raw[LOSS][0]
+        look = max(look, math.ceil(p.slow_lookback_frac * float(s[-1] - s[0])))
     # the pairing window of grad_spikes (lag_window 10 steps or 3 intervals): a move over
     # longer than that before the loss onset did not lead it
     lag = max(10, 3 * interval)
