@@ -2,8 +2,9 @@
 
 A case: ``series`` (see series.py), optional ``schedule``, ``model``, ``params``
 (overrides for the detector under test), ``expect`` (findings that must appear:
-code, step within tol, optional evidence bounds) and ``forbid`` (codes that must not
-appear, or "warning" for "no warning or error from this detector").
+code, step within tol, optional evidence bounds; ``key: null`` for a key that must be
+None) and ``forbid`` (codes that must not appear, or "warning" for "no warning or error
+from this detector").
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def test_case(detector: str, case: dict[str, Any]) -> None:
             assert f.severity.value == exp["severity"], f.message
         for key, bound in exp.get("evidence", {}).items():
             got = f.evidence.get(key)
+            if bound is None:  # `key: null`: present, and None
+                assert key in f.evidence and got is None, (key, got, f.message)
+                continue
             assert got is not None, f"evidence {key} missing in {f.evidence}"
             if isinstance(bound, list):  # [expected, tolerance]
                 assert abs(float(got) - float(bound[0])) <= float(bound[1]), (key, got, bound)

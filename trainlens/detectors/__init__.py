@@ -154,6 +154,10 @@ def run_detectors(
             if f.code in severity:
                 f = f.with_severity(severity[f.code])
             result.findings.append(f)
+    # one cross-signal step over every detector's loss events: what moved first
+    from trainlens.detectors._causes import attach_causes
+
+    result.findings = attach_causes(run, ctx, result.findings)
     result.findings.sort(
         key=lambda f: (f.step_start if f.step_start is not None else -1, -f.severity.rank)
     )

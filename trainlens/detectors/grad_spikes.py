@@ -81,6 +81,7 @@ import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
+from trainlens.detectors._causes import AFTER_LOSS_NOTE, DATA_ADVICE
 from trainlens.detectors._stats import MAD_TO_SIGMA, centered_rolling_median, median3, runs_of
 from trainlens.detectors.base import Context, Skip, finding
 
@@ -598,7 +599,7 @@ def _pair(gs: _Series | None, ls: _Series | None, p: Params) -> list[_Pending]:
             le = ls.events[li]
             sev, clause = _loss_response(ls, le, p)
             if sev == "warning":
-                clause += "; look at the batches at that step (corrupt or out-of-domain data)"
+                clause += "; " + DATA_ADVICE  # replaced by _causes when something moved first
             z = (float(ls.values[le.peak]) - le.base) / le.sigma if le.sigma > 0 else 0.0
             out.append(
                 _Pending(
@@ -661,7 +662,7 @@ def _loss001(ls: _Series, le: _Event, sev: str, clause: str, *, grad_logged: boo
     if "grad_spike_step" in le.extra:
         lead_txt = (
             f"grad_norm spiked only at step {int(le.extra['grad_spike_step'])}, after the "
-            "loss (a bad batch or data, not an optimizer blow-up)"
+            f"loss{AFTER_LOSS_NOTE}"
         )
     elif grad_logged:
         lead_txt = "no grad_norm spike led it"
