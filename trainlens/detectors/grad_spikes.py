@@ -1061,16 +1061,29 @@ def _left_tail(
     gv: np.ndarray, sm: np.ndarray, a0: int, a: int, *, up: bool, p: Params
 ) -> tuple[int, float]:
     """Where the grad norm left its own tail before crossing an absolute bound at index
-    ``a``: after the last point before it whose 5-point median still lay within the
-    tail's noise band (the ``window`` points before the stretch began at ``a0``: their
-    median x/÷ max(exp(recover_k sigma), 1.5), the band a spike must come back to). The
-    crossing is where a threshold happened to be, not where the change began. Returns
-    (index, the tail's median); ``a`` itself when no tail is known."""
-    tail = gv[max(0, a0 - p.window) : a0]
-    tail = tail[tail > 0]
-    if tail.size < p.min_baseline:
+    ``a`` (its stretch begins at ``a0``): after the last point before it whose 5-point
+    median still lay within the tail's noise band (median x/÷ max(exp(recover_k sigma),
+    1.5), the band a spike must come back to). The crossing is where a threshold
+    happened to be, not where the change began. The tail is the ``window`` points before
+    the stretch — or, when the norm was already climbing there, the window before the
+    climb: consecutive windows (going back) whose medians keep moving away by more than
+    ``tail_step`` = 10 % each are the climb. Returns (index, the tail's median); ``a``
+    itself when no tail is known."""
+    w = p.window
+    k = a0 // w  # whole windows before the stretch, the last one ending at a0
+    if k == 0:
         return a, math.nan
-    lt = np.log(tail)
+    blocks = gv[a0 - k * w : a0].reshape(k, w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lb = np.log(np.where(blocks > 0, blocks, np.nan))
+    med = np.nanmedian(lb, axis=1) if np.isfinite(lb).any() else np.full(k, np.nan)
+    step = math.log(1.1)
+    climbing = med[:-1] < med[1:] - step if up else med[:-1] > med[1:] + step
+    flat = np.flatnonzero(~climbing)  # windows (going back) where the climb stops
+    t = int(flat[-1]) + 1 if flat.size else 0  # the tail window
+    lt = lb[t][np.isfinite(lb[t])]
+    if lt.size < p.min_baseline:
+        return a, math.nan
     mid = float(np.median(lt))
     sigma = max(float(np.median(np.abs(lt - mid))) * MAD_TO_SIGMA, p.grad_sigma_floor)
     band = max(p.recover_k * sigma, math.log(1.5))

@@ -205,6 +205,9 @@ def _not_decreasing(
             slope_low=float(fit.low_slope),
             slope_high=float(fit.high_slope),
             noise=noise,
+            constant=bool(np.ptp(v) == 0.0),
+            resumed=start.resumed,
+            warmup_end=start.warmup_end,
         )
     ]
 
