@@ -153,11 +153,9 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     diverging = _diverging(rst, rv, sm, noise, w, initial, steps_all, p)
     out = list(diverging)
     if not any(f.severity.rank >= 1 for f in diverging):
-        if keep.all():
-            sm_k, noise_k = sm, noise
-        else:
-            sm_k, noise_k, _ = _smooth(_reduce(st, v, p.max_smooth_points)[1], p.smooth_frac)
-        out.extend(_not_decreasing(st, v, sm_k, noise_k, initial, start, p))
+        # the smoothed curve after warmup: the whole log's, from there on (one smoothing)
+        sm_k = sm if keep.all() else sm[rst >= st[0]]
+        out.extend(_not_decreasing(st, v, sm_k if sm_k.size else sm, noise, initial, start, p))
     return out
 
 
