@@ -766,7 +766,7 @@ def _pair(gs: _Series | None, ls: _Series | None, p: Params) -> list[_Pending]:
             )
     if gs is not None:
         lone = np.flatnonzero(~grad_answered).tolist()
-        out.extend(_grad002(gs, lone, p, loss_logged=ls is not None))
+        out.extend(_grad002(gs, lone, p, ls))
     return out
 
 
@@ -847,11 +847,33 @@ def _loss001(ls: _Series, le: _Event, sev: str, clause: str, *, grad_logged: boo
     )
 
 
-def _grad002(gs: _Series, lone: list[int], p: Params, *, loss_logged: bool) -> list[_Pending]:
+def _loss_moved(gs: _Series, ev: _Event, ls: _Series | None, p: Params) -> str:
+    """What the loss did at a grad-only spike: not a spike, but did it move? The largest
+    rise over the last loss before the grad spike, within the pairing window."""
+    if ls is None:
+        return "train/loss is not logged"
+    g0 = int(gs.steps[ev.start])
+    win = max(p.lag_window, p.lag_window_points * max(gs.interval, ls.interval))
+    i0 = int(np.searchsorted(ls.steps, g0, side="left"))
+    i1 = int(np.searchsorted(ls.steps, int(gs.steps[ev.last_spike]) + win, side="right"))
+    if i0 == 0 or i1 <= i0:
+        return "the loss did not follow"
+    before = float(ls.values[i0 - 1])
+    j = i0 + int(np.argmax(ls.values[i0:i1]))
+    rise = (float(ls.values[j]) - before) / abs(before) if before else 0.0
+    if rise < p.recover_rel:
+        return "the loss did not follow"
+    return (
+        f"the loss rose only {rise:.1%} ({float(ls.values[j]):.4g} at step "
+        f"{int(ls.steps[j])} after {before:.4g}), less than a loss spike"
+    )
+
+
+def _grad002(gs: _Series, lone: list[int], p: Params, ls: _Series | None) -> list[_Pending]:
     out: list[_Pending] = []
     if not lone:
         return out
-    why = "the loss did not follow" if loss_logged else "train/loss is not logged"
+    why = "the loss did not follow" if ls is not None else "train/loss is not logged"
     # repeated grad-only spikes: a window of repeat_window points holding at least
     # repeat_count of them, more than the run's own rate of such spikes explains
     # (Poisson tail, Bonferroni over the windows of the run, level repeat_alpha)
@@ -915,7 +937,7 @@ def _grad002(gs: _Series, lone: list[int], p: Params, *, loss_logged: bool) -> l
                 sev,
                 _ratio(ev, gs.values),
                 int(gs.steps[ev.start]),
-                partial(_grad002_one, gs, ev, sev, why),
+                partial(_grad002_one, gs, ev, sev, _loss_moved(gs, ev, ls, p)),
             )
         )
     return out
