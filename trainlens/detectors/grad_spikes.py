@@ -44,7 +44,9 @@ Default thresholds
     over the first ``window`` points sigma is also estimated from one-step changes (the
     lagged median trails a fast early fall). The z thresholds are caps: n points need
     the normal quantile at ``spike_alpha`` = 0.001 / n, at least ``min_z`` = 4. A grad
-    norm exactly 0 at every step (or from some step on) was not computed: DATA006 note.
+    norm printed as exactly 0 was not computed (every step, from some step on, or at
+    skipped fp16-overflow steps): DATA006, an info data-quality note; those values are
+    not judged.
     Pairing window: ``lag_window`` = 10 steps, or 3 logging intervals if longer. Back
     within ``transient_points`` = 5 logged points: a one-off (info); never back with at
     least ``min_points_after`` = 10 points left: error. Grad-only spikes: warning when
@@ -678,31 +680,42 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
 
 
 def _not_computed(st: np.ndarray, gv: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[Finding]]:
-    """A grad norm printed as exactly 0 at every step, or from some step to the end, was
-    not computed (Megatron prints ``grad norm: 0.000`` then; a real norm of a trained
-    network's gradients is never exactly 0.0 in floating point over several steps). Those
-    values are dropped and reported as a data-quality note, not as vanishing gradients."""
-    if st.size == 0 or gv[-1] != 0:
+    """A grad norm printed as exactly 0 was not computed: Megatron prints ``grad norm:
+    0.000`` when it does not compute it, and at fp16 overflow steps it skips (BLOOM's
+    first iterations); a real norm of a network's gradients is not exactly 0.0 in
+    floating point. Those values are dropped and reported as a data-quality note (at
+    every step, from some step to the end, or at N steps), not as vanishing gradients.
+    Fewer than 3 zeros (of a longer series) are dropped without a note."""
+    zero = gv == 0
+    n_zero = int(zero.sum())
+    if n_zero == 0:
         return st, gv, []
-    nonzero = np.flatnonzero(gv != 0)
-    k = int(nonzero[-1]) + 1 if nonzero.size else 0
-    n_zero = st.size - k
+    keep = ~zero
     if n_zero < min(3, st.size):
-        return st, gv, []
-    where = "at every logged step" if k == 0 else f"from step {int(st[k])} to the last logged step"
+        return st[keep], gv[keep], []
+    zs = st[zero]
+    a, b = int(zs[0]), int(zs[-1])
+    nonzero = np.flatnonzero(keep)
+    suffix = not nonzero.size or int(nonzero[-1]) < int(np.flatnonzero(zero)[0])
+    if not nonzero.size:
+        where = f"at every logged step ({a}–{b})"
+    elif suffix:
+        where = f"from step {a} to the last logged step ({b})"
+    else:
+        where = f"at {n_zero} logged steps between {a} and {b}"
     note = finding(
         "DATA006",
         CODES["DATA006"],
         "info",
-        f"{GRAD} is exactly 0 {where} ({int(st[k])}–{int(st[-1])}, {n_zero} values): it was "
-        "not computed (trainers such as Megatron print 0.000 then), so those values are "
-        "not judged as a gradient norm.",
+        f"{GRAD} is exactly 0 {where}, {n_zero} values: not computed there (Megatron prints "
+        "0.000 when it does not compute it, and at skipped fp16-overflow steps), so those "
+        "values are not judged as a gradient norm.",
         metric=GRAD,
-        step_start=int(st[k]),
-        step_end=int(st[-1]),
+        step_start=a,
+        step_end=b,
         zero_values=n_zero,
     )
-    return st[:k], gv[:k], [note]
+    return st[keep], gv[keep], [note]
 
 
 def _pair(gs: _Series | None, ls: _Series | None, p: Params) -> list[_Pending]:
