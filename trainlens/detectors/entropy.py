@@ -130,7 +130,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     L = max(params.min_window, round(params.window_frac * n))
     K = params.prior_windows
     if n < (K + 2) * L + params.min_window:
-        raise Skip(f"entropy: only {n} values, too few to judge")
+        raise Skip(f"only {n} entropy values, too few to judge")
     z = np.log(np.maximum(e, _EPS))
     ws = max(3, min(odd(L / 2), _MAX_FILTER))
     zs = centered_median(z, ws)

@@ -136,7 +136,8 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     steps_all, v_all = run.series(LOSS, finite=True)
     if steps_all.size < p.min_points:
         raise Skip(
-            f"{LOSS} has {steps_all.size} finite values; a trend needs at least {p.min_points}"
+            f"{LOSS} has {steps_all.size} finite value{'s' * (steps_all.size != 1)}; a trend "
+            f"needs at least {p.min_points}"
         )
     start = run_start(run, steps_all, ctx)
     # LOSS002 compares the level after the run's own warmup (the LR ramp seen in the log or
