@@ -253,22 +253,27 @@ def _flat_text(
 
 
 def _departure(
-    v: np.ndarray, b: int, a: int, w: int, low: float, noise: float, margin: float, p: Params
+    v: np.ndarray, sm: np.ndarray, b: int, a: int, w: int, low: float, margin: float, p: Params
 ) -> int:
     """Where a rise that the smoothed loss shows at index ``a`` left the loss' tail around
     its minimum (index ``b``): after the last point whose 3-point median still lay in the
-    minimum's noise band (``noise_k`` sigmas of a 3-point median), not where it crossed
-    the margin. The centered median crosses up to w/2 points early or late, so the search
-    runs to there; without a point over the margin the smoothed crossing stands."""
+    minimum's noise band, not where it crossed the margin. The band is the noise there
+    (``noise_k`` sigmas of a 3-point median, from the residuals within ``w`` points of the
+    minimum, at least ``rise_rel`` of it): a loss that spans decades (version_13: 0.3 down
+    to 0.0009) has a run-wide noise far above the noise at its minimum. The centered
+    median crosses up to w/2 points early or late, so the search runs to there; without a
+    point over the margin the smoothed crossing stands."""
     fwd3 = np.median(np.lib.stride_tricks.sliding_window_view(np.r_[v, v[-1], v[-1]], 3), axis=1)
     lo, hi = b + 1, min(v.size, a + w // 2 + 1)
     over = np.flatnonzero(fwd3[lo:hi] > low + margin)
     if not over.size:
         return a
     cross = lo + int(over[0])
-    # noise of the smoothed curve back to that of one point, then of a 3-point median
-    sigma3 = noise / 1.2533 * np.sqrt(w) * 1.2533 / np.sqrt(3)
-    band = low + max(p.noise_k * sigma3, 0.5 * (margin))
+    near = slice(max(0, b - w), min(v.size, b + w + 1))
+    res = v[near] - sm[near]
+    sigma = float(np.median(np.abs(res - np.median(res)))) * MAD_TO_SIGMA
+    sigma3 = 1.2533 * sigma / np.sqrt(3)  # of a 3-point median
+    band = low + max(p.noise_k * sigma3, p.rise_rel * abs(low))
     inside = np.flatnonzero(fwd3[lo:cross] <= band)
     return lo + int(inside[-1]) + 1 if inside.size else lo
 
@@ -298,7 +303,7 @@ def _diverging(
         if not low < initial - max(p.rise_rel * abs(initial), p.noise_k * noise):
             continue  # it never fell: a loss that does not decrease (LOSS002)
         b = int(np.flatnonzero(sm[: a + 1] == low)[-1])
-        a = _departure(v, max(b, after_prev - 1), a, w, low, noise, margin[a], p)
+        a = _departure(v, sm, max(b, after_prev - 1), a, w, low, margin[a], p)
         seg = sm[a : e + 1]
         peak = a + int(np.argmax(seg))
         recovered = e < st.size - 1
