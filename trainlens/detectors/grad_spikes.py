@@ -40,7 +40,8 @@ Default thresholds
     the median of the next ``recover_points`` = 3 within max(3 sigma, 2 %) of the level
     frozen at its start (grad norm: max(3 sigma, 1.5x)). Nothing is skipped as warmup:
     the first ``min_sigma_points`` = 10 points (too few before them for a robust sigma)
-    are judged for gross jumps over the median before them (loss x1.5, grad norm x5);
+    are judged for gross jumps over the median before them (loss x1.5, grad norm x5),
+    and the loss also against the local trend of its neighbours either side;
     over the first ``window`` points sigma is also estimated from one-step changes (the
     lagged median trails a fast early fall). The z thresholds are caps: n points need
     the normal quantile at ``spike_alpha`` = 0.001 / n, at least ``min_z`` = 4. A grad
@@ -477,6 +478,40 @@ def _with_head(
     return med, sig, spike, k
 
 
+def _neighbour_spikes(
+    x: np.ndarray, p: Params, z: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The loss' first points (before ``min_sigma_points``) against the robust local trend
+    of their neighbours: the median of up to two values either side (the run is logged
+    whole, so the points after a value are known). A fresh run's loss falls fast there,
+    so the median of the values before a point lies above its trend and hides a spike
+    under it. The trend is the median of as many neighbours either side (up to two), and
+    at least both next points. The noise is the MAD of the one-step changes over the first
+    ``window`` points around their median change (a steady fall drops out), / sqrt 2. A
+    spike needs
+    z of that noise AND ``loss_min_rel`` of the trend. Returns (trend, sigma, spike);
+    NaN / False where a point has no neighbour after it or fewer than 4 changes exist."""
+    n = x.size
+    base = np.full(n, np.nan)
+    sig = np.full(n, np.nan)
+    spike = np.zeros(n, dtype=bool)
+    d = np.diff(x[: min(n, p.window)])
+    if d.size < 4 or not np.isfinite(d).all():
+        return base, sig, spike
+    sigma = float(np.median(np.abs(d - np.median(d)))) * MAD_TO_SIGMA / math.sqrt(2.0)
+    for i in range(1, min(p.min_sigma_points, n - 1)):
+        k = min(2, i, n - 1 - i)  # as many either side: one-sided, a steep trend leans
+        nbr = np.r_[x[i - k : i], x[i + 1 : i + 1 + k]]
+        # and above both next points: a point between them (a fall that speeds up or slows
+        # down, law-llm's 284.9 -> 161.2 -> 9.9) is no spike
+        base[i] = max(float(np.median(nbr)), float(x[i - 1]), float(x[i + 1]))
+        floor = max(p.loss_sigma_floor_rel * abs(base[i]), 1e-12)
+        sig[i] = max(sigma, floor)
+        excess = x[i] - base[i]
+        spike[i] = excess >= z * sig[i] and excess >= p.loss_min_rel * abs(base[i])
+    return base, sig, spike
+
+
 def _with_early(
     got: tuple[np.ndarray, np.ndarray, np.ndarray, float],
     early: tuple[np.ndarray, np.ndarray],
@@ -535,11 +570,13 @@ def _loss_events(
 
     early = _early(v, p.min_sigma_points, lambda med: p.gross_loss_rel * med)
     z = _z_for(v.size, p.loss_z, p)
-    # the screen holds for bounds that grow with |med|
+    # the screen holds for bounds that grow with |med|; it knows nothing of the first
+    # points' neighbour test (a few points, checked here)
     screen = (
         p.loss_min_rel >= 0
         and p.loss_sigma_floor_rel >= 0
         and not early[1].any()
+        and not _neighbour_spikes(v, p, z)[2].any()
         and not _head_may_spike(v, p, z, least_excess, sigma_floor)
     )
     got = _scores(v, steps, judged, w_end, p, z, least_excess, sigma_floor, screen=screen)
@@ -547,6 +584,9 @@ def _loss_events(
         return []
     got = _with_head(got, v, p, z, least_excess, sigma_floor)
     med, sig, spike, k = _with_early(got, early, p.min_sigma_points, sigma_floor)
+    nb_base, nb_sig, nb_spike = _neighbour_spikes(v, p, z)
+    local = nb_spike & ~spike  # judged against the neighbours' trend, not what came before
+    med[local], sig[local], spike[local] = nb_base[local], nb_sig[local], True
     back = med + np.fmax(k * sig, p.recover_rel * np.abs(med))
     raw_steps, raw_vals = raw
     bad_steps = np.sort(raw_steps[~np.isfinite(raw_vals)])
