@@ -82,6 +82,8 @@ def test_version_13_loss_climbs_back_during_lr_warmup(shared_dir: Path) -> None:
     # the onset is where the loss left its tail near the minimum, before it passed 0.1
     assert 3300 <= (f.step_start or 0) <= 3909
     assert f.evidence["peak_step"] >= 4000
+    # the LR is still climbing there: the advice is about the LR it warms up to
+    assert f.evidence["in_warmup"] is True and "warm" in f.message
 
 
 def test_akramjits_repeated_one_step_spikes(shared_dir: Path) -> None:

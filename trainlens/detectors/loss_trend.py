@@ -151,7 +151,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     initial = float(np.median(v_all[: min(5, v_all.size)]))
     rst, rv = _reduce(steps_all, v_all, p.max_smooth_points)
     sm, noise, w = _smooth(rv, p.smooth_frac)
-    diverging = _diverging(rst, rv, sm, noise, w, initial, steps_all, p)
+    diverging = _diverging(rst, rv, sm, noise, w, initial, steps_all, start, p)
     out = list(diverging)
     if not any(f.severity.rank >= 1 for f in diverging):
         # the smoothed curve after warmup: the whole log's, from there on (one smoothing)
@@ -286,6 +286,7 @@ def _diverging(
     w: int,
     initial: float,
     steps_all: np.ndarray,
+    start: Start,
     p: Params,
 ) -> list[Finding]:
     runmin = np.minimum.accumulate(sm)
@@ -325,6 +326,12 @@ def _diverging(
                 f"and stayed up to the end of the run ({end_val:.4g} at step {int(st[-1])}); "
                 f"restart from a checkpoint before step {int(st[a])} with a lower LR"
             )
+        if start.warmup and int(st[a]) < start.warmup_end:
+            # the LR was still climbing: the LR the warmup heads for is the suspect
+            tail += (
+                f" (it began inside the warmup — {start.warmup}: the LR it warms up to is "
+                "likely too high; lower the peak LR or lengthen the warmup)"
+            )
         out.append(
             finding(
                 "LOSS003",
@@ -344,6 +351,7 @@ def _diverging(
                 end_loss=end_val,
                 initial_loss=initial,
                 recovered=recovered,
+                in_warmup=bool(start.warmup and int(st[a]) < start.warmup_end),
                 stretch_steps=length,
                 smooth_window=w,
             )
