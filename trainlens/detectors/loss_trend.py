@@ -110,6 +110,14 @@ def _smooth(v: np.ndarray, frac: float) -> tuple[np.ndarray, float, int]:
     sm = pl.Series(v, dtype=pl.Float64).rolling_median(w, min_samples=1, center=True).to_numpy()
     res = v - sm
     sigma = float(np.median(np.abs(res - np.median(res)))) * MAD_TO_SIGMA
+    # a point is part of its own median: with the shortest window (5, logs under 250
+    # points) its residual understates the noise by a third to a half; one-step changes
+    # around their median change (a steady trend drops out) / sqrt 2 do not. Longer logs
+    # keep the residuals: a loss spanning decades (version_13) has changes far noisier
+    # early than at its minimum
+    d = np.diff(v)
+    if w == 5 and d.size >= 4:
+        sigma = max(sigma, float(np.median(np.abs(d - np.median(d)))) * MAD_TO_SIGMA / np.sqrt(2))
     return sm, 1.2533 * sigma / np.sqrt(w), w
 
 
@@ -290,7 +298,14 @@ def _diverging(
     p: Params,
 ) -> list[Finding]:
     runmin = np.minimum.accumulate(sm)
-    margin = np.fmax(p.rise_rel * np.abs(runmin), p.noise_k * noise)
+    # the running minimum of a noisy curve is itself an extreme: over m = n / w independent
+    # smoothed values it lies about sqrt(2 ln m) sigmas below the level, so a rise back to
+    # the level is not one (a flat 49-point excerpt "rose 8 % from its minimum"). Short logs
+    # only (the shortest window, under 250 points): on long ones the noise is one run-wide
+    # number that a loss spanning decades already overstates at its low end (version_13)
+    m = st.size / w
+    depth = float(np.sqrt(2.0 * np.log(m))) if w == 5 and m > 1 else 0.0
+    margin = np.fmax(p.rise_rel * np.abs(runmin), (p.noise_k + depth) * noise)
     above = (sm - runmin) > margin
     span = max(int(steps_all[-1] - steps_all[0]), 1)
     out: list[Finding] = []
