@@ -542,6 +542,9 @@ def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> lis
         return p.grad_sigma_floor
 
     early = _early(x, p.min_sigma_points, lambda med: math.log(p.gross_grad_ratio))
+    # the grad norm of the very first step is no baseline: at initialization it can sit
+    # far from where the first updates take it; a gross grad jump needs two values before
+    early[1][:2] = False
     z = _z_for(x.size, p.grad_z, p)
     screen = not early[1].any() and not _head_may_spike(x, p, z, least_excess, sigma_floor)
     got = _scores(x, steps, judged, w_end, p, z, least_excess, sigma_floor, screen=screen)
@@ -983,27 +986,38 @@ def _grad002(gs: _Series, lone: list[int], p: Params, ls: _Series | None) -> lis
         if in_cluster[j]:
             continue
         ev = gs.events[i]
-        sev = "warning" if _grad_persistent(ev, p) else "info"
+        # a grad-only excursion that starts in the first points is the norm settling
+        # after initialization (it often stays up for tens of steps): a note, not a warning
+        settling = ev.start < p.min_sigma_points
+        sev = "warning" if _grad_persistent(ev, p) and not settling else "info"
         out.append(
             _Pending(
                 "GRAD002",
                 sev,
                 _ratio(ev, gs.values),
                 int(gs.steps[ev.start]),
-                partial(_grad002_one, gs, ev, sev, _loss_moved(gs, ev, ls, p)),
+                partial(_grad002_one, gs, ev, sev, _loss_moved(gs, ev, ls, p), p),
             )
         )
     return out
 
 
-def _grad002_one(gs: _Series, ev: _Event, sev: str, why: str) -> Finding:
+def _grad002_one(gs: _Series, ev: _Event, sev: str, why: str, p: Params) -> Finding:
     s0 = int(gs.steps[ev.start])
     rec = (
         f"back by step {int(gs.steps[ev.recovered])}"
         if ev.recovered is not None
         else "still elevated at the last logged step"
     )
-    what = f"it stayed elevated {_span(gs, ev)}" if sev != "info" else f"a one-off ({rec})"
+    if not _grad_persistent(ev, p):
+        what = f"a one-off ({rec})"
+    elif sev == "info":
+        what = (
+            f"it stayed elevated {_span(gs, ev)}, from the first points of the log: the norm "
+            "settling after initialization"
+        )
+    else:
+        what = f"it stayed elevated {_span(gs, ev)}"
     return finding(
         "GRAD002",
         CODES["GRAD002"],
