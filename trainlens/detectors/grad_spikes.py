@@ -70,10 +70,10 @@ Known false positives
 
 Example
     ``WARNING  GRAD001  steps 31216–31222  grad_norm spiked at step 31216 (2.39, 9.9x its
-    rolling median 0.242; peak 960 at step 31219) and loss followed at step 31216 (lag
-    0): 5.098 at step 31219 vs trend 2.22; the loss stayed up for 34 steps (7 logged
-    points) and was back by step 31250; if it recurs, lower the LR or tighten gradient
-    clipping.``
+    rolling median 0.242; peak 960 at step 31219) and loss followed at step 31219 (lag
+    3): 5.098 at step 31219 vs trend 2.293; a one-off: the loss was back by step 31250;
+    grad_norm stayed elevated for 34 steps (7 logged points) and was back by step 31250;
+    if it recurs, lower the LR or tighten gradient clipping.``
 """
 
 from __future__ import annotations
