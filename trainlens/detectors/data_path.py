@@ -128,7 +128,7 @@ def _stretches(v: np.ndarray, bound: float, params: Params) -> list[_Stretch]:
 def _padding(run: Run, params: Params) -> list[Finding]:
     s, v = run.series("padding_frac", finite=True)
     if len(v) < params.min_points:
-        return []
+        raise Skip(f"padding_frac: only {len(v)} values, too few to judge ({params.min_points})")
     note = None
     if np.median(v) > 1.0 and v.max() <= 100.0:
         v = v / 100.0  # logged in percent
@@ -205,7 +205,9 @@ def _wait_share(run: Run) -> tuple[np.ndarray, np.ndarray, str, bool]:
 def _loader(run: Run, params: Params) -> list[Finding]:
     s, share, source, exclusive = _wait_share(run)
     if len(share) < params.min_points:
-        return []
+        raise Skip(
+            f"dataloader_wait: only {len(share)} values, too few to judge ({params.min_points})"
+        )
     share = np.clip(share, 0.0, 1.0)
     out = []
     for st in _stretches(share, params.wait_info, params)[: params.max_findings]:
@@ -250,12 +252,16 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     if not has_pad and not has_wait:
         raise Skip("needs padding_frac or dataloader_wait, not logged")
     out: list[Finding] = []
-    if has_pad:
-        out.extend(_padding(run, params))
-    if has_wait:
+    reasons: list[str] = []
+    judged = False
+    for logged, part in ((has_pad, _padding), (has_wait, _loader)):
+        if not logged:
+            continue
         try:
-            out.extend(_loader(run, params))
-        except Skip:
-            if not has_pad:
-                raise
+            out.extend(part(run, params))
+            judged = True
+        except Skip as why:
+            reasons.append(str(why))
+    if not judged:
+        raise Skip("; ".join(reasons))
     return out

@@ -60,6 +60,7 @@ import numpy as np
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
+from trainlens.detectors._start import run_start
 from trainlens.detectors._stats import runs_of
 from trainlens.detectors.base import Context, Skip, finding, require
 from trainlens.detectors.throughput import centered_median, odd, robust_sigma
@@ -129,17 +130,16 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     L = max(params.min_window, round(params.window_frac * n))
     K = params.prior_windows
     if n < (K + 2) * L + params.min_window:
-        raise Skip(f"entropy: only {n} values, too few to judge")
+        raise Skip(f"only {n} entropy values, too few to judge")
     z = np.log(np.maximum(e, _EPS))
     ws = max(3, min(odd(L / 2), _MAX_FILTER))
     zs = centered_median(z, ws)
     z3 = centered_median(z, 3)
 
-    # the baseline-only start: a fraction of the run, or the declared LR warmup
+    # the baseline-only start: a fraction of the run, or the run's own LR warmup (the
+    # ramp seen in the log, or a declared warmup against the real step numbers)
     warm_step = float(steps[0]) + params.warmup_frac * float(steps[-1] - steps[0])
-    declared = ctx.schedule.get("warmup_steps") if ctx and ctx.schedule else None
-    if isinstance(declared, (int, float)) and declared > 0:
-        warm_step = max(warm_step, float(declared))
+    warm_step = max(warm_step, float(run_start(run, steps, ctx).warmup_end))
     i0 = int(np.searchsorted(steps, warm_step))
 
     # fall over L points, and the fall per L over the K*L points before

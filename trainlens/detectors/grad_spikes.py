@@ -38,8 +38,16 @@ Default thresholds
     ``check_for_spiky_loss``, 10x the largest loss seen, only catches blow-ups). An
     excursion starts at a spike point and lasts until the series is back — the value and
     the median of the next ``recover_points`` = 3 within max(3 sigma, 2 %) of the level
-    frozen at its start (grad norm: max(3 sigma, 1.5x)). The first max(``warmup_steps`` =
-    50, ``warmup_frac`` = 2 % of the run) steps, and a declared warmup, are not judged.
+    frozen at its start (grad norm: max(3 sigma, 1.5x)). Nothing is skipped as warmup:
+    the first ``min_sigma_points`` = 10 points (too few before them for a robust sigma)
+    are judged for gross jumps over the median before them (loss x1.5, grad norm x5),
+    and the loss also against the local trend of its neighbours either side;
+    over the first ``window`` points sigma is also estimated from one-step changes (the
+    lagged median trails a fast early fall). The z thresholds are caps: n points need
+    the normal quantile at ``spike_alpha`` = 0.001 / n, at least ``min_z`` = 4. A grad
+    norm printed as exactly 0 was not computed (every step, from some step on, or at
+    skipped fp16-overflow steps): DATA006, an info data-quality note; those values are
+    not judged.
     Pairing window: ``lag_window`` = 10 steps, or 3 logging intervals if longer. Back
     within ``transient_points`` = 5 logged points: a one-off (info); never back with at
     least ``min_points_after`` = 10 points left: error. Grad-only spikes: warning when
@@ -62,10 +70,10 @@ Known false positives
 
 Example
     ``WARNING  GRAD001  steps 31216–31222  grad_norm spiked at step 31216 (2.39, 9.9x its
-    rolling median 0.242; peak 960 at step 31219) and loss followed at step 31216 (lag
-    0): 5.098 at step 31219 vs trend 2.22; the loss stayed up for 34 steps (7 logged
-    points) and was back by step 31250; if it recurs, lower the LR or tighten gradient
-    clipping.``
+    rolling median 0.242; peak 960 at step 31219) and loss followed at step 31219 (lag
+    3): 5.098 at step 31219 vs trend 2.293; a one-off: the loss was back by step 31250;
+    grad_norm stayed elevated for 34 steps (7 logged points) and was back by step 31250;
+    if it recurs, lower the LR or tighten gradient clipping.``
 """
 
 from __future__ import annotations
@@ -74,6 +82,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
+from statistics import NormalDist
 from typing import NamedTuple
 
 import numpy as np
@@ -82,6 +91,7 @@ import polars as pl
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.detectors._causes import AFTER_LOSS_NOTE, DATA_ADVICE
+from trainlens.detectors._start import run_start
 from trainlens.detectors._stats import MAD_TO_SIGMA, centered_rolling_median, median3, runs_of
 from trainlens.detectors.base import Context, Skip, finding
 
@@ -91,6 +101,7 @@ CODES = {
     "GRAD003": "grad-norm-vanishing",
     "GRAD004": "grad-norm-exploding",
     "LOSS001": "loss-spike",
+    "DATA006": "metric-not-computed",
 }
 
 GRAD = "grad_norm"
@@ -101,17 +112,25 @@ LOSS = "train/loss"
 class Params:
     #: causal rolling baseline, in logged points
     window: int = 50
-    #: points needed before a value can be judged against its baseline
+    #: points needed before a value can be judged against its rolling baseline
     min_baseline: int = 3
-    #: steps not judged at the start: max(warmup_steps, warmup_frac of the span)
-    warmup_steps: int = 50
-    warmup_frac: float = 0.02
+    #: the first points (fewer than min_sigma_points before them: too few for a robust
+    #: sigma) are judged against the median of what came before, for gross jumps only:
+    #: the loss x(1 + gross_loss_rel), the grad norm x gross_grad_ratio
+    min_sigma_points: int = 10
+    gross_loss_rel: float = 0.5
+    gross_grad_ratio: float = 5.0
     #: grad spike: robust z (log space) AND ratio to the rolling median
     grad_z: float = 6.0
     grad_ratio: float = 3.0
     grad_sigma_floor: float = 0.05
     #: loss spike: robust z AND relative excess over the trend
     loss_z: float = 6.0
+    #: grad_z and loss_z are caps: a run of n points needs only the z a normal sample
+    #: exceeds with probability spike_alpha over n tests (Bonferroni): 6.1 at 1M points,
+    #: 4.5 at 128, never below min_z (a MAD from few points is itself uncertain)
+    spike_alpha: float = 0.001
+    min_z: float = 4.0
     loss_min_rel: float = 0.05
     loss_sigma_floor_rel: float = 0.005
     #: a loss spike within this many steps (or lag_window_points intervals) follows
@@ -145,21 +164,6 @@ class Params:
 
 
 # ---- shared helpers (usable by other detectors) ------------------------------------------
-
-
-def warmup_end(steps: np.ndarray, ctx: Context, *, min_steps: int, frac: float) -> int:
-    """First step judged: the first logged step + max(min_steps, frac of the span), and
-    not before the end of a declared warmup that starts before the log does."""
-    first, last = int(steps[0]), int(steps[-1])
-    end = first + max(int(min_steps), math.ceil(frac * (last - first)))
-    declared = ctx.schedule.get("warmup_steps") if ctx.schedule else None
-    try:
-        w = int(declared) if declared is not None else 0
-    except (TypeError, ValueError):
-        w = 0
-    if w > first:
-        end = max(end, w)
-    return end
 
 
 def causal_baseline(
@@ -395,9 +399,142 @@ def _scores(
     return med, sig, spike, k
 
 
+def _z_for(n: int, cap: float, p: Params) -> float:
+    """The z a spike needs in a run of ``n`` points: the two-sided normal quantile at
+    ``spike_alpha / n``, between ``min_z`` and ``cap``."""
+    z = NormalDist().inv_cdf(1.0 - p.spike_alpha / (2.0 * max(n, 1)))
+    return float(min(cap, max(p.min_z, z)))
+
+
+def _early(x: np.ndarray, m: int, least_excess: Bound) -> tuple[np.ndarray, np.ndarray]:
+    """The first points, with fewer than ``m`` values before them (too few for a robust
+    sigma: the MAD of three normal values is below a third of their sigma one time in
+    six): the median of what came before and whether the point exceeds it by a gross
+    jump. A loss going 2.77 -> 7.34 in the second point of an excerpt is a blow-up at
+    any length. At most ``m - 1`` points."""
+    med = np.full(x.size, np.nan)
+    for i in range(1, min(m, x.size)):
+        med[i] = np.median(x[:i])
+    spike = np.zeros(x.size, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        spike[1:m] = (x[1:m] - med[1:m]) >= least_excess(np.abs(med[1:m]))
+    return med, spike
+
+
+def _head_sigma(x: np.ndarray, p: Params, sigma_floor: Bound) -> np.ndarray:
+    """A trend-free robust sigma for the points whose window is not yet full: from the
+    median absolute one-step change of the values before each (MAD of differences /
+    sqrt 2). At the start of a run the series falls fast and the lagged median trails
+    it, so the deviations from it measure the trend, not the noise (llama3-1b: a
+    log-space sigma of 1.7 from deviations against 0.4 from differences, which hid a
+    29x grad spike at step 30). NaN where fewer than 3 changes came before. At most
+    ``window`` points; later the window's deviations are dominated by noise again."""
+    n = min(x.size, p.window)
+    out = np.full(x.size, np.nan)
+    d = np.abs(np.diff(x[:n]))
+    for i in range(max(p.min_sigma_points, 4), n):  # x[:i] holds i - 1 changes
+        out[i] = np.median(d[: i - 1]) * MAD_TO_SIGMA / math.sqrt(2.0)
+    head = out[:n]
+    with np.errstate(invalid="ignore"):
+        floor = np.broadcast_to(sigma_floor(np.abs(x[:n])), head.shape)
+        out[:n] = np.where(np.isnan(head), np.nan, np.fmax(head, floor))
+    return out
+
+
+def _head_may_spike(
+    x: np.ndarray, p: Params, z: float, least_excess: Bound, sigma_floor: Bound
+) -> bool:
+    """Whether a point whose window is not yet full can spike at the least sigma (its
+    floor): then the screen, which judges with the deviations' sigma, must not decide."""
+    n = min(x.size, p.window)
+    idx = np.arange(max(p.min_sigma_points, 1), n)
+    if idx.size == 0 or not np.isfinite(x[:n]).all():
+        return idx.size > 0
+    med = np.array([np.median(x[:i]) for i in idx.tolist()])
+    exc = x[idx] - med
+    lim = np.broadcast_to(least_excess(np.abs(med)), med.shape)
+    flo = np.broadcast_to(sigma_floor(np.abs(med)), med.shape)
+    return bool(((exc >= lim) & (exc >= z * flo)).any())
+
+
+def _with_head(
+    got: tuple[np.ndarray, np.ndarray, np.ndarray, float],
+    x: np.ndarray,
+    p: Params,
+    z: float,
+    least_excess: Bound,
+    sigma_floor: Bound,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The scores with the head's sigma lowered to its trend-free estimate where that is
+    smaller, and its spikes re-decided with it."""
+    med, sig, spike, k = got
+    hs = _head_sigma(x, p, sigma_floor)
+    n = min(x.size, p.window)
+    lower = np.isfinite(hs[:n]) & (hs[:n] < sig[:n])
+    if lower.any():
+        sig[:n] = np.where(lower, hs[:n], sig[:n])
+        excess = x[:n] - med[:n]
+        with np.errstate(invalid="ignore"):
+            spike[:n] = (excess >= z * sig[:n]) & (excess >= least_excess(med[:n]))
+    return med, sig, spike, k
+
+
+def _neighbour_spikes(
+    x: np.ndarray, p: Params, z: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The loss' first points (before ``min_sigma_points``) against the robust local trend
+    of their neighbours: the median of up to two values either side (the run is logged
+    whole, so the points after a value are known). A fresh run's loss falls fast there,
+    so the median of the values before a point lies above its trend and hides a spike
+    under it. The trend is the median of as many neighbours either side (up to two), and
+    at least both next points. The noise is the MAD of the one-step changes over the first
+    ``window`` points around their median change (a steady fall drops out), / sqrt 2. A
+    spike needs
+    z of that noise AND ``loss_min_rel`` of the trend. Returns (trend, sigma, spike);
+    NaN / False where a point has no neighbour after it or fewer than 4 changes exist."""
+    n = x.size
+    base = np.full(n, np.nan)
+    sig = np.full(n, np.nan)
+    spike = np.zeros(n, dtype=bool)
+    d = np.diff(x[: min(n, p.window)])
+    if d.size < 4 or not np.isfinite(d).all():
+        return base, sig, spike
+    sigma = float(np.median(np.abs(d - np.median(d)))) * MAD_TO_SIGMA / math.sqrt(2.0)
+    for i in range(1, min(p.min_sigma_points, n - 1)):
+        k = min(2, i, n - 1 - i)  # as many either side: one-sided, a steep trend leans
+        nbr = np.r_[x[i - k : i], x[i + 1 : i + 1 + k]]
+        # and above both next points: a point between them (a fall that speeds up or slows
+        # down, law-llm's 284.9 -> 161.2 -> 9.9) is no spike
+        base[i] = max(float(np.median(nbr)), float(x[i - 1]), float(x[i + 1]))
+        floor = max(p.loss_sigma_floor_rel * abs(base[i]), 1e-12)
+        sig[i] = max(sigma, floor)
+        excess = x[i] - base[i]
+        spike[i] = excess >= z * sig[i] and excess >= p.loss_min_rel * abs(base[i])
+    return base, sig, spike
+
+
+def _with_early(
+    got: tuple[np.ndarray, np.ndarray, np.ndarray, float],
+    early: tuple[np.ndarray, np.ndarray],
+    m: int,
+    sigma_floor: Bound,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The rolling scores with the first ``m`` points' medians and gross jumps filled in."""
+    med, sig, spike, k = got
+    emed, espike = early
+    head = slice(0, min(m, med.size))
+    fill = np.isnan(med[head]) & np.isfinite(emed[head])
+    med[head] = np.where(fill, emed[head], med[head])
+    floor = np.broadcast_to(sigma_floor(np.abs(np.nan_to_num(med[head]))), fill.shape)
+    sig[head] = np.where(fill, np.fmax(sig[head], floor), sig[head])
+    spike[head] = espike[head]  # only gross jumps, before a sigma can be trusted
+    return med, sig, spike, k
+
+
 def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> list[_Event]:
     x = np.log(g)
-    judged = steps >= w_end
+    # every point with a baseline is judged; warmup only sets how noisy "back" may be
+    judged = np.ones(x.size, dtype=bool)
 
     def least_excess(med: np.ndarray) -> float:
         return math.log(p.grad_ratio)
@@ -405,10 +542,17 @@ def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> lis
     def sigma_floor(med: np.ndarray) -> float:
         return p.grad_sigma_floor
 
-    got = _scores(x, steps, judged, w_end, p, p.grad_z, least_excess, sigma_floor, screen=True)
+    early = _early(x, p.min_sigma_points, lambda med: math.log(p.gross_grad_ratio))
+    # the grad norm of the very first step is no baseline: at initialization it can sit
+    # far from where the first updates take it; a gross grad jump needs two values before
+    early[1][:2] = False
+    z = _z_for(x.size, p.grad_z, p)
+    screen = not early[1].any() and not _head_may_spike(x, p, z, least_excess, sigma_floor)
+    got = _scores(x, steps, judged, w_end, p, z, least_excess, sigma_floor, screen=screen)
     if got is None:
         return []
-    med, sig, spike, k = got
+    got = _with_head(got, x, p, z, least_excess, sigma_floor)
+    med, sig, spike, k = _with_early(got, early, p.min_sigma_points, sigma_floor)
     back = med + np.fmax(k * sig, math.log(1.5))
     out = []
     for a, b, n, last, rec in _excursions(spike, x, forward_median(x, p.recover_points), back):
@@ -420,7 +564,7 @@ def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> lis
 def _loss_events(
     steps: np.ndarray, v: np.ndarray, p: Params, w_end: int, raw: tuple[np.ndarray, np.ndarray]
 ) -> list[_Event]:
-    judged = steps >= w_end
+    judged = np.ones(v.size, dtype=bool)
 
     def least_excess(med: np.ndarray) -> np.ndarray:
         return p.loss_min_rel * np.abs(med)
@@ -428,12 +572,25 @@ def _loss_events(
     def sigma_floor(med: np.ndarray) -> np.ndarray:
         return np.fmax(p.loss_sigma_floor_rel * np.abs(np.nan_to_num(med)), 1e-12)
 
-    # the screen holds for bounds that grow with |med|
-    screen = p.loss_min_rel >= 0 and p.loss_sigma_floor_rel >= 0
-    got = _scores(v, steps, judged, w_end, p, p.loss_z, least_excess, sigma_floor, screen=screen)
+    early = _early(v, p.min_sigma_points, lambda med: p.gross_loss_rel * med)
+    z = _z_for(v.size, p.loss_z, p)
+    # the screen holds for bounds that grow with |med|; it knows nothing of the first
+    # points' neighbour test (a few points, checked here)
+    screen = (
+        p.loss_min_rel >= 0
+        and p.loss_sigma_floor_rel >= 0
+        and not early[1].any()
+        and not _neighbour_spikes(v, p, z)[2].any()
+        and not _head_may_spike(v, p, z, least_excess, sigma_floor)
+    )
+    got = _scores(v, steps, judged, w_end, p, z, least_excess, sigma_floor, screen=screen)
     if got is None:
         return []
-    med, sig, spike, k = got
+    got = _with_head(got, v, p, z, least_excess, sigma_floor)
+    med, sig, spike, k = _with_early(got, early, p.min_sigma_points, sigma_floor)
+    nb_base, nb_sig, nb_spike = _neighbour_spikes(v, p, z)
+    local = nb_spike & ~spike  # judged against the neighbours' trend, not what came before
+    med[local], sig[local], spike[local] = nb_base[local], nb_sig[local], True
     back = med + np.fmax(k * sig, p.recover_rel * np.abs(med))
     raw_steps, raw_vals = raw
     bad_steps = np.sort(raw_steps[~np.isfinite(raw_vals)])
@@ -461,7 +618,12 @@ def _loss_response(ls: _Series, ev: _Event, p: Params) -> tuple[str, str]:
     if ev.recovered is None:
         after = st.size - 1 - ev.start
         last = float(ls.values[-1])
-        if after >= p.min_points_after:
+        # a gross jump (x(1 + gross_loss_rel) over the trend) that every later point of a
+        # short log stays above is a blow-up that never came back, however short the log
+        gross = after >= 2 and float(np.min(ls.values[ev.start :])) - ev.base >= (
+            p.gross_loss_rel * abs(ev.base)
+        )
+        if after >= p.min_points_after or gross:
             return "error", (
                 f"the loss never returned near its pre-spike level {ev.base:.4g} "
                 f"(last {last:.4g} at step {int(st[-1])}); restart from a checkpoint before "
@@ -518,6 +680,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         raise Skip(f"needs {GRAD} or {LOSS}, not logged")
     gs = ls = None
     out: list[Finding] = []
+    too_few: list[str] = []
     loss_raw = run.series(LOSS) if has_l else None
     loss = None
     if loss_raw is not None:
@@ -525,17 +688,26 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         loss = (loss_raw[0][ok], loss_raw[1][ok])
     if has_g:
         st, gv = run.series(GRAD, finite=True)
-        if st.size >= p.min_baseline + 2:
-            w_end = warmup_end(st, ctx, min_steps=p.warmup_steps, frac=p.warmup_frac)
+        st, gv, note = _not_computed(st, gv)
+        out.extend(note)
+        if st.size >= 2:
+            w_end = run_start(run, st, ctx).warmup_end
             pos = gv > 0
             events = _grad_events(st[pos], gv[pos], p, w_end)
             gs = _Series(st[pos], gv[pos], events, typical_interval(st), w_end)
             out.extend(_bounds(st, gv, loss, w_end, p))
-    if loss is not None and loss_raw is not None and loss[0].size >= p.min_baseline + 2:
+        else:
+            too_few.append(f"{GRAD} has {st.size} computed value{'s' * (st.size != 1)}")
+    if loss is not None and loss_raw is not None:
         st, lv = loss
-        w_end = warmup_end(st, ctx, min_steps=p.warmup_steps, frac=p.warmup_frac)
-        events = _loss_events(st, lv, p, w_end, loss_raw)
-        ls = _Series(st, lv, events, typical_interval(st), w_end)
+        if st.size >= 2:
+            w_end = run_start(run, st, ctx).warmup_end
+            events = _loss_events(st, lv, p, w_end, loss_raw)
+            ls = _Series(st, lv, events, typical_interval(st), w_end)
+        else:
+            too_few.append(f"{LOSS} has {st.size} finite value{'s' * (st.size != 1)}")
+    if gs is None and ls is None and not out:
+        raise Skip(f"{' and '.join(too_few)}: a spike needs at least 2 values to compare")
     pending = _pair(gs, ls, p)
     # a grad norm above the absolute bound for long is one GRAD004 finding, not also a
     # grad-only spike at its start
@@ -549,6 +721,45 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         ]
     out.extend(_resolve(pending, p))
     return out
+
+
+def _not_computed(st: np.ndarray, gv: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[Finding]]:
+    """A grad norm printed as exactly 0 was not computed: Megatron prints ``grad norm:
+    0.000`` when it does not compute it, and at fp16 overflow steps it skips (BLOOM's
+    first iterations); a real norm of a network's gradients is not exactly 0.0 in
+    floating point. Those values are dropped and reported as a data-quality note (at
+    every step, from some step to the end, or at N steps), not as vanishing gradients.
+    Fewer than 3 zeros (of a longer series) are dropped without a note."""
+    zero = gv == 0
+    n_zero = int(zero.sum())
+    if n_zero == 0:
+        return st, gv, []
+    keep = ~zero
+    if n_zero < min(3, st.size):
+        return st[keep], gv[keep], []
+    zs = st[zero]
+    a, b = int(zs[0]), int(zs[-1])
+    nonzero = np.flatnonzero(keep)
+    suffix = not nonzero.size or int(nonzero[-1]) < int(np.flatnonzero(zero)[0])
+    if not nonzero.size:
+        where = f"at every logged step ({a}–{b})"
+    elif suffix:
+        where = f"from step {a} to the last logged step ({b})"
+    else:
+        where = f"at {n_zero} logged steps between {a} and {b}"
+    note = finding(
+        "DATA006",
+        CODES["DATA006"],
+        "info",
+        f"{GRAD} is exactly 0 {where}, {n_zero} values: not computed there (Megatron prints "
+        "0.000 when it does not compute it, and at skipped fp16-overflow steps), so those "
+        "values are not judged as a gradient norm.",
+        metric=GRAD,
+        step_start=a,
+        step_end=b,
+        zero_values=n_zero,
+    )
+    return st[keep], gv[keep], [note]
 
 
 def _pair(gs: _Series | None, ls: _Series | None, p: Params) -> list[_Pending]:
@@ -612,7 +823,7 @@ def _pair(gs: _Series | None, ls: _Series | None, p: Params) -> list[_Pending]:
             )
     if gs is not None:
         lone = np.flatnonzero(~grad_answered).tolist()
-        out.extend(_grad002(gs, lone, p, loss_logged=ls is not None))
+        out.extend(_grad002(gs, lone, p, ls))
     return out
 
 
@@ -693,11 +904,33 @@ def _loss001(ls: _Series, le: _Event, sev: str, clause: str, *, grad_logged: boo
     )
 
 
-def _grad002(gs: _Series, lone: list[int], p: Params, *, loss_logged: bool) -> list[_Pending]:
+def _loss_moved(gs: _Series, ev: _Event, ls: _Series | None, p: Params) -> str:
+    """What the loss did at a grad-only spike: not a spike, but did it move? The largest
+    rise over the last loss before the grad spike, within the pairing window."""
+    if ls is None:
+        return "train/loss is not logged"
+    g0 = int(gs.steps[ev.start])
+    win = max(p.lag_window, p.lag_window_points * max(gs.interval, ls.interval))
+    i0 = int(np.searchsorted(ls.steps, g0, side="left"))
+    i1 = int(np.searchsorted(ls.steps, int(gs.steps[ev.last_spike]) + win, side="right"))
+    if i0 == 0 or i1 <= i0:
+        return "the loss did not follow"
+    before = float(ls.values[i0 - 1])
+    j = i0 + int(np.argmax(ls.values[i0:i1]))
+    rise = (float(ls.values[j]) - before) / abs(before) if before else 0.0
+    if rise < p.recover_rel:
+        return "the loss did not follow"
+    return (
+        f"the loss rose only {rise:.1%} ({float(ls.values[j]):.4g} at step "
+        f"{int(ls.steps[j])} after {before:.4g}), less than a loss spike"
+    )
+
+
+def _grad002(gs: _Series, lone: list[int], p: Params, ls: _Series | None) -> list[_Pending]:
     out: list[_Pending] = []
     if not lone:
         return out
-    why = "the loss did not follow" if loss_logged else "train/loss is not logged"
+    why = "the loss did not follow" if ls is not None else "train/loss is not logged"
     # repeated grad-only spikes: a window of repeat_window points holding at least
     # repeat_count of them, more than the run's own rate of such spikes explains
     # (Poisson tail, Bonferroni over the windows of the run, level repeat_alpha)
@@ -754,27 +987,38 @@ def _grad002(gs: _Series, lone: list[int], p: Params, *, loss_logged: bool) -> l
         if in_cluster[j]:
             continue
         ev = gs.events[i]
-        sev = "warning" if _grad_persistent(ev, p) else "info"
+        # a grad-only excursion that starts in the first points is the norm settling
+        # after initialization (it often stays up for tens of steps): a note, not a warning
+        settling = ev.start < p.min_sigma_points
+        sev = "warning" if _grad_persistent(ev, p) and not settling else "info"
         out.append(
             _Pending(
                 "GRAD002",
                 sev,
                 _ratio(ev, gs.values),
                 int(gs.steps[ev.start]),
-                partial(_grad002_one, gs, ev, sev, why),
+                partial(_grad002_one, gs, ev, sev, _loss_moved(gs, ev, ls, p), p),
             )
         )
     return out
 
 
-def _grad002_one(gs: _Series, ev: _Event, sev: str, why: str) -> Finding:
+def _grad002_one(gs: _Series, ev: _Event, sev: str, why: str, p: Params) -> Finding:
     s0 = int(gs.steps[ev.start])
     rec = (
         f"back by step {int(gs.steps[ev.recovered])}"
         if ev.recovered is not None
         else "still elevated at the last logged step"
     )
-    what = f"it stayed elevated {_span(gs, ev)}" if sev != "info" else f"a one-off ({rec})"
+    if not _grad_persistent(ev, p):
+        what = f"a one-off ({rec})"
+    elif sev == "info":
+        what = (
+            f"it stayed elevated {_span(gs, ev)}, from the first points of the log: the norm "
+            "settling after initialization"
+        )
+    else:
+        what = f"it stayed elevated {_span(gs, ev)}"
     return finding(
         "GRAD002",
         CODES["GRAD002"],
@@ -846,6 +1090,7 @@ def _bounds(
                     np.median(before) >= bound if code == "GRAD003" else np.median(before) <= bound
                 )
             )
+            onset, tail_med = _left_tail(gv, sm, a0, a, up=code == "GRAD004", p=p)
             falling = _loss_falls(loss, int(st[a]), int(st[b]))
             if code == "GRAD003":
                 sev = "warning" if moved_in and falling is not True else "info"
@@ -878,12 +1123,17 @@ def _bounds(
                         if a == 0
                         else f"grad_norm {'fell below' if code == 'GRAD003' else 'rose above'} "
                         f"{bound:g} at step {int(st[a])} and stayed "
+                        if onset == a
+                        else f"grad_norm left its tail (median {tail_med:.3g} before) at step "
+                        f"{int(st[onset])}, {'fell below' if code == 'GRAD003' else 'rose above'}"
+                        f" {bound:g} at step {int(st[a])} and stayed "
                     )
                     + f"{'below' if code == 'GRAD003' else 'above'} {relaxed:.3g} until step "
                     f"{int(st[b])} ({n} logged points, median {med:.3g}): {what} "
                     f"gradients{note}; {hint}.",
                     metric=GRAD,
-                    step_start=int(st[a]),
+                    step_start=int(st[onset]),
+                    crossed_step=int(st[a]),
                     step_end=int(st[b]),
                     bound=bound,
                     points=n,
@@ -895,6 +1145,43 @@ def _bounds(
                 )
             )
     return out
+
+
+def _left_tail(
+    gv: np.ndarray, sm: np.ndarray, a0: int, a: int, *, up: bool, p: Params
+) -> tuple[int, float]:
+    """Where the grad norm left its own tail before crossing an absolute bound at index
+    ``a`` (its stretch begins at ``a0``): after the last point before it whose 5-point
+    median still lay within the tail's noise band (median x/÷ max(exp(recover_k sigma),
+    1.5), the band a spike must come back to). The crossing is where a threshold
+    happened to be, not where the change began. The tail is the ``window`` points before
+    the stretch — or, when the norm was already climbing there, the window before the
+    climb: consecutive windows (going back) whose medians keep moving away by more than
+    ``tail_step`` = 10 % each are the climb. Returns (index, the tail's median); ``a``
+    itself when no tail is known."""
+    w = p.window
+    k = a0 // w  # whole windows before the stretch, the last one ending at a0
+    if k == 0:
+        return a, math.nan
+    blocks = gv[a0 - k * w : a0].reshape(k, w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lb = np.log(np.where(blocks > 0, blocks, np.nan))
+    med = np.nanmedian(lb, axis=1) if np.isfinite(lb).any() else np.full(k, np.nan)
+    step = math.log(1.1)
+    climbing = med[:-1] < med[1:] - step if up else med[:-1] > med[1:] + step
+    flat = np.flatnonzero(~climbing)  # windows (going back) where the climb stops
+    t = int(flat[-1]) + 1 if flat.size else 0  # the tail window
+    lt = lb[t][np.isfinite(lb[t])]
+    if lt.size < p.min_baseline:
+        return a, math.nan
+    mid = float(np.median(lt))
+    sigma = max(float(np.median(np.abs(lt - mid))) * MAD_TO_SIGMA, p.grad_sigma_floor)
+    band = max(p.recover_k * sigma, math.log(1.5))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ls = np.log(sm[:a])
+    inside = ls <= mid + band if up else ls >= mid - band
+    last = np.flatnonzero(inside)
+    return (int(last[-1]) + 1 if last.size else a), float(math.exp(mid))
 
 
 def _loss_falls(loss: tuple[np.ndarray, np.ndarray] | None, a: int, b: int) -> bool | None:

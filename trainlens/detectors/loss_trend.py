@@ -24,8 +24,11 @@ Why it matters
     to be flat from the end of warmup on, so a converged run is never flagged.
 
 Default thresholds
-    Warmup skipped: the first max(``warmup_steps`` = 50, ``warmup_frac`` = 2 % of the run)
-    steps, or a declared warmup. LOSS002: the median of the last ``seg_frac`` = 10 % of
+    Warmup is the run's own: the LR ramp in the log or a declared warmup against the
+    real step numbers (``_start.py``); a log that resumes a run (starts late, or at epoch
+    2+) gets resume advice and info at most for a flat loss. Fewer than ``min_points`` =
+    10 values: skipped. LOSS003 is judged over the whole log, from where the loss left
+    its tail around the minimum. LOSS002: the median of the last ``seg_frac`` = 10 % of
     the points is not below the median of the first 10 % after warmup by
     ``min_rel_decrease`` = 2 %, the smoothed loss never got that far below its early level
     (margin also at least ``noise_k`` = 4 times the noise of the smoothed loss), and the
@@ -64,9 +67,9 @@ import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
+from trainlens.detectors._start import Start, run_start
 from trainlens.detectors._stats import MAD_TO_SIGMA, runs_of, theil_sen
 from trainlens.detectors.base import Context, Skip, finding
-from trainlens.detectors.grad_spikes import warmup_end
 
 CODES = {
     "LOSS002": "loss-not-decreasing",
@@ -78,10 +81,11 @@ LOSS = "train/loss"
 
 @dataclass(frozen=True)
 class Params:
-    warmup_steps: int = 50
-    warmup_frac: float = 0.02
-    #: post-warmup points needed to judge a trend
-    min_points: int = 20
+    #: points needed to judge a trend (after the run's own warmup when it leaves as many)
+    min_points: int = 10
+    #: LOSS002 judges after warmup when that leaves this fraction of the points, else
+    #: the whole log (a log that is mostly warmup is judged whole)
+    min_after_warmup_frac: float = 0.25
     #: early / final segments, as a fraction of the post-warmup points
     seg_frac: float = 0.10
     min_rel_decrease: float = 0.02
@@ -106,6 +110,14 @@ def _smooth(v: np.ndarray, frac: float) -> tuple[np.ndarray, float, int]:
     sm = pl.Series(v, dtype=pl.Float64).rolling_median(w, min_samples=1, center=True).to_numpy()
     res = v - sm
     sigma = float(np.median(np.abs(res - np.median(res)))) * MAD_TO_SIGMA
+    # a point is part of its own median: with the shortest window (5, logs under 250
+    # points) its residual understates the noise by a third to a half; one-step changes
+    # around their median change (a steady trend drops out) / sqrt 2 do not. Longer logs
+    # keep the residuals: a loss spanning decades (version_13) has changes far noisier
+    # early than at its minimum
+    d = np.diff(v)
+    if w == 5 and d.size >= 4:
+        sigma = max(sigma, float(np.median(np.abs(d - np.median(d)))) * MAD_TO_SIGMA / np.sqrt(2))
     return sm, 1.2533 * sigma / np.sqrt(w), w
 
 
@@ -131,24 +143,39 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         raise Skip(f"needs {LOSS}, not logged")
     steps_all, v_all = run.series(LOSS, finite=True)
     if steps_all.size < p.min_points:
-        return []
-    w_end = warmup_end(steps_all, ctx, min_steps=p.warmup_steps, frac=p.warmup_frac)
-    keep = steps_all >= w_end
+        raise Skip(
+            f"{LOSS} has {steps_all.size} finite value{'s' * (steps_all.size != 1)}; a trend "
+            f"needs at least {p.min_points}"
+        )
+    start = run_start(run, steps_all, ctx)
+    # LOSS002 compares the level after the run's own warmup (the LR ramp seen in the log or
+    # a declared warmup, against the real step numbers); a log that is all warmup is judged
+    # whole. LOSS003 is judged over the whole log: a loss that climbs back during warmup
+    # is diverging all the same.
+    keep = steps_all >= start.warmup_end
+    if keep.sum() < max(p.min_points, p.min_after_warmup_frac * keep.size):
+        keep[:] = True  # too little left after warmup to call the rest of the run flat
     st, v = steps_all[keep], v_all[keep]
-    if st.size < p.min_points:
-        return []
     initial = float(np.median(v_all[: min(5, v_all.size)]))
-    rst, rv = _reduce(st, v, p.max_smooth_points)
+    rst, rv = _reduce(steps_all, v_all, p.max_smooth_points)
     sm, noise, w = _smooth(rv, p.smooth_frac)
-    diverging = _diverging(rst, rv, sm, noise, w, initial, steps_all, p)
+    diverging = _diverging(rst, rv, sm, noise, w, initial, steps_all, start, p)
     out = list(diverging)
     if not any(f.severity.rank >= 1 for f in diverging):
-        out.extend(_not_decreasing(st, v, sm, noise, initial, p))
+        # the smoothed curve after warmup: the whole log's, from there on (one smoothing)
+        sm_k = sm if keep.all() else sm[rst >= st[0]]
+        out.extend(_not_decreasing(st, v, sm_k if sm_k.size else sm, noise, initial, start, p))
     return out
 
 
 def _not_decreasing(
-    st: np.ndarray, v: np.ndarray, sm: np.ndarray, noise: float, initial: float, p: Params
+    st: np.ndarray,
+    v: np.ndarray,
+    sm: np.ndarray,
+    noise: float,
+    initial: float,
+    start: Start,
+    p: Params,
 ) -> list[Finding]:
     n = v.size
     k = max(3, int(p.seg_frac * n))
@@ -165,22 +192,8 @@ def _not_decreasing(
     if fit.high_slope < 0:
         return []  # a small but significant decrease: still learning
     total = (initial - final) / abs(initial) if initial else 0.0
-    near_initial = total < p.min_total_decrease
-    sev = "warning" if near_initial else "info"
+    sev, what = _flat_text(st, v, early, final, initial, total, start, p)
     change = final - early
-    if near_initial:
-        what = (
-            f"the loss has not decreased: {early:.4g} after warmup (step {int(st[0])}), "
-            f"{final:.4g} at the end (step {int(st[-1])}), {change / scale:+.1%}, still near "
-            f"its initial {initial:.4g}; check the LR (not zero or far too small), frozen or "
-            "detached parameters, and that labels match the inputs"
-        )
-    else:
-        what = (
-            f"the loss fell from {initial:.4g} only during warmup and has been flat since step "
-            f"{int(st[0])} ({early:.4g} → {final:.4g}, {change / scale:+.1%}); if this is not "
-            "a converged fine-tune, the LR after warmup may be too small"
-        )
     return [
         finding(
             "LOSS002",
@@ -199,8 +212,78 @@ def _not_decreasing(
             slope_low=float(fit.low_slope),
             slope_high=float(fit.high_slope),
             noise=noise,
+            constant=bool(np.ptp(v) == 0.0),
+            resumed=start.resumed,
+            warmup_end=start.warmup_end,
         )
     ]
+
+
+def _flat_text(
+    st: np.ndarray,
+    v: np.ndarray,
+    early: float,
+    final: float,
+    initial: float,
+    total: float,
+    start: Start,
+    p: Params,
+) -> tuple[str, str]:
+    """Severity and words for a flat loss; the advice fits how the log starts."""
+    a, b = int(st[0]), int(st[-1])
+    change = (final - early) / abs(early)
+    after = f"after warmup (step {a})" if start.warmup and a >= start.warmup_end else f"at step {a}"
+    if float(np.ptp(v)) == 0.0:
+        return "warning", (
+            f"the loss is exactly {final:.7g} at every logged step from {a} to {b}: no update "
+            "reaches the loss; check that the LR is not zero, that the parameters are not "
+            "frozen or detached, and that the loss depends on the model's output"
+        )
+    if start.resumed:
+        return "info", (
+            f"{start.resumed}, so it resumes a run (or is an excerpt of one), and its loss is "
+            f"flat from step {a} to {b} ({early:.4g} → {final:.4g}, {change:+.1%}): expected "
+            "when the run it resumes had converged; if it should still be learning, check "
+            "that the LR after resuming is not zero and that the optimizer state was restored"
+        )
+    if total < p.min_total_decrease:
+        return "warning", (
+            f"the loss has not decreased: {early:.4g} {after}, {final:.4g} at the end (step "
+            f"{b}), {change:+.1%}, still near its initial {initial:.4g}; check the LR (not zero "
+            "or far too small), frozen or detached parameters, and that labels match the inputs"
+        )
+    when = "during warmup" if start.warmup and a >= start.warmup_end else "in its first points"
+    return "info", (
+        f"the loss fell from {initial:.4g} only {when} and has been flat since step "
+        f"{a} ({early:.4g} → {final:.4g}, {change:+.1%}); if this is not a converged "
+        "fine-tune, the LR may be too small"
+    )
+
+
+def _departure(
+    v: np.ndarray, sm: np.ndarray, b: int, a: int, w: int, low: float, margin: float, p: Params
+) -> int:
+    """Where a rise that the smoothed loss shows at index ``a`` left the loss' tail around
+    its minimum (index ``b``): after the last point whose 3-point median still lay in the
+    minimum's noise band, not where it crossed the margin. The band is the noise there
+    (``noise_k`` sigmas of a 3-point median, from the residuals within ``w`` points of the
+    minimum, at least ``rise_rel`` of it): a loss that spans decades (version_13: 0.3 down
+    to 0.0009) has a run-wide noise far above the noise at its minimum. The centered
+    median crosses up to w/2 points early or late, so the search runs to there; without a
+    point over the margin the smoothed crossing stands."""
+    fwd3 = np.median(np.lib.stride_tricks.sliding_window_view(np.r_[v, v[-1], v[-1]], 3), axis=1)
+    lo, hi = b + 1, min(v.size, a + w // 2 + 1)
+    over = np.flatnonzero(fwd3[lo:hi] > low + margin)
+    if not over.size:
+        return a
+    cross = lo + int(over[0])
+    near = slice(max(0, b - w), min(v.size, b + w + 1))
+    res = v[near] - sm[near]
+    sigma = float(np.median(np.abs(res - np.median(res)))) * MAD_TO_SIGMA
+    sigma3 = 1.2533 * sigma / np.sqrt(3)  # of a 3-point median
+    band = low + max(p.noise_k * sigma3, p.rise_rel * abs(low))
+    inside = np.flatnonzero(fwd3[lo:cross] <= band)
+    return lo + int(inside[-1]) + 1 if inside.size else lo
 
 
 def _diverging(
@@ -211,14 +294,24 @@ def _diverging(
     w: int,
     initial: float,
     steps_all: np.ndarray,
+    start: Start,
     p: Params,
 ) -> list[Finding]:
     runmin = np.minimum.accumulate(sm)
-    margin = np.fmax(p.rise_rel * np.abs(runmin), p.noise_k * noise)
+    # the running minimum of a noisy curve is itself an extreme: over m = n / w independent
+    # smoothed values it lies about sqrt(2 ln m) sigmas below the level, so a rise back to
+    # the level is not one (a flat 49-point excerpt "rose 8 % from its minimum"). Short logs
+    # only (the shortest window, under 250 points): on long ones the noise is one run-wide
+    # number that a loss spanning decades already overstates at its low end (version_13)
+    m = st.size / w
+    depth = float(np.sqrt(2.0 * np.log(m))) if w == 5 and m > 1 else 0.0
+    margin = np.fmax(p.rise_rel * np.abs(runmin), (p.noise_k + depth) * noise)
     above = (sm - runmin) > margin
     span = max(int(steps_all[-1] - steps_all[0]), 1)
     out: list[Finding] = []
+    prev_end = -1
     for a, e in runs_of(above):
+        after_prev, prev_end = prev_end + 1, e
         length = int(st[e] - st[a])
         if e - a + 1 < p.min_run_points or length < p.min_frac * span:
             continue
@@ -226,12 +319,7 @@ def _diverging(
         if not low < initial - max(p.rise_rel * abs(initial), p.noise_k * noise):
             continue  # it never fell: a loss that does not decrease (LOSS002)
         b = int(np.flatnonzero(sm[: a + 1] == low)[-1])
-        # the centered median crosses up to w/2 points early or late: the rise starts at
-        # the first point near there whose next three points are over the margin
-        lo, hi = max(b + 1, a - w // 2), min(st.size, a + w // 2 + 1)
-        near = np.lib.stride_tricks.sliding_window_view(np.r_[v, v[-1], v[-1]], 3)[lo:hi]
-        over = np.flatnonzero(np.median(near, axis=1) > low + margin[a])
-        a = lo + int(over[0]) if over.size else a
+        a = _departure(v, sm, max(b, after_prev - 1), a, w, low, margin[a], p)
         seg = sm[a : e + 1]
         peak = a + int(np.argmax(seg))
         recovered = e < st.size - 1
@@ -253,6 +341,12 @@ def _diverging(
                 f"and stayed up to the end of the run ({end_val:.4g} at step {int(st[-1])}); "
                 f"restart from a checkpoint before step {int(st[a])} with a lower LR"
             )
+        if start.warmup and int(st[a]) < start.warmup_end:
+            # the LR was still climbing: the LR the warmup heads for is the suspect
+            tail += (
+                f" (it began inside the warmup — {start.warmup}: the LR it warms up to is "
+                "likely too high; lower the peak LR or lengthen the warmup)"
+            )
         out.append(
             finding(
                 "LOSS003",
@@ -272,6 +366,7 @@ def _diverging(
                 end_loss=end_val,
                 initial_loss=initial,
                 recovered=recovered,
+                in_warmup=bool(start.warmup and int(st[a]) < start.warmup_end),
                 stretch_steps=length,
                 smooth_window=w,
             )

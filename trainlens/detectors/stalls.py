@@ -139,8 +139,10 @@ def _points(run: Run) -> tuple[np.ndarray, np.ndarray]:
 
 def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     s, w = _points(run)
-    if s.size < 3:
+    if s.size == 0:
         raise Skip("needs wall-clock times (a time/timestamp per logged step), not logged")
+    if s.size < 3:
+        raise Skip(f"wall-clock times at only {s.size} steps, too few to judge (3)")
     gap = np.diff(w)
     ds = np.diff(s)
     fwd = (ds > 0) & (gap > 0)

@@ -112,7 +112,13 @@ def _dead(run: Run, prefix: str, params: Params) -> list[Finding]:
         stopped = missing >= params.dead_frac and present[:, j].any()
         if dead_zero >= params.dead_frac or stopped:
             idx = np.flatnonzero(rows & (zero[:, j] | ~present[:, j]))
-            first = int(steps[start + idx[0]])
+            # the judged part starts after warmup_frac; a condition already there
+            # (frozen from the first step) starts where it began, not where judging did
+            col = table[: start + int(idx[0]), j]
+            alive = np.flatnonzero(~np.isnan(col) & (np.abs(col) > params.zero_atol))
+            if dead_zero < params.dead_frac:  # stopped: dead from after its last value
+                alive = np.flatnonzero(~np.isnan(col))
+            first = int(steps[int(alive[-1]) + 1 if alive.size else 0])
             last = int(steps[start + idx[-1]])
             if dead_zero >= params.dead_frac:
                 what = f"is exactly 0 on {dead_zero:.0%} of steps"
@@ -140,6 +146,7 @@ def _dead(run: Run, prefix: str, params: Params) -> list[Finding]:
 
 def _band(run: Run, metric: str, params: Params) -> Finding | None:
     s, v = run.series(metric, finite=True)
+    first_step = int(s[0]) if s.size else 0
     n = v.size
     if n < max(20, params.window):
         return None
@@ -158,6 +165,8 @@ def _band(run: Run, metric: str, params: Params) -> Finding | None:
             continue
         spans = runs_of(mask)
         a, b = max(spans, key=lambda ab: ab[1] - ab[0])
+        # outside since the first judged median: the condition was there from the start
+        start = first_step if not (np.isfinite(med[:a]) & ~mask[:a]).any() else int(s[a])
         level = float(np.nanmedian(v[mask]))
         bound = params.band_high if side == "above" else params.band_low
         hint = (
@@ -172,7 +181,7 @@ def _band(run: Run, metric: str, params: Params) -> Finding | None:
             f"{metric} stays {side} {bound:g} (median {level:.2g}) on {frac:.0%} of the run; "
             f"{hint}.",
             metric=metric,
-            step_start=int(s[a]),
+            step_start=start,
             step_end=int(s[b]),
             median=level,
             fraction_outside=frac,
@@ -182,12 +191,29 @@ def _band(run: Run, metric: str, params: Params) -> Finding | None:
     return None
 
 
+def _judgeable(
+    run: Run, per_grad: list[str], per_upd: list[str], has_global: bool, params: Params
+) -> bool:
+    """Whether any check has enough values (the same counts _dead and _band need)."""
+    for names in (per_grad, per_upd):
+        if len(names) >= 2 and max(run.series(m)[0].size for m in names) >= 10:
+            return True
+    ratios = (["update_ratio"] if has_global else []) + per_upd
+    need = max(20, params.window)
+    return any(run.series(m, finite=True)[0].size >= need for m in ratios)
+
+
 def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     per_grad = _per_tensor(run, "grad_norm")
     per_upd = _per_tensor(run, "update_ratio")
     has_global = run.has("update_ratio")
     if not (per_grad or per_upd or has_global):
         raise Skip("needs grad_norm/<tensor> or update_ratio, not logged")
+    if not _judgeable(run, per_grad, per_upd, has_global, params):
+        raise Skip(
+            "too few values to judge per-tensor signals (a dead tensor needs two tensors "
+            f"over 10 steps; an update ratio {max(20, params.window)} values)"
+        )
     out = _dead(run, "grad_norm", params) + _dead(run, "update_ratio", params)
     dead_metrics = {f.metric for f in out}
     for metric in (["update_ratio"] if has_global else []) + per_upd:

@@ -144,12 +144,35 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
             if verbose and f.evidence:
                 ev = ", ".join(f"{k}={_fmt_ev(v)}" for k, v in f.evidence.items())
                 lines.append(f"{'':30}evidence: {ev}")
+    elif any(not _absent(why) for why in a.skipped.values()):
+        # "nothing looks wrong" is only true of what could be judged
+        lines.append(
+            "findings    none in what could be judged; some detectors could not judge the "
+            "metrics this run has (see skipped)"
+        )
     else:
         lines.append("findings    none — nothing looks wrong")
     if a.skipped:
-        skipped = "; ".join(f"{k} ({v})" for k, v in a.skipped.items())
-        lines.append(f"skipped     {skipped}")
+        # a metric that is not logged is routine, one line; a detector that had the
+        # metric but could not judge it (too few values...) gets a line of its own
+        absent = [k for k, v in a.skipped.items() if _absent(v)]
+        other = [(k, v) for k, v in a.skipped.items() if not _absent(v)]
+        head = "skipped     "
+        for name, why in other:
+            lines.append(f"{head}{name}: {why}")
+            head = "            "
+        if absent:
+            hint = "" if verbose else " (-v names them)"
+            lines.append(f"{head}{', '.join(absent)}: their metrics are not logged{hint}")
+            if verbose:
+                for name in absent:
+                    lines.append(f"              {name}: {a.skipped[name]}")
     return "\n".join(lines)
+
+
+def _absent(reason: str) -> bool:
+    """A skip because the metric is not logged at all (the detectors' wording)."""
+    return reason.rstrip(".").endswith("not logged")
 
 
 def _fmt_ev(v: Any) -> str:
