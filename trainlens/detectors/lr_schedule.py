@@ -74,7 +74,13 @@ import numpy as np
 
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import Run
-from trainlens.detectors._schedules import lr_at, missing_keys, shape_of
+from trainlens.detectors._schedules import (
+    lr_at,
+    missing_keys,
+    plan_horizon,
+    shape_of,
+    value_positions,
+)
 from trainlens.detectors._stats import runs_of
 from trainlens.detectors.base import Context, Skip, finding
 
@@ -86,6 +92,7 @@ CODES = {
     "LR005": "lr-zero",
     "LR006": "lr-schedule-reset",
     "LR007": "lr-schedule-anomaly",
+    "LR008": "lr-schedule-offset",
 }
 
 
@@ -112,6 +119,9 @@ class Params:
     drop_rate_ratio: float = 20.0
     #: neighbouring intervals on each side for that median
     neighbour_window: int = 10
+    #: an offset between the log's steps and the plan's is pinned only where the aligned
+    #: plan changes by this much over the log (5x rtol); on a flatter stretch any offset fits
+    align_min_change: float = 0.05
     #: at most this many findings per code (the rest summarized in the last one)
     max_findings: int = 5
 
@@ -183,6 +193,13 @@ def _lr_metric_names(run: Run) -> list[str]:
     out = [m for m in names if m == "lr"]
     out += sorted((m for m in names if m.startswith("lr/")), key=lambda m: (len(m), m))
     return out
+
+
+def _first_value(run: Run, metric: str) -> float | None:
+    if not run.has(metric):
+        return None
+    _, v = run.series(metric, finite=True)
+    return float(v[0]) if len(v) else None
 
 
 def _series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -316,7 +333,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         except ValueError:
             incomplete = ["shape"]
         if not incomplete or incomplete == ["peak_lr"]:
-            return _declared(names, load, schedule, params, ctx)
+            return _declared(names, load, schedule, params, ctx, _first_value(run, "epoch"))
     s, r = loaded[primary]
     return _undeclared(s, r, primary, params)
 
@@ -337,6 +354,7 @@ def _declared(
     schedule: dict[str, Any],
     params: Params,
     ctx: Context,
+    first_epoch: float | None = None,
 ) -> list[Finding]:
     first_step = int(float(schedule.get("first_step") or 0))
     peak_assumed = False
@@ -347,9 +365,70 @@ def _declared(
         peak_assumed = True
     sched = schedule
     peak = float(sched["peak_lr"])
+    ctxinfo: dict[str, Any] = {
+        "shape": shape_of(sched),
+        "peak_lr": peak,
+        "schedule_source": ctx.schedule_source,
+    }
+    if peak_assumed:
+        ctxinfo["peak_lr_assumed"] = True
 
-    # pick the LR series (param group) and convention that match the plan best; the
-    # first param group that matches everywhere ends the search
+    chosen = _choose(names, load, sched, first_step, params)
+    if chosen is None:
+        return []
+    metric, conv, fit, atol = chosen
+    sv = load(metric)
+    assert sv is not None
+    s, r = sv
+    n = (s - first_step + 1).astype(np.float64)
+    if fit.score >= params.explain_frac * len(r):
+        return _judge(metric, s, n, r, sched, conv, fit, atol, params, ctxinfo)
+
+    # most of the log is off the plan: a resumed run whose step count restarted, or steps
+    # counted from another origin, follow the plan at an offset the data may pin down
+    al = _align(s, n, r, sched, conv, fit, atol, params)
+    if al is None:
+        return _judge(metric, s, n, r, sched, conv, fit, atol, params, ctxinfo)
+    if not al.pinned:
+        return [_unaligned_note(metric, s, r, al, ctxinfo)]
+    note = _offset_note(metric, s, r, al, ctxinfo, first_epoch)
+    sched = {**sched, "first_step": first_step - al.offset}
+    chosen = _choose(names, load, sched, first_step - al.offset, params)
+    if chosen is None:
+        return [note]
+    metric, conv, fit, atol = chosen
+    sv = load(metric)
+    assert sv is not None
+    s, r = sv
+    n = (s - first_step + al.offset + 1).astype(np.float64)
+    found = _judge(metric, s, n, r, sched, conv, fit, atol, params, ctxinfo)
+    said = f" (judged with the log's steps offset by {al.offset:+,}: see LR008)"
+    return [note] + [
+        Finding(
+            f.code,
+            f.name,
+            f.severity,
+            f.metric,
+            f.step_start,
+            f.step_end,
+            f.message + said,
+            {**f.evidence, "step_offset": al.offset},
+        )
+        for f in found
+    ]
+
+
+def _choose(
+    names: list[str],
+    load: Callable[[str], tuple[np.ndarray, np.ndarray] | None],
+    sched: dict[str, Any],
+    first_step: int,
+    params: Params,
+) -> tuple[str, Convention, _Fit, np.ndarray] | None:
+    """The LR series (param group) and warmup convention that match the plan best, or
+    None when one matches at every point (the first param group that does ends the
+    search)."""
+    peak = float(sched["peak_lr"])
     best: tuple[str, Convention, _Fit, np.ndarray] | None = None
     for metric in names:
         sv = load(metric)
@@ -366,19 +445,27 @@ def _declared(
             if best is None or f.score - margin > best[2].score * len(r) / len(best[2].ok):
                 best = (metric, conv, f, atol)
             if f.ok.all():
-                return []
+                return None
     assert best is not None
-    metric, conv, fit, atol = best
-    loaded = load(metric)
-    assert loaded is not None
-    s, r = loaded
-    n = (s - first_step + 1).astype(np.float64)
+    return best
 
+
+def _judge(
+    metric: str,
+    s: np.ndarray,
+    n: np.ndarray,
+    r: np.ndarray,
+    sched: dict[str, Any],
+    conv: Convention,
+    fit: _Fit,
+    atol: np.ndarray,
+    params: Params,
+    ctxinfo: dict[str, Any],
+) -> list[Finding]:
+    """The findings for a log that departs from the plan at some points."""
+    peak = float(sched["peak_lr"])
     d = _plan(sched, conv)
-    shape = shape_of(sched)
-    ctxinfo = {"shape": shape, "peak_lr": peak, "schedule_source": ctx.schedule_source}
-    if peak_assumed:
-        ctxinfo["peak_lr_assumed"] = True
+    shape = str(ctxinfo["shape"])
     out: list[Finding] = []
     mismatch = ~fit.ok
 
@@ -496,6 +583,175 @@ def _declared(
         )
     out.extend(generic)
     return out
+
+
+# ---- a log whose steps are offset from the plan's ----------------------------------------
+
+#: logged values the plan is inverted at to find an offset (evenly spread over the log)
+ALIGN_ANCHORS = 48
+#: points an offset candidate is scored on before the full log is fitted
+ALIGN_SCREEN = 4000
+
+
+@dataclass
+class _Alignment:
+    """Where a log sits on the plan: realized(n) ≈ plan(n + offset)."""
+
+    offset: int
+    pinned: bool
+    explained: float  # share of the logged points the aligned plan explains
+    change: float  # relative change of the aligned plan over the log
+    lo: int  # offsets that explain the log as well: lo..hi
+    hi: int
+    planned_first: float  # the aligned plan at the first logged point
+
+
+def _align(
+    s: np.ndarray,
+    n: np.ndarray,
+    r: np.ndarray,
+    sched: dict[str, Any],
+    conv: Convention,
+    fit: _Fit,
+    atol: np.ndarray,
+    params: Params,
+) -> _Alignment | None:
+    """The offset t0 with realized(n) ≈ plan(n + t0) over the whole log, or None.
+
+    The plan is inverted at up to ALIGN_ANCHORS logged values; each gives the offsets it
+    allows (one per monotone stretch the value lies on, a range where the plan is flat);
+    the offsets most anchors agree on are scored on the log and the best one, the median
+    of its anchors' exact inversions, is fitted on every point. None unless that explains
+    ``explain_frac`` (90 %) of the points, the log's first points among them, with the
+    first point at or after the plan's start: what it leaves unexplained is then judged
+    against the aligned plan, and a log off the plan over more than that is judged at its
+    logged steps (still flagged, by the plain findings). It
+    is not pinned when other, distinct offsets explain the log as well or the aligned plan
+    changes by less than ``align_min_change`` over the log (a flat stretch: any offset on
+    it fits). A fresh log (first point in the first half of a declared warmup) whose
+    offset is at most twice the warmup is a run without warmup (LR004), not a resume.
+    """
+    pos = np.flatnonzero(r > 0)
+    if len(pos) < 3:
+        return None
+    pick = np.unique(np.linspace(0, len(pos) - 1, min(len(pos), ALIGN_ANCHORS)).round())
+    idx = pos[pick.astype(np.int64)]
+    tol = params.rtol * r[idx] + atol[idx]
+    span = float(n[-1] - n[0])
+    horizon = plan_horizon(
+        sched, float(r[idx].min()) * (1 - 2 * params.rtol), warmup_start_factor=conv
+    )
+    rows, lo, hi, cross = value_positions(
+        sched, r[idx], tol, horizon + span + 1, warmup_start_factor=conv
+    )
+    if len(rows) == 0:
+        return None
+    at = n[idx][rows]
+    o_lo, o_hi, o_x = lo - at - 1, hi - at + 1, cross - at
+    # how many anchors allow each offset: a sweep over the stretches' ends
+    ends = np.concatenate((o_lo, o_hi))
+    delta = np.concatenate((np.ones(len(o_lo)), -np.ones(len(o_hi))))
+    order = np.lexsort((-delta, ends))  # at a tie, a stretch opens before one closes
+    x, cover = ends[order], np.cumsum(delta[order])
+    top = float(cover.max())
+    if top < 0.5 * len(idx):
+        return None
+    near_top = np.flatnonzero(cover >= top - max(1.0, 0.05 * len(idx)))
+    regions = _segments(np.isin(np.arange(len(cover)), near_top), gap=0)
+    sub = _thin(np.arange(len(r)), ALIGN_SCREEN)
+    d = _plan(sched, conv)
+    scored: list[tuple[int, int, float, float]] = []  # score, offset, lo, hi
+    for a, b in sorted(regions, key=lambda ab: -float(cover[ab[0] : ab[1] + 1].max()))[:6]:
+        r_lo, r_hi = float(x[a]), float(x[min(b + 1, len(x) - 1)])
+        inside = np.isfinite(o_x) & (o_x >= r_lo) & (o_x <= r_hi)
+        t0 = round(float(np.median(o_x[inside]))) if inside.any() else round((r_lo + r_hi) / 2)
+        if n[0] + t0 < 1 - params.max_shift:
+            continue  # the log would start before the plan does
+        f = _fit(r[sub], n[sub] + t0, d, params.max_shift, params.rtol, atol[sub])
+        scored.append((f.score, t0, r_lo, r_hi))
+    if not scored:
+        return None
+    scored.sort(key=lambda c: -c[0])
+    score, t0, r_lo, r_hi = scored[0]
+    if abs(t0) <= params.max_shift + 1:
+        return None  # a timing convention, which the plain fit tried
+    full = _fit(r, n + t0, d, params.max_shift, params.rtol, atol)
+    head = full.ok[: max(3, len(r) // 20)]
+    explained = full.score / len(r)
+    if head.mean() <= 0.5 or explained < params.explain_frac:
+        return None
+    rivals = [c for c in scored[1:] if c[0] >= score - max(2, 0.02 * len(sub))]
+    lo_all = min([r_lo] + [c[2] for c in rivals])
+    hi_all = max([r_hi] + [c[3] for c in rivals])
+    warm = float(sched.get("warmup_steps") or 0)
+    if warm > 0 and n[0] <= warm / 2 and lo_all <= 2 * warm:
+        return None  # a fresh run that starts where its warmup should end: LR004
+    plan = full.center
+    change = float((plan.max() - plan.min()) / max(float(plan.max()), 1e-300))
+    return _Alignment(
+        offset=int(t0),
+        pinned=not rivals and change >= params.align_min_change,
+        explained=explained,
+        change=change,
+        lo=int(np.floor(lo_all)),
+        hi=int(np.ceil(hi_all)),
+        planned_first=float(plan[0]),
+    )
+
+
+def _offset_note(
+    metric: str,
+    s: np.ndarray,
+    r: np.ndarray,
+    al: _Alignment,
+    ctxinfo: dict[str, Any],
+    first_epoch: float | None,
+) -> Finding:
+    t0 = al.offset
+    epoch = ""
+    if first_epoch is not None and first_epoch > 0:
+        epoch = f"; its epoch starts at {first_epoch:g}, not 0"
+    return finding(
+        "LR008",
+        CODES["LR008"],
+        Severity.INFO,
+        f"{metric} follows the declared {ctxinfo['shape']} schedule with the log's steps "
+        f"offset by {t0:+,} from the schedule's: logged step {s[0]} ({_fmt(float(r[0]))}) is "
+        f"the plan's step {s[0] + t0:,} ({_fmt(al.planned_first)}){epoch} — a resumed run "
+        "whose step count restarted while its scheduler went on, or steps counted from "
+        f"another origin; it is judged against the plan at (step {t0:+,}).",
+        metric=metric,
+        step_start=int(s[0]),
+        step_end=int(s[-1]),
+        step_offset=t0,
+        offset_range=[al.lo, al.hi],
+        explained_frac=round(al.explained, 4),
+        first_epoch=first_epoch,
+        **ctxinfo,
+    )
+
+
+def _unaligned_note(
+    metric: str, s: np.ndarray, r: np.ndarray, al: _Alignment, ctxinfo: dict[str, Any]
+) -> Finding:
+    return finding(
+        "LR008",
+        CODES["LR008"],
+        Severity.INFO,
+        f"{metric} does not follow the declared {ctxinfo['shape']} schedule at the logged "
+        f"steps, and the schedule could not be aligned with the log: it matches the plan "
+        f"where the plan barely changes ({_fmt(float(np.min(r)))}–{_fmt(float(np.max(r)))}), "
+        f"so any offset from {al.lo:+,} to {al.hi:+,} steps fits it alike — a resumed or "
+        "excerpted log counted from another origin, or an LR that stopped following the "
+        "schedule; it is not judged against the plan.",
+        metric=metric,
+        step_start=int(s[0]),
+        step_end=int(s[-1]),
+        aligned=False,
+        offset_range=[al.lo, al.hi],
+        explained_frac=round(al.explained, 4),
+        **ctxinfo,
+    )
 
 
 def _zero_findings(
