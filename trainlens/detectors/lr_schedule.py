@@ -120,8 +120,9 @@ class Params:
     #: neighbouring intervals on each side for that median
     neighbour_window: int = 10
     #: an offset between the log's steps and the plan's is pinned only where the aligned
-    #: plan changes by this much over the log (5x rtol); on a flatter stretch any offset fits
-    align_min_change: float = 0.05
+    #: plan changes by this much over the log (twice rtol: more than its tolerance band);
+    #: on a flatter stretch many offsets fit
+    align_min_change: float = 0.02
     #: at most this many findings per code (the rest summarized in the last one)
     max_findings: int = 5
 
@@ -373,7 +374,8 @@ def _declared(
     if peak_assumed:
         ctxinfo["peak_lr_assumed"] = True
 
-    chosen = _choose(names, load, sched, first_step, params)
+    tolerances: dict[str, np.ndarray] = {}  # per LR series: its print resolution is costly
+    chosen = _choose(names, load, sched, first_step, params, tolerances)
     if chosen is None:
         return []
     metric, conv, fit, atol = chosen
@@ -392,8 +394,10 @@ def _declared(
     if not al.pinned:
         return [_unaligned_note(metric, s, r, al, ctxinfo)]
     note = _offset_note(metric, s, r, al, ctxinfo, first_epoch)
+    if al.explained == 1.0:
+        return [note]
     sched = {**sched, "first_step": first_step - al.offset}
-    chosen = _choose(names, load, sched, first_step - al.offset, params)
+    chosen = _choose(names, load, sched, first_step - al.offset, params, tolerances)
     if chosen is None:
         return [note]
     metric, conv, fit, atol = chosen
@@ -424,6 +428,7 @@ def _choose(
     sched: dict[str, Any],
     first_step: int,
     params: Params,
+    tolerances: dict[str, np.ndarray],
 ) -> tuple[str, Convention, _Fit, np.ndarray] | None:
     """The LR series (param group) and warmup convention that match the plan best, or
     None when one matches at every point (the first param group that does ends the
@@ -436,8 +441,10 @@ def _choose(
             continue
         s, r = sv
         n = (s - first_step + 1).astype(np.float64)
-        floor = max(params.atol_frac * peak, print_quantum(r))
-        atol = np.maximum(floor, print_halfunit(r))
+        if metric not in tolerances:
+            floor = max(params.atol_frac * peak, print_quantum(r))
+            tolerances[metric] = np.maximum(floor, print_halfunit(r))
+        atol = tolerances[metric]
         for conv in _conventions(sched, n, r):
             f = _fit(r, n, _plan(sched, conv), params.max_shift, params.rtol, atol)
             # another ramp convention must explain a few more points than the plain one
@@ -628,7 +635,7 @@ def _align(
     logged steps (still flagged, by the plain findings). It
     is not pinned when other, distinct offsets explain the log as well or the aligned plan
     changes by less than ``align_min_change`` over the log (a flat stretch: any offset on
-    it fits). A fresh log (first point in the first half of a declared warmup) whose
+    it fits) or the offsets that fit span more than the log's own length. A fresh log (first point in the first half of a declared warmup) whose
     offset is at most twice the warmup is a run without warmup (LR004), not a resume.
     """
     pos = np.flatnonzero(r > 0)
@@ -688,9 +695,12 @@ def _align(
         return None  # a fresh run that starts where its warmup should end: LR004
     plan = full.center
     change = float((plan.max() - plan.min()) / max(float(plan.max()), 1e-300))
+    # pinned: one offset, known to within the log's own length, on a stretch where the
+    # plan moves by more than its tolerance band
+    narrow = hi_all - lo_all <= max(span, 2.0 * (params.max_shift + 1))
     return _Alignment(
         offset=int(t0),
-        pinned=not rivals and change >= params.align_min_change,
+        pinned=not rivals and narrow and change >= params.align_min_change,
         explained=explained,
         change=change,
         lo=int(np.floor(lo_all)),
