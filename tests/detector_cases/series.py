@@ -9,12 +9,13 @@ A case names series by canonical metric; each is a base shape, noise, and events
 
 Bases: constant(value); decay(start, end, rate=5: exponential approach); linear(start, end);
 warmup_cosine(peak, min, warmup, total); warmup_linear(peak, min, warmup, total);
-step_decay(peak, step_size, gamma); values(list); ``shift: k`` evaluates a base at step + k
-(a resumed log whose step count restarted while its schedule went on). Noise: {kind: gaussian|relative|lognormal,
+step_decay(peak, step_size, gamma); values(list). Noise: {kind: gaussian|relative|lognormal,
 sigma}. Events (applied in order over steps [at, at+len)): mult, add, set (a number or
 'nan'/'inf'/'-inf'), ramp (add slope*(step-at) from ``at`` on, no end), decay_to (after
 ``at``, relax back with time constant ``recover``). ``every: N`` keeps every N-th step,
 ``from``/``until`` limit the range. wall_time: ``wall: {step_time: s, events: [...]}``.
+``shift: k`` evaluates a base at step + k (a resumed log whose step count restarted while
+its schedule went on).
 """
 
 from __future__ import annotations

@@ -632,11 +632,13 @@ def _align(
     ``explain_frac`` (90 %) of the points, the log's first points among them, with the
     first point at or after the plan's start: what it leaves unexplained is then judged
     against the aligned plan, and a log off the plan over more than that is judged at its
-    logged steps (still flagged, by the plain findings). It
-    is not pinned when other, distinct offsets explain the log as well or the aligned plan
+    logged steps (still flagged, by the plain findings).
+
+    The offset is not pinned when other, distinct offsets explain the log as well, when
+    the offsets that fit span more than the log's own length, or when the aligned plan
     changes by less than ``align_min_change`` over the log (a flat stretch: any offset on
-    it fits) or the offsets that fit span more than the log's own length. A fresh log (first point in the first half of a declared warmup) whose
-    offset is at most twice the warmup is a run without warmup (LR004), not a resume.
+    it fits). A fresh log (first point in the first half of a declared warmup) whose
+    offset may be at most twice the warmup is a run without warmup (LR004), not a resume.
     """
     pos = np.flatnonzero(r > 0)
     if len(pos) < 3:
