@@ -16,7 +16,16 @@ What it flags
     trains); LR006 ``lr-schedule-reset`` (from some step the plan starts over:
     realized(t) ≈ declared(t − t0), e.g. a resume that did not restore the scheduler);
     otherwise LR001 ``lr-schedule-mismatch`` with the first deviating step, the stretch,
-    and the largest relative deviation. Without a declared schedule it flags only what no
+    and the largest relative deviation. Before any of these, a log that departs from the
+    plan at its logged steps but follows it at an offset, realized(step) ≈
+    declared(step + t0) (a resumed run whose step count restarted while the scheduler
+    went on, an excerpt counted from 0, per-epoch vs global counters), is aligned: the
+    plan is inverted at a few logged values, the median offset is checked on the whole
+    log, and the log is judged against declared(step + t0); LR008 ``lr-schedule-offset``
+    (info) says so, or that the schedule could not be aligned when the log sits where
+    the plan is flat and many offsets fit. A fresh log (its first step in the first half
+    of the warmup) that starts where the warmup should end is LR004, not an offset.
+    Without a declared schedule it flags only what no
     sane schedule does: LR007 ``lr-schedule-anomaly`` for the LR rising again after its
     decay began, jumping up after a long plateau (or briefly, and falling back), or
     dropping far faster than its neighbouring steps change it (steady decays and step
@@ -45,7 +54,10 @@ Default thresholds
     cyclical LRs do, and must be declared); a drop is a "jump" when it is at least
     ×1.5 in one logging interval and its per-step rate is 20× the median rate of the
     10 intervals on each side (a step decay drops on a flat LR, whose median rate is 0);
-    a plateau of 3+ points must precede an upward jump.
+    a plateau of 3+ points must precede an upward jump. An offset must explain 90 % of
+    the points from the log's first ones on, be the only one that does, be known to
+    within the log's length, and the aligned plan must change by 2 % (twice rtol) over
+    the log; a fresh log's offset of up to twice the warmup is a missing warmup.
 
 Known false positives
     Cyclic schedules (SGDR warm restarts, triangular CLR, multi-cycle cosine) without a
@@ -55,7 +67,12 @@ Known false positives
     steps from epochs) is a real mismatch and is reported (LR001 with the time scale).
     Logs whose step axis is not optimizer steps (samples, tokens) mismatch any declared
     schedule in steps. Adaptive optimizers that log a changing effective LR (D-Adaptation,
-    Prodigy) are fine unless their LR falls and then rises.
+    Prodigy) are fine unless their LR falls and then rises. A resumed run whose step count
+    restarted at most two warmups into the plan looks like a fresh run without warmup
+    (LR004). Missed: an LR stuck on a value the plan holds over a long flat stretch (a
+    WSD plateau, the floor after the decay) in a log that does not start at the plan's
+    start is only an LR008 note; a log off the plan over more than a tenth of its points
+    is judged at its logged steps (flagged, but not told it is offset).
 
 Example
     ``WARNING  LR002  steps 1–1000  lr follows the declared cosine schedule advanced 2
