@@ -500,3 +500,21 @@ def test_offset_log_with_a_shock_is_aligned_and_the_shock_flagged() -> None:
     assert codes == [("LR008", "info", 0), ("LR001", "warning", 3000)], codes
     assert found[1].evidence["step_offset"] == found[0].evidence["step_offset"]
     assert abs(found[0].evidence["step_offset"] - 29_020) <= 3
+
+
+def test_offset_candidates_invert_the_plan() -> None:
+    from trainlens.detectors._schedules import offset_candidates
+
+    sched = {"shape": "cosine", "warmup_steps": 100, "peak_lr": 1.0, "total_steps": 10_000}
+    n = np.arange(1.0, 2001.0, 50.0)
+    values = declared_lr(sched, n - 1 + 4321)  # first_step 0: step s is n = s + 1
+    best = offset_candidates(sched, n, values, 1e-3 * values)
+    assert best and best[0][0] == pytest.approx(4321, abs=1)
+    assert best[0][1] <= 4321 <= best[0][2]
+    # a value the warmup ramp and the decay both take: two candidates for one point
+    two = offset_candidates(sched, np.array([1.0]), np.array([0.5]), np.array([1e-3]))
+    assert sorted(round(c[0], -1) for c in two) == [50, 5050]
+    # on a constant plan every offset past the warmup fits: one wide range
+    flat = {"shape": "constant", "warmup_steps": 100, "peak_lr": 1.0}
+    (wide,) = offset_candidates(flat, n, np.ones(len(n)), np.full(len(n), 1e-3))
+    assert wide[2] - wide[1] > 10 * (n[-1] - n[0])

@@ -94,9 +94,8 @@ from trainlens.core.run import Run
 from trainlens.detectors._schedules import (
     lr_at,
     missing_keys,
-    plan_horizon,
+    offset_candidates,
     shape_of,
-    value_positions,
 )
 from trainlens.detectors._stats import runs_of
 from trainlens.detectors.base import Context, Skip, finding
@@ -405,7 +404,7 @@ def _declared(
 
     # most of the log is off the plan: a resumed run whose step count restarted, or steps
     # counted from another origin, follow the plan at an offset the data may pin down
-    al = _align(s, n, r, sched, conv, fit, atol, params)
+    al = _align(s, n, r, sched, conv, atol, params)
     if al is None:
         return _judge(metric, s, n, r, sched, conv, fit, atol, params, ctxinfo)
     if not al.pinned:
@@ -636,20 +635,18 @@ def _align(
     r: np.ndarray,
     sched: dict[str, Any],
     conv: Convention,
-    fit: _Fit,
     atol: np.ndarray,
     params: Params,
 ) -> _Alignment | None:
     """The offset t0 with realized(n) ≈ plan(n + t0) over the whole log, or None.
 
-    The plan is inverted at up to ALIGN_ANCHORS logged values; each gives the offsets it
-    allows (one per monotone stretch the value lies on, a range where the plan is flat);
-    the offsets most anchors agree on are scored on the log and the best one, the median
-    of its anchors' exact inversions, is fitted on every point. None unless that explains
-    ``explain_frac`` (90 %) of the points, the log's first points among them, with the
-    first point at or after the plan's start: what it leaves unexplained is then judged
-    against the aligned plan, and a log off the plan over more than that is judged at its
-    logged steps (still flagged, by the plain findings).
+    The plan is inverted at up to ALIGN_ANCHORS logged values (:func:`offset_candidates`:
+    the offsets most of them allow, each the median of their exact inversions); the
+    candidates are scored on the log and the best one is fitted on every point. None
+    unless that explains ``explain_frac`` (90 %) of the points, the log's first points
+    among them, with the first point at or after the plan's start: what it leaves
+    unexplained is then judged against the aligned plan, and a log off the plan over more
+    than that is judged at its logged steps (still flagged, by the plain findings).
 
     The offset is not pinned when other, distinct offsets explain the log as well, when
     the offsets that fit span more than the log's own length, or when the aligned plan
@@ -662,35 +659,14 @@ def _align(
         return None
     pick = np.unique(np.linspace(0, len(pos) - 1, min(len(pos), ALIGN_ANCHORS)).round())
     idx = pos[pick.astype(np.int64)]
-    tol = params.rtol * r[idx] + atol[idx]
+    cands = offset_candidates(
+        sched, n[idx], r[idx], params.rtol * r[idx] + atol[idx], warmup_start_factor=conv
+    )
     span = float(n[-1] - n[0])
-    horizon = plan_horizon(
-        sched, float(r[idx].min()) * (1 - 2 * params.rtol), warmup_start_factor=conv
-    )
-    rows, lo, hi, cross = value_positions(
-        sched, r[idx], tol, horizon + span + 1, warmup_start_factor=conv
-    )
-    if len(rows) == 0:
-        return None
-    at = n[idx][rows]
-    o_lo, o_hi, o_x = lo - at - 1, hi - at + 1, cross - at
-    # how many anchors allow each offset: a sweep over the stretches' ends
-    ends = np.concatenate((o_lo, o_hi))
-    delta = np.concatenate((np.ones(len(o_lo)), -np.ones(len(o_hi))))
-    order = np.lexsort((-delta, ends))  # at a tie, a stretch opens before one closes
-    x, cover = ends[order], np.cumsum(delta[order])
-    top = float(cover.max())
-    if top < 0.5 * len(idx):
-        return None
-    near_top = np.flatnonzero(cover >= top - max(1.0, 0.05 * len(idx)))
-    regions = _segments(np.isin(np.arange(len(cover)), near_top), gap=0)
     sub = _thin(np.arange(len(r)), ALIGN_SCREEN)
     d = _plan(sched, conv)
     scored: list[tuple[int, int, float, float]] = []  # score, offset, lo, hi
-    for a, b in sorted(regions, key=lambda ab: -float(cover[ab[0] : ab[1] + 1].max()))[:6]:
-        r_lo, r_hi = float(x[a]), float(x[min(b + 1, len(x) - 1)])
-        inside = np.isfinite(o_x) & (o_x >= r_lo) & (o_x <= r_hi)
-        t0 = round(float(np.median(o_x[inside]))) if inside.any() else round((r_lo + r_hi) / 2)
+    for t0, r_lo, r_hi in cands:
         if n[0] + t0 < 1 - params.max_shift:
             continue  # the log would start before the plan does
         f = _fit(r[sub], n[sub] + t0, d, params.max_shift, params.rtol, atol[sub])
