@@ -344,8 +344,8 @@ def offset_candidates(
         inside = np.isfinite(o_x) & (o_x >= r_lo) & (o_x <= r_hi)
         if inside.any():
             est = float(np.median(o_x[inside]))
-        else:  # flat there: its middle (its start where the plan stays flat for good)
-            est = (r_lo + r_hi) / 2 if np.isfinite(r_hi) else r_lo
+        else:  # flat there: its middle (a log's length in, where it stays flat for good)
+            est = (r_lo + r_hi) / 2 if np.isfinite(r_hi) else r_lo + span + 1
         out.append((round(float(est)), r_lo, r_hi))
     return out
 

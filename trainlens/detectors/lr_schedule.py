@@ -23,8 +23,8 @@ What it flags
     plan is inverted at a few logged values, the median offset is checked on the whole
     log, and the log is judged against declared(step + t0); LR008 ``lr-schedule-offset``
     (info) says so, or that the schedule could not be aligned when the log sits where
-    the plan is flat and many offsets fit. A fresh log (its first step in the first half
-    of the warmup) that starts where the warmup should end is LR004, not an offset.
+    the plan is flat and many offsets fit. A log that starts at the plan's start is
+    aligned only at a pinned offset past twice the warmup (else: LR004 at peak, LR001).
     Without a declared schedule it flags only what no
     sane schedule does: LR007 ``lr-schedule-anomaly`` for the LR rising again after its
     decay began, jumping up after a long plateau (or briefly, and falling back), or
@@ -57,7 +57,7 @@ Default thresholds
     a plateau of 3+ points must precede an upward jump. An offset must explain 90 % of
     the points from the log's first ones on, be the only one that does, be known to
     within the log's length, and the aligned plan must change by 2 % (twice rtol) over
-    the log; a fresh log's offset of up to twice the warmup is a missing warmup.
+    the log.
 
 Known false positives
     Cyclic schedules (SGDR warm restarts, triangular CLR, multi-cycle cosine) without a
@@ -624,8 +624,8 @@ class _Alignment:
     pinned: bool
     explained: float  # share of the logged points the aligned plan explains
     change: float  # relative change of the aligned plan over the log
-    lo: int  # offsets that explain the log as well: lo..hi
-    hi: int
+    lo: int  # offsets that explain the log as well: lo..hi (None: no end, a flat tail)
+    hi: int | None
     planned_first: float  # the aligned plan at the first logged point
 
 
@@ -651,8 +651,8 @@ def _align(
     The offset is not pinned when other, distinct offsets explain the log as well, when
     the offsets that fit span more than the log's own length, or when the aligned plan
     changes by less than ``align_min_change`` over the log (a flat stretch: any offset on
-    it fits). A fresh log (first point in the first half of a declared warmup) whose
-    offset may be at most twice the warmup is a run without warmup (LR004), not a resume.
+    it fits). A fresh log (first point in the first half of a declared warmup, or in the
+    first steps without one) is aligned only at a pinned offset past twice the warmup.
     """
     pos = np.flatnonzero(r > 0)
     if len(pos) < 3:
@@ -685,21 +685,25 @@ def _align(
     rivals = [c for c in scored[1:] if c[0] >= score - max(2, 0.02 * len(sub))]
     lo_all = min([r_lo] + [c[2] for c in rivals])
     hi_all = max([r_hi] + [c[3] for c in rivals])
-    warm = float(sched.get("warmup_steps") or 0)
-    if warm > 0 and n[0] <= warm / 2 and lo_all <= 2 * warm:
-        return None  # a fresh run that starts where its warmup should end: LR004
     plan = full.center
     change = float((plan.max() - plan.min()) / max(float(plan.max()), 1e-300))
     # pinned: one offset, known to within the log's own length, on a stretch where the
     # plan moves by more than its tolerance band
     narrow = hi_all - lo_all <= max(span, 2.0 * (params.max_shift + 1))
+    pinned = not rivals and narrow and change >= params.align_min_change
+    # a log that starts at the plan's start is taken at its word unless the data pin an
+    # offset past twice the warmup: one that starts where its warmup should end is a run
+    # without warmup (LR004), one stuck on a flat stretch a real mismatch
+    warm = float(sched.get("warmup_steps") or 0)
+    if n[0] <= max(warm / 2, 1 + params.max_shift) and (not pinned or lo_all <= 2 * warm):
+        return None
     return _Alignment(
         offset=int(t0),
-        pinned=not rivals and narrow and change >= params.align_min_change,
+        pinned=pinned,
         explained=explained,
         change=change,
         lo=int(np.floor(lo_all)),
-        hi=int(np.ceil(hi_all)),
+        hi=int(np.ceil(hi_all)) if np.isfinite(hi_all) else None,
         planned_first=float(plan[0]),
     )
 
@@ -739,6 +743,7 @@ def _offset_note(
 def _unaligned_note(
     metric: str, s: np.ndarray, r: np.ndarray, al: _Alignment, ctxinfo: dict[str, Any]
 ) -> Finding:
+    span = f"from {al.lo:+,} to {al.hi:+,} steps" if al.hi is not None else f"from {al.lo:+,} on"
     return finding(
         "LR008",
         CODES["LR008"],
@@ -746,7 +751,7 @@ def _unaligned_note(
         f"{metric} does not follow the declared {ctxinfo['shape']} schedule at the logged "
         f"steps, and the schedule could not be aligned with the log: it matches the plan "
         f"where the plan barely changes ({_fmt(float(np.min(r)))}–{_fmt(float(np.max(r)))}), "
-        f"so any offset from {al.lo:+,} to {al.hi:+,} steps fits it alike — a resumed or "
+        f"so any offset {span} fits it alike — a resumed or "
         "excerpted log counted from another origin, or an LR that stopped following the "
         "schedule; it is not judged against the plan.",
         metric=metric,
