@@ -377,7 +377,11 @@ def _declared(
     peak_assumed = False
     if not schedule.get("peak_lr") or float(schedule["peak_lr"]) <= 0:
         # no peak declared: judge the shape against the realized peak
-        first = next(sv for m in names if (sv := load(m)) is not None)
+        metric = next(m for m in names if load(m) is not None)
+        first = load(metric)
+        assert first is not None
+        if float(np.max(first[1])) <= 0:
+            return _undeclared(first[0], first[1], metric, params)  # no scale to judge by
         schedule["peak_lr"] = float(np.max(first[1]))
         peak_assumed = True
     sched = schedule
