@@ -722,7 +722,7 @@ def _offset_note(
 ) -> Finding:
     t0 = al.offset
     epoch = ""
-    if first_epoch is not None and first_epoch > 0:
+    if first_epoch is not None and first_epoch >= 1:  # (HF's fractional epoch of a first log)
         epoch = f"; its epoch starts at {first_epoch:g}, not 0"
     return finding(
         "LR008",
