@@ -415,3 +415,106 @@ def test_sweep_sane_schedules_silent_and_bugs_named() -> None:
         zero_early = bool((np.asarray(values, dtype=float) == 0).any())
         assert found[:1] == [code], (i, code, sched, fmt, found)
         assert set(found) <= ({code, "LR005"} if zero_early else {code}), (i, code, found)
+
+
+# ---- a log whose steps are offset from the plan's (resumed, excerpted) ----------------------
+
+LIGHTNING = Path("real-logs") / "Arshya-Guru_deepmind-research" / "lightning_logs"
+
+
+def _real_lightning(shared_dir: Path, version: str) -> tuple[Run, Context]:
+    import trainlens
+    from trainlens.api import build_context
+
+    run = trainlens.read(shared_dir / LIGHTNING / version / "metrics.csv")[0]
+    return run, build_context(run, Config())
+
+
+def test_resumed_lightning_log_is_aligned_not_flagged(shared_dir: Path) -> None:
+    """version_18 was resumed at epoch 100 (625 steps per epoch): its logged step restarts at
+    9, its scheduler does not. Judged at the logged steps it looks like a missing warmup and
+    a mismatch; aligned, it follows the declared cosine exactly."""
+    run, ctx = _real_lightning(shared_dir, "version_18")
+    sched = ctx.schedule
+    assert (sched["shape"], sched["warmup_steps"], sched["total_steps"]) == ("cosine", 6250, 187500)
+    steps, lr = run.series("lr", finite=True)
+    assert steps[0] == 9 and lr[0] == pytest.approx(7.805e-4, rel=1e-3)
+    # at its logged steps the plan is far off (still warming up at 1.6e-6) ...
+    assert declared_lr(sched, steps[:1])[0] < 0.01 * lr[0]
+    found = lr_schedule.detect(run, lr_schedule.Params(), ctx)
+    assert not _loud(found)
+    (note,) = found
+    assert note.code == "LR008" and note.severity.value == "info"
+    # ... 62,500 steps later it is the LR logged: epoch 100 x 625 steps per epoch
+    offset = note.evidence["step_offset"]
+    assert offset == pytest.approx(62_500, abs=5)
+    assert note.evidence["first_epoch"] == 100
+    assert note.evidence["explained_frac"] == 1.0
+    np.testing.assert_allclose(declared_lr(sched, steps + offset), lr, rtol=1e-3)
+    assert "+62,49" in note.message or "+62,50" in note.message
+
+
+def test_fresh_lightning_log_inside_its_warmup_is_silent(shared_dir: Path) -> None:
+    """version_13 ends at step 7269, inside its declared 12,500-step warmup: the ramp in the
+    log is the plan's at the logged steps — no offset, no finding."""
+    run, ctx = _real_lightning(shared_dir, "version_13")
+    assert ctx.schedule["warmup_steps"] == 12500
+    _, lr = run.series("lr", finite=True)
+    assert lr[-1] < 0.6 * float(ctx.schedule["peak_lr"])  # still warming up
+    assert lr_schedule.detect(run, lr_schedule.Params(), ctx) == []
+
+
+def test_sweep_offset_logs_are_aligned() -> None:
+    """Sane schedules logged from a random step on, with their steps counted from the start
+    again (a resumed run whose step count restarted): the offset is found within the timing
+    conventions (±3 steps) and nothing is flagged."""
+    from trainlens.detectors._schedules import lr_at
+
+    rng = np.random.default_rng(7)
+    for i in range(24):
+        sched, steps, n = _sweep_case(rng)
+        fmt = str(rng.choice(["raw", "float32", "f", ".2e", ".6g"]))
+        k = int(rng.integers(len(n) // 10, len(n) * 9 // 10))
+        offset = int(steps[k] - steps[0])
+        resumed = _lr_run(steps[k:] - offset, _printed(lr_at(sched, n[k:]), fmt))
+        found = _detect(resumed, sched)
+        assert _loud(found) == [], (i, sched, fmt)
+        notes = [f for f in found if f.code == "LR008"]
+        assert len(notes) == 1, (i, sched, fmt, [f.message for f in found])
+        assert abs(notes[0].evidence["step_offset"] - offset) <= 3, (i, offset, notes[0].evidence)
+
+
+def test_offset_log_with_a_shock_is_aligned_and_the_shock_flagged() -> None:
+    sched = {
+        "shape": "cosine",
+        "warmup_steps": 2000,
+        "peak_lr": 3e-4,
+        "min_lr": 3e-5,
+        "total_steps": 100_000,
+    }
+    steps = np.arange(0, 5000, 5)
+    lr = declared_lr(sched, steps + 29_020)
+    lr[600:603] *= 40  # steps 3000-3010: the LR of three logged steps is 40x
+    found = _detect(_lr_run(steps, lr), sched)
+    codes = [(f.code, f.severity.value, f.step_start) for f in found]
+    assert codes == [("LR008", "info", 0), ("LR001", "warning", 3000)], codes
+    assert found[1].evidence["step_offset"] == found[0].evidence["step_offset"]
+    assert abs(found[0].evidence["step_offset"] - 29_020) <= 3
+
+
+def test_offset_candidates_invert_the_plan() -> None:
+    from trainlens.detectors._schedules import offset_candidates
+
+    sched = {"shape": "cosine", "warmup_steps": 100, "peak_lr": 1.0, "total_steps": 10_000}
+    n = np.arange(1.0, 2001.0, 50.0)
+    values = declared_lr(sched, n - 1 + 4321)  # first_step 0: step s is n = s + 1
+    best = offset_candidates(sched, n, values, 1e-3 * values)
+    assert best and best[0][0] == pytest.approx(4321, abs=1)
+    assert best[0][1] <= 4321 <= best[0][2]
+    # a value the warmup ramp and the decay both take: two candidates for one point
+    two = offset_candidates(sched, np.array([1.0]), np.array([0.5]), np.array([1e-3]))
+    assert sorted(round(c[0], -1) for c in two) == [50, 5050]
+    # on a constant plan every offset past the warmup fits: one wide range
+    flat = {"shape": "constant", "warmup_steps": 100, "peak_lr": 1.0}
+    (wide,) = offset_candidates(flat, n, np.ones(len(n)), np.full(len(n), 1e-3))
+    assert wide[2] - wide[1] > 10 * (n[-1] - n[0])

@@ -14,6 +14,8 @@ sigma}. Events (applied in order over steps [at, at+len)): mult, add, set (a num
 'nan'/'inf'/'-inf'), ramp (add slope*(step-at) from ``at`` on, no end), decay_to (after
 ``at``, relax back with time constant ``recover``). ``every: N`` keeps every N-th step,
 ``from``/``until`` limit the range. wall_time: ``wall: {step_time: s, events: [...]}``.
+``shift: k`` evaluates a base at step + k (a resumed log whose step count restarted while
+its schedule went on).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def _num(v: Any) -> float:
 def base_values(spec: dict[str, Any], steps: np.ndarray) -> np.ndarray:
     kind = spec.get("base", "constant")
     n = len(steps)
-    t = steps.astype(float)
+    t = steps.astype(float) + _num(spec.get("shift", 0))
     if kind == "constant":
         return np.full(n, _num(spec.get("value", 1.0)))
     if kind == "decay":

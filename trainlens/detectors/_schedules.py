@@ -190,4 +190,173 @@ def declared_lr(schedule: dict[str, Any], steps: np.ndarray) -> np.ndarray:
     return lr_at(schedule, n)
 
 
-__all__ = ["SHAPES", "declared_lr", "lr_at", "missing_keys", "shape_of"]
+def _end_of_changes(schedule: dict[str, Any]) -> float:
+    """The step count where the declared curve's last planned phase ends (0 if unknown)."""
+    warm = float(_num(schedule, "warmup_steps") or 0)
+    total = _positive(schedule, "total_steps") or 0.0
+    stable = max(_num(schedule, "stable_steps") or 0.0, 0.0)
+    decay = _positive(schedule, "decay_steps") or 0.0
+    return max(warm, total, warm + stable + decay)
+
+
+def plan_horizon(
+    schedule: dict[str, Any], below: float, *, warmup_start_factor: float = 0.0
+) -> float:
+    """A step count beyond which the plan holds nothing new for values down to ``below``:
+    twice where it first falls below ``below``, or 1.5x where it stops changing (a decay
+    that clamps at min_lr, a constant), whichever comes first, and never before the end
+    of its declared phases; at most 1e10 (inverse-sqrt and step decays never stop)."""
+    probe = np.geomspace(1.0, 1e10, 512)
+    values = lr_at(schedule, probe, warmup_start_factor=warmup_start_factor)
+    horizon = np.inf
+    under = np.flatnonzero(values < below)
+    if len(under):
+        horizon = 2.0 * probe[under[0]]
+    moving = np.flatnonzero(np.abs(np.diff(values)) > 1e-12 * max(float(values.max()), 1e-300))
+    if len(moving) == 0:
+        horizon = min(horizon, 1.0)
+    elif moving[-1] + 1 < len(probe) - 1:
+        horizon = min(horizon, 1.5 * probe[moving[-1] + 1])
+    return float(min(max(horizon, _end_of_changes(schedule), 1.0), 1e10))
+
+
+def value_positions(
+    schedule: dict[str, Any],
+    values: np.ndarray,
+    tol: np.ndarray,
+    horizon: float,
+    *,
+    warmup_start_factor: float = 0.0,
+    grid_points: int = 2048,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Where the plan takes each of ``values``: the inverse of :func:`lr_at` on its
+    monotone stretches, and the stretches where it stays within ``tol`` (a flat top or
+    tail holds a value over many steps).
+
+    Returns four arrays, one entry per stretch: the index of the value, the first and
+    last step count ``n`` of the stretch (widened to the neighbouring grid points), and
+    the step count where the plan crosses the value inside it (linear interpolation
+    between grid points; NaN where it only stays within tolerance). A stretch that reaches
+    the horizon ends at +inf (a floor or a constant holds on). The plan is sampled
+    on a grid of ``n`` in [1, horizon], geometric and linear (about 2 x grid_points
+    points), so a 100-step warmup of a 10^6-step plan is resolved as well as its decay.
+    """
+    v = np.asarray(values, dtype=np.float64)[:, None]
+    t = np.asarray(tol, dtype=np.float64)[:, None]
+    grid = np.unique(
+        np.round(
+            np.concatenate(
+                (np.geomspace(1.0, horizon, grid_points), np.linspace(1.0, horizon, grid_points))
+            )
+        )
+    )
+    plan = lr_at(schedule, grid, warmup_start_factor=warmup_start_factor)[None, :]
+    near = np.abs(plan - v) <= t
+    above = plan > v
+    crosses = above[:, 1:] != above[:, :-1]  # the plan passes the value between j and j+1
+    near[:, 1:] |= crosses
+    near[:, :-1] |= crosses
+    padded = np.zeros((near.shape[0], near.shape[1] + 2), dtype=np.int8)
+    padded[:, 1:-1] = near
+    edge = np.diff(padded, axis=1)
+    rows, a = np.nonzero(edge == 1)
+    _, b = np.nonzero(edge == -1)
+    b = b - 1  # last index inside the stretch
+    lo = grid[np.maximum(a - 1, 0)]
+    hi = grid[np.minimum(b + 1, len(grid) - 1)]
+    # the crossing inside each stretch (the first one, where there are several)
+    cross = np.full(len(rows), np.nan)
+    ci, cj = np.nonzero(crosses)
+    if len(ci):
+        key = ci * (len(grid) + 1) + cj
+        stretch_key = rows * (len(grid) + 1) + a
+        k = np.searchsorted(key, stretch_key)
+        ok = k < len(key)
+        k = np.minimum(k, len(key) - 1)
+        j = cj[k]
+        ok &= (ci[k] == rows) & (j <= b)
+        p0, p1 = plan[0, j], plan[0, j + 1]
+        x0, x1 = grid[j], grid[j + 1]
+        val = v[rows, 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = x0 + (val - p0) * (x1 - x0) / (p1 - p0)
+        cross = np.where(ok & np.isfinite(x), x, np.nan)
+    # a stretch that runs to the end of the grid goes on: the plan stays there
+    hi = np.where(b >= len(grid) - 1, np.inf, hi)
+    return rows, lo, hi, cross
+
+
+def offset_candidates(
+    schedule: dict[str, Any],
+    n: np.ndarray,
+    values: np.ndarray,
+    tol: np.ndarray,
+    *,
+    warmup_start_factor: float = 0.0,
+    quorum: float = 0.5,
+    at_most: int = 6,
+) -> list[tuple[int, float, float]]:
+    """Offsets t at which values logged at step counts ``n`` may sit on the plan,
+    ``values ≈ lr_at(n + t)``: a resumed run whose step count restarted, a log counted from
+    another origin. Best first, at most ``at_most``, each ``(estimate, lo, hi)``.
+
+    Each value allows the offsets of the stretches :func:`value_positions` finds for it; a
+    sweep over those ranges counts how many values allow each offset, and the ranges that
+    ``quorum`` of the values (and within 5 % of the most) allow are the candidates. The
+    estimate is the median of the exact inversions inside the range (its middle where the
+    plan is flat there). ``n`` and ``values`` are a handful of logged points (tens), not the
+    whole log: the caller checks a candidate on every point.
+    """
+    n = np.asarray(n, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) == 0:
+        return []
+    span = float(n.max() - n.min())
+    below = float(np.min(values - tol))
+    horizon = plan_horizon(schedule, below, warmup_start_factor=warmup_start_factor)
+    rows, lo, hi, cross = value_positions(
+        schedule, values, tol, horizon + span + 1, warmup_start_factor=warmup_start_factor
+    )
+    if len(rows) == 0:
+        return []
+    at = n[rows]
+    o_lo, o_hi, o_x = lo - at - 1, hi - at + 1, cross - at
+    # ranges of one value that overlap once widened are one: a value counts once per offset
+    joined = (rows[1:] == rows[:-1]) & (o_lo[1:] <= o_hi[:-1])
+    if joined.any():
+        first = np.flatnonzero(np.concatenate(([True], ~joined)))
+        o_lo, o_hi = o_lo[first], np.maximum.reduceat(o_hi, first)
+    ends = np.concatenate((o_lo, o_hi))
+    delta = np.concatenate((np.ones(len(o_lo)), -np.ones(len(o_hi))))
+    order = np.lexsort((-delta, ends))  # at a tie, a range opens before one closes
+    x, cover = ends[order], np.cumsum(delta[order])  # cover[k] holds on [x[k], x[k+1]]
+    top = float(cover.max())
+    if top < quorum * len(values):
+        return []
+    need = max(top - np.floor(0.05 * len(values)), quorum * len(values), 1.0)
+    good = np.concatenate(([False], cover >= need, [False]))
+    edges = np.flatnonzero(np.diff(good.astype(np.int8)))
+    regions = list(zip(edges[0::2].tolist(), (edges[1::2] - 1).tolist(), strict=True))
+    regions.sort(key=lambda ab: -float(cover[ab[0] : ab[1] + 1].max()))
+    out: list[tuple[int, float, float]] = []
+    for a, b in regions[:at_most]:
+        r_lo, r_hi = float(x[a]), float(x[min(b + 1, len(x) - 1)])
+        inside = np.isfinite(o_x) & (o_x >= r_lo) & (o_x <= r_hi)
+        if inside.any():
+            est = float(np.median(o_x[inside]))
+        else:  # flat there: its middle (a log's length in, where it stays flat for good)
+            est = (r_lo + r_hi) / 2 if np.isfinite(r_hi) else r_lo + span + 1
+        out.append((round(float(est)), r_lo, r_hi))
+    return out
+
+
+__all__ = [
+    "SHAPES",
+    "declared_lr",
+    "lr_at",
+    "missing_keys",
+    "offset_candidates",
+    "plan_horizon",
+    "shape_of",
+    "value_positions",
+]

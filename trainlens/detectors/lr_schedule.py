@@ -16,7 +16,16 @@ What it flags
     trains); LR006 ``lr-schedule-reset`` (from some step the plan starts over:
     realized(t) ≈ declared(t − t0), e.g. a resume that did not restore the scheduler);
     otherwise LR001 ``lr-schedule-mismatch`` with the first deviating step, the stretch,
-    and the largest relative deviation. Without a declared schedule it flags only what no
+    and the largest relative deviation. Before any of these, a log that departs from the
+    plan at its logged steps but follows it at an offset, realized(step) ≈
+    declared(step + t0) (a resumed run whose step count restarted while the scheduler
+    went on, an excerpt counted from 0, per-epoch vs global counters), is aligned: the
+    plan is inverted at a few logged values, the median offset is checked on the whole
+    log, and the log is judged against declared(step + t0); LR008 ``lr-schedule-offset``
+    (info) says so, or that the schedule could not be aligned when the log sits where
+    the plan is flat and many offsets fit. A log that starts at the plan's start is
+    aligned only at a pinned offset past twice the warmup (else: LR004 at peak, LR001).
+    Without a declared schedule it flags only what no
     sane schedule does: LR007 ``lr-schedule-anomaly`` for the LR rising again after its
     decay began, jumping up after a long plateau (or briefly, and falling back), or
     dropping far faster than its neighbouring steps change it (steady decays and step
@@ -45,7 +54,10 @@ Default thresholds
     cyclical LRs do, and must be declared); a drop is a "jump" when it is at least
     ×1.5 in one logging interval and its per-step rate is 20× the median rate of the
     10 intervals on each side (a step decay drops on a flat LR, whose median rate is 0);
-    a plateau of 3+ points must precede an upward jump.
+    a plateau of 3+ points must precede an upward jump. An offset must explain 90 % of
+    the points from the log's first ones on, be the only one that does, be known to
+    within the log's length, and the aligned plan must change by 2 % (twice rtol) over
+    the log.
 
 Known false positives
     Cyclic schedules (SGDR warm restarts, triangular CLR, multi-cycle cosine) without a
@@ -55,7 +67,12 @@ Known false positives
     steps from epochs) is a real mismatch and is reported (LR001 with the time scale).
     Logs whose step axis is not optimizer steps (samples, tokens) mismatch any declared
     schedule in steps. Adaptive optimizers that log a changing effective LR (D-Adaptation,
-    Prodigy) are fine unless their LR falls and then rises.
+    Prodigy) are fine unless their LR falls and then rises. A resumed run whose step count
+    restarted at most two warmups into the plan looks like a fresh run without warmup
+    (LR004). Missed: an LR stuck on a value the plan holds over a long flat stretch (a
+    WSD plateau, the floor after the decay) in a log that does not start at the plan's
+    start is only an LR008 note; a log off the plan over more than a tenth of its points
+    is judged at its logged steps (flagged, but not told it is offset).
 
 Example
     ``WARNING  LR002  steps 1–1000  lr follows the declared cosine schedule advanced 2
@@ -74,7 +91,12 @@ import numpy as np
 
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import Run
-from trainlens.detectors._schedules import lr_at, missing_keys, shape_of
+from trainlens.detectors._schedules import (
+    lr_at,
+    missing_keys,
+    offset_candidates,
+    shape_of,
+)
 from trainlens.detectors._stats import runs_of
 from trainlens.detectors.base import Context, Skip, finding
 
@@ -86,6 +108,7 @@ CODES = {
     "LR005": "lr-zero",
     "LR006": "lr-schedule-reset",
     "LR007": "lr-schedule-anomaly",
+    "LR008": "lr-schedule-offset",
 }
 
 
@@ -112,6 +135,10 @@ class Params:
     drop_rate_ratio: float = 20.0
     #: neighbouring intervals on each side for that median
     neighbour_window: int = 10
+    #: an offset between the log's steps and the plan's is pinned only where the aligned
+    #: plan changes by this much over the log (twice rtol: more than its tolerance band);
+    #: on a flatter stretch many offsets fit
+    align_min_change: float = 0.02
     #: at most this many findings per code (the rest summarized in the last one)
     max_findings: int = 5
 
@@ -183,6 +210,13 @@ def _lr_metric_names(run: Run) -> list[str]:
     out = [m for m in names if m == "lr"]
     out += sorted((m for m in names if m.startswith("lr/")), key=lambda m: (len(m), m))
     return out
+
+
+def _first_value(run: Run, metric: str) -> float | None:
+    if not run.has(metric):
+        return None
+    _, v = run.series(metric, finite=True)
+    return float(v[0]) if len(v) else None
 
 
 def _series(run: Run, metric: str) -> tuple[np.ndarray, np.ndarray]:
@@ -316,7 +350,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         except ValueError:
             incomplete = ["shape"]
         if not incomplete or incomplete == ["peak_lr"]:
-            return _declared(names, load, schedule, params, ctx)
+            return _declared(names, load, schedule, params, ctx, _first_value(run, "epoch"))
     s, r = loaded[primary]
     return _undeclared(s, r, primary, params)
 
@@ -337,19 +371,89 @@ def _declared(
     schedule: dict[str, Any],
     params: Params,
     ctx: Context,
+    first_epoch: float | None = None,
 ) -> list[Finding]:
     first_step = int(float(schedule.get("first_step") or 0))
     peak_assumed = False
     if not schedule.get("peak_lr") or float(schedule["peak_lr"]) <= 0:
         # no peak declared: judge the shape against the realized peak
-        first = next(sv for m in names if (sv := load(m)) is not None)
+        metric = next(m for m in names if load(m) is not None)
+        first = load(metric)
+        assert first is not None
+        if float(np.max(first[1])) <= 0:
+            return _undeclared(first[0], first[1], metric, params)  # no scale to judge by
         schedule["peak_lr"] = float(np.max(first[1]))
         peak_assumed = True
     sched = schedule
     peak = float(sched["peak_lr"])
+    ctxinfo: dict[str, Any] = {
+        "shape": shape_of(sched),
+        "peak_lr": peak,
+        "schedule_source": ctx.schedule_source,
+    }
+    if peak_assumed:
+        ctxinfo["peak_lr_assumed"] = True
 
-    # pick the LR series (param group) and convention that match the plan best; the
-    # first param group that matches everywhere ends the search
+    tolerances: dict[str, np.ndarray] = {}  # per LR series: its print resolution is costly
+    chosen = _choose(names, load, sched, first_step, params, tolerances)
+    if chosen is None:
+        return []
+    metric, conv, fit, atol = chosen
+    sv = load(metric)
+    assert sv is not None
+    s, r = sv
+    n = (s - first_step + 1).astype(np.float64)
+    if fit.score >= params.explain_frac * len(r):
+        return _judge(metric, s, n, r, sched, conv, fit, atol, params, ctxinfo)
+
+    # most of the log is off the plan: a resumed run whose step count restarted, or steps
+    # counted from another origin, follow the plan at an offset the data may pin down
+    al = _align(s, n, r, sched, conv, atol, params)
+    if al is None:
+        return _judge(metric, s, n, r, sched, conv, fit, atol, params, ctxinfo)
+    if not al.pinned:
+        return [_unaligned_note(metric, s, r, al, ctxinfo)]
+    note = _offset_note(metric, s, r, al, ctxinfo, first_epoch)
+    if al.explained == 1.0:
+        return [note]
+    sched = {**sched, "first_step": first_step - al.offset}
+    chosen = _choose(names, load, sched, first_step - al.offset, params, tolerances)
+    if chosen is None:
+        return [note]
+    metric, conv, fit, atol = chosen
+    sv = load(metric)
+    assert sv is not None
+    s, r = sv
+    n = (s - first_step + al.offset + 1).astype(np.float64)
+    found = _judge(metric, s, n, r, sched, conv, fit, atol, params, ctxinfo)
+    said = f" (judged with the log's steps offset by {al.offset:+,}: see LR008)"
+    return [note] + [
+        Finding(
+            f.code,
+            f.name,
+            f.severity,
+            f.metric,
+            f.step_start,
+            f.step_end,
+            f.message + said,
+            {**f.evidence, "step_offset": al.offset},
+        )
+        for f in found
+    ]
+
+
+def _choose(
+    names: list[str],
+    load: Callable[[str], tuple[np.ndarray, np.ndarray] | None],
+    sched: dict[str, Any],
+    first_step: int,
+    params: Params,
+    tolerances: dict[str, np.ndarray],
+) -> tuple[str, Convention, _Fit, np.ndarray] | None:
+    """The LR series (param group) and warmup convention that match the plan best, or
+    None when one matches at every point (the first param group that does ends the
+    search)."""
+    peak = float(sched["peak_lr"])
     best: tuple[str, Convention, _Fit, np.ndarray] | None = None
     for metric in names:
         sv = load(metric)
@@ -357,8 +461,10 @@ def _declared(
             continue
         s, r = sv
         n = (s - first_step + 1).astype(np.float64)
-        floor = max(params.atol_frac * peak, print_quantum(r))
-        atol = np.maximum(floor, print_halfunit(r))
+        if metric not in tolerances:
+            floor = max(params.atol_frac * peak, print_quantum(r))
+            tolerances[metric] = np.maximum(floor, print_halfunit(r))
+        atol = tolerances[metric]
         for conv in _conventions(sched, n, r):
             f = _fit(r, n, _plan(sched, conv), params.max_shift, params.rtol, atol)
             # another ramp convention must explain a few more points than the plain one
@@ -366,19 +472,27 @@ def _declared(
             if best is None or f.score - margin > best[2].score * len(r) / len(best[2].ok):
                 best = (metric, conv, f, atol)
             if f.ok.all():
-                return []
+                return None
     assert best is not None
-    metric, conv, fit, atol = best
-    loaded = load(metric)
-    assert loaded is not None
-    s, r = loaded
-    n = (s - first_step + 1).astype(np.float64)
+    return best
 
+
+def _judge(
+    metric: str,
+    s: np.ndarray,
+    n: np.ndarray,
+    r: np.ndarray,
+    sched: dict[str, Any],
+    conv: Convention,
+    fit: _Fit,
+    atol: np.ndarray,
+    params: Params,
+    ctxinfo: dict[str, Any],
+) -> list[Finding]:
+    """The findings for a log that departs from the plan at some points."""
+    peak = float(sched["peak_lr"])
     d = _plan(sched, conv)
-    shape = shape_of(sched)
-    ctxinfo = {"shape": shape, "peak_lr": peak, "schedule_source": ctx.schedule_source}
-    if peak_assumed:
-        ctxinfo["peak_lr_assumed"] = True
+    shape = str(ctxinfo["shape"])
     out: list[Finding] = []
     mismatch = ~fit.ok
 
@@ -496,6 +610,162 @@ def _declared(
         )
     out.extend(generic)
     return out
+
+
+# ---- a log whose steps are offset from the plan's ----------------------------------------
+
+#: logged values the plan is inverted at to find an offset (evenly spread over the log)
+ALIGN_ANCHORS = 48
+#: points an offset candidate is scored on before the full log is fitted
+ALIGN_SCREEN = 4000
+
+
+@dataclass
+class _Alignment:
+    """Where a log sits on the plan: realized(n) ≈ plan(n + offset)."""
+
+    offset: int
+    pinned: bool
+    explained: float  # share of the logged points the aligned plan explains
+    change: float  # relative change of the aligned plan over the log
+    lo: int  # offsets that explain the log as well: lo..hi (None: no end, a flat tail)
+    hi: int | None
+    planned_first: float  # the aligned plan at the first logged point
+
+
+def _align(
+    s: np.ndarray,
+    n: np.ndarray,
+    r: np.ndarray,
+    sched: dict[str, Any],
+    conv: Convention,
+    atol: np.ndarray,
+    params: Params,
+) -> _Alignment | None:
+    """The offset t0 with realized(n) ≈ plan(n + t0) over the whole log, or None.
+
+    The plan is inverted at up to ALIGN_ANCHORS logged values (:func:`offset_candidates`:
+    the offsets most of them allow, each the median of their exact inversions); the
+    candidates are scored on the log and the best one is fitted on every point. None
+    unless that explains ``explain_frac`` (90 %) of the points, the log's first points
+    among them, with the first point at or after the plan's start: what it leaves
+    unexplained is then judged against the aligned plan, and a log off the plan over more
+    than that is judged at its logged steps (still flagged, by the plain findings).
+
+    The offset is not pinned when other, distinct offsets explain the log as well, when
+    the offsets that fit span more than the log's own length, or when the aligned plan
+    changes by less than ``align_min_change`` over the log (a flat stretch: any offset on
+    it fits). A fresh log (first point in the first half of a declared warmup, or in the
+    first steps without one) is aligned only at a pinned offset past twice the warmup.
+    """
+    pos = np.flatnonzero(r > 0)
+    if len(pos) < 3:
+        return None
+    pick = np.unique(np.linspace(0, len(pos) - 1, min(len(pos), ALIGN_ANCHORS)).round())
+    idx = pos[pick.astype(np.int64)]
+    cands = offset_candidates(
+        sched, n[idx], r[idx], params.rtol * r[idx] + atol[idx], warmup_start_factor=conv
+    )
+    span = float(n[-1] - n[0])
+    sub = _thin(np.arange(len(r)), ALIGN_SCREEN)
+    d = _plan(sched, conv)
+    scored: list[tuple[int, int, float, float]] = []  # score, offset, lo, hi
+    for t0, r_lo, r_hi in cands:
+        if n[0] + t0 < 1 - params.max_shift:
+            continue  # the log would start before the plan does
+        f = _fit(r[sub], n[sub] + t0, d, params.max_shift, params.rtol, atol[sub])
+        scored.append((f.score, t0, r_lo, r_hi))
+    if not scored:
+        return None
+    scored.sort(key=lambda c: -c[0])
+    score, t0, r_lo, r_hi = scored[0]
+    if abs(t0) <= params.max_shift + 1:
+        return None  # a timing convention, which the plain fit tried
+    full = _fit(r, n + t0, d, params.max_shift, params.rtol, atol)
+    head = full.ok[: max(3, len(r) // 20)]
+    explained = full.score / len(r)
+    if head.mean() <= 0.5 or explained < params.explain_frac:
+        return None
+    rivals = [c for c in scored[1:] if c[0] >= score - max(2, 0.02 * len(sub))]
+    lo_all = min([r_lo] + [c[2] for c in rivals])
+    hi_all = max([r_hi] + [c[3] for c in rivals])
+    plan = full.center
+    change = float((plan.max() - plan.min()) / max(float(plan.max()), 1e-300))
+    # pinned: one offset, known to within the log's own length, on a stretch where the
+    # plan moves by more than its tolerance band
+    narrow = hi_all - lo_all <= max(span, 2.0 * (params.max_shift + 1))
+    pinned = not rivals and narrow and change >= params.align_min_change
+    # a log that starts at the plan's start is taken at its word unless the data pin an
+    # offset past twice the warmup: one that starts where its warmup should end is a run
+    # without warmup (LR004), one stuck on a flat stretch a real mismatch
+    warm = float(sched.get("warmup_steps") or 0)
+    if n[0] <= max(warm / 2, 1 + params.max_shift) and (not pinned or lo_all <= 2 * warm):
+        return None
+    return _Alignment(
+        offset=int(t0),
+        pinned=pinned,
+        explained=explained,
+        change=change,
+        lo=int(np.floor(lo_all)),
+        hi=int(np.ceil(hi_all)) if np.isfinite(hi_all) else None,
+        planned_first=float(plan[0]),
+    )
+
+
+def _offset_note(
+    metric: str,
+    s: np.ndarray,
+    r: np.ndarray,
+    al: _Alignment,
+    ctxinfo: dict[str, Any],
+    first_epoch: float | None,
+) -> Finding:
+    t0 = al.offset
+    epoch = ""
+    if first_epoch is not None and first_epoch >= 1:  # (HF's fractional epoch of a first log)
+        epoch = f"; its epoch starts at {first_epoch:g}, not 0"
+    return finding(
+        "LR008",
+        CODES["LR008"],
+        Severity.INFO,
+        f"{metric} follows the declared {ctxinfo['shape']} schedule with the log's steps "
+        f"offset by {t0:+,} from the schedule's: logged step {s[0]} ({_fmt(float(r[0]))}) is "
+        f"the plan's step {s[0] + t0:,} ({_fmt(al.planned_first)}){epoch} — a resumed run "
+        "whose step count restarted while its scheduler went on, or steps counted from "
+        f"another origin; it is judged against the plan at (step {t0:+,}).",
+        metric=metric,
+        step_start=int(s[0]),
+        step_end=int(s[-1]),
+        step_offset=t0,
+        offset_range=[al.lo, al.hi],
+        explained_frac=round(al.explained, 4),
+        first_epoch=first_epoch,
+        **ctxinfo,
+    )
+
+
+def _unaligned_note(
+    metric: str, s: np.ndarray, r: np.ndarray, al: _Alignment, ctxinfo: dict[str, Any]
+) -> Finding:
+    span = f"from {al.lo:+,} to {al.hi:+,} steps" if al.hi is not None else f"from {al.lo:+,} on"
+    return finding(
+        "LR008",
+        CODES["LR008"],
+        Severity.INFO,
+        f"{metric} does not follow the declared {ctxinfo['shape']} schedule at the logged "
+        f"steps, and the schedule could not be aligned with the log: it matches the plan "
+        f"where the plan barely changes ({_fmt(float(np.min(r)))}–{_fmt(float(np.max(r)))}), "
+        f"so any offset {span} fits it alike — a resumed or "
+        "excerpted log counted from another origin, or an LR that stopped following the "
+        "schedule; it is not judged against the plan.",
+        metric=metric,
+        step_start=int(s[0]),
+        step_end=int(s[-1]),
+        aligned=False,
+        offset_range=[al.lo, al.hi],
+        explained_frac=round(al.explained, 4),
+        **ctxinfo,
+    )
 
 
 def _zero_findings(
