@@ -465,3 +465,18 @@ def test_a_slow_rise_looks_back_further() -> None:
     assert f.step_start is not None and f.step_start - 1500 > 50  # beyond the short look
     assert f.evidence["first_mover"] == "lr" and f.evidence["first_mover_step"] == 1500
     assert "lr rose ×3 at step 1500 (from 0.001)" in f.message
+
+
+def test_a_resumed_log_is_compared_with_its_plan_at_the_real_steps(shared_dir: Path) -> None:
+    # version_18's step count restarted at 9 while its scheduler went on (LR008 pins the
+    # offset, +62,499): its LR is on its declared plan at every step, so no loss spike is
+    # blamed on it, and the declared warmup is long over (the loss is judged from step 9)
+    run = _real(shared_dir, "Arshya-Guru_deepmind-research/lightning_logs/version_18/metrics.csv")
+    a = trainlens.analyze(run)[0]
+    assert a.context.step_offset == 62499
+    assert [f.code for f in a.findings if f.code.startswith("LR")] == ["LR008"]
+    spikes = [f for f in a.findings if f.code == "LOSS001"]
+    assert spikes and all(f.evidence.get("first_mover") is None for f in spikes)
+    assert all("planned" not in f.message for f in spikes)
+    (flat,) = [f for f in a.findings if f.code == "LOSS002"]
+    assert flat.step_start == 9

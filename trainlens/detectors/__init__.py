@@ -127,6 +127,33 @@ def validate_config(cfg: Config) -> None:
         Severity.parse(sev)
 
 
+@dataclass
+class _Outcome:
+    """A detector's findings, or the Skip it raised, kept to be reported in its turn."""
+
+    findings: list[Finding]
+    skip: Skip | None = None
+
+    def found(self) -> list[Finding]:
+        if self.skip is not None:
+            raise self.skip
+        return self.findings
+
+
+def _align_with_schedule(run: Run, cfg: Config, ctx: Context) -> _Outcome:
+    """Run the LR detector and set ``ctx.step_offset`` from the offset it pinned."""
+    module = load("lr_schedule")
+    params = make_params("lr_schedule", module, cfg.detectors.get("lr_schedule", {}))
+    try:
+        found = module.detect(run, params, ctx)
+    except Skip as why:
+        return _Outcome([], why)
+    for f in found:
+        if f.code == module.OFFSET_CODE and f.evidence.get("aligned", True):
+            ctx.step_offset = int(f.evidence.get("step_offset") or 0)
+    return _Outcome(found)
+
+
 def run_detectors(
     run: Run, cfg: Config | None = None, ctx: Context | None = None
 ) -> DetectionResult:
@@ -137,13 +164,20 @@ def run_detectors(
     ctx = ctx or Context(schedule=dict(cfg.schedule), model=dict(cfg.model))
     result = DetectionResult()
     severity = {k.upper(): Severity.parse(v) for k, v in cfg.severity.items()}
+    # the LR detector runs first when a schedule is declared: where it aligns a resumed
+    # log with the plan (LR008), every detector compares the declared warmup and the plan
+    # with the real steps (Context.step_offset), selected or not
+    lr_result = _align_with_schedule(run, cfg, ctx) if ctx.schedule else None
     for name in available():
         module = load(name)
         if not is_selected(name, module.CODES, cfg):
             continue
-        params = make_params(name, module, cfg.detectors.get(name, {}))
         try:
-            found = module.detect(run, params, ctx)
+            if name == "lr_schedule" and lr_result is not None:
+                found = lr_result.found()
+            else:
+                params = make_params(name, module, cfg.detectors.get(name, {}))
+                found = module.detect(run, params, ctx)
         except Skip as why:
             result.skipped[name] = str(why)
             continue

@@ -257,7 +257,10 @@ class _Signals:
             if run.has(m):
                 self.raw[m] = run.series(m)
         self.schedule: dict[str, Any] | None = None
-        if LR in self.raw and ctx.schedule and _plan(ctx.schedule, self.raw[LR][0][:1]) is not None:
+        #: the log's steps + offset are the plan's (a resumed run: Context.step_offset)
+        self.offset = ctx.step_offset
+        first = self.raw[LR][0][:1] + self.offset if LR in self.raw else None
+        if first is not None and ctx.schedule and _plan(ctx.schedule, first) is not None:
             self.schedule = ctx.schedule
         self._pos: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._drops: np.ndarray | None = None
@@ -378,7 +381,7 @@ def _lr_move(sig: _Signals, sc: _Scope) -> Move | None:
     b = int(np.searchsorted(s, sc.hi, side="right"))
     ok = np.isfinite(v[a:b])
     s, v = s[a:b][ok], v[a:b][ok]
-    plan = _plan(sig.schedule, s)
+    plan = _plan(sig.schedule, s + sig.offset)
     return None if plan is None else _lr_vs_plan(s, v, plan, sig.p, sc)
 
 

@@ -91,7 +91,9 @@ def run_start(run: Run, steps: np.ndarray, ctx: Context | None) -> Start:
         ramp = lr_ramp_end(ls, lv)
         if ramp is not None and ramp > first:
             end, why = ramp, f"the LR ramps up until step {ramp}"
+    # the declared warmup counts the schedule's steps, which a resumed log may not
     w = declared_warmup(ctx)
-    if w > end:
-        end, why = w, f"declared warmup of {w} steps"
+    offset = ctx.step_offset if ctx is not None else 0
+    if w - offset > end:
+        end, why = w - offset, f"declared warmup of {w} steps"
     return Start(first, end, why, resumed)

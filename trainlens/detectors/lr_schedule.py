@@ -110,6 +110,8 @@ CODES = {
     "LR007": "lr-schedule-anomaly",
     "LR008": "lr-schedule-offset",
 }
+#: the finding that carries a pinned ``step_offset`` (read by run_detectors for the others)
+OFFSET_CODE = "LR008"
 
 
 @dataclass(frozen=True)
