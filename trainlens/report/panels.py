@@ -458,6 +458,7 @@ class _Builder:
         marks = nonfinite_marks(s, v, buckets, lo=self.xlo, hi=self.xhi)
         off_scale = first_per_bucket(s[finite & ~drawable], buckets, lo=self.xlo, hi=self.xhi)
         step_gaps_ = self.step_breaks(s, buckets)
+        self.note_gaps(panel, run, s, step_gaps_)
         breaks = np.concatenate([*marks.values(), off_scale, gap_breaks(s, step_gaps_)])
         ds, dv = decimate(s[drawable], v[drawable], buckets, lo=self.xlo, hi=self.xhi)
         ds2, dv2 = with_gaps(ds, dv, np.unique(breaks))
@@ -1367,6 +1368,31 @@ class _Builder:
             extreme = f"{'max' if side == 'above' else 'min'} {vals[i]:.4g} @ {_fmt_step(at[i])}"
             text = f"{who}{arrow} {extreme}" + (f" ({count:,} {side})" if count > 1 else "")
             self.note(Note(ax, float(at[i]), text, line.color, gid, bold=False))
+            cut = lim[1] if side == "above" else lim[0]
+            run_name = f" of {self.analyses[run].run.name}" if self.multi else ""
+            self.caption(
+                self.panel_of_axes[id(ax)],
+                f"y axis cut at {cut:.4g}: {count:,} {metric}{run_name} value(s) {side} it "
+                f"({extreme}), marked {arrow} on the edge",
+            )
+
+    def caption(self, key: str, text: str) -> None:
+        """A line under the panel (escaped by the HTML writer), once."""
+        panel = next(p for p in self.panels if p.key == key)
+        if text not in panel.notes:
+            panel.notes.append(text)
+
+    def note_gaps(self, panel: Panel, run: int, steps: np.ndarray, gaps: np.ndarray) -> None:
+        """Name the unlogged stretches a reader would otherwise take for missing lines."""
+        if gaps.size == 0:
+            return
+        spans = [f"{_fmt_step(steps[i] + 1)}–{_fmt_step(steps[i + 1] - 1)}" for i in gaps[:6]]
+        more = f" and {gaps.size - 6} more" if gaps.size > 6 else ""
+        run_name = f" in {self.analyses[run].run.name}" if self.multi else ""
+        self.caption(
+            panel.key,
+            f"no steps logged{run_name} at {', '.join(spans)}{more}: the lines break there",
+        )
 
     def place_labels(self) -> None:
         """Place every label once each figure's layout is settled; a finding's label is
