@@ -206,8 +206,13 @@ def place_figure(fig: Figure, notes: list[Note]) -> list[Note]:
     """Settle the figure's layout, then place every axes' labels."""
     if not notes:
         return notes
-    fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    # settle the axes where the first draw would put them, and keep them there: the
+    # layout is a third of the time it takes to save a panel, and is done once, here
+    engine = fig.get_layout_engine()
+    if engine is not None:
+        engine.execute(fig)
+        fig.set_layout_engine("none")
     by_ax: dict[int, list[Note]] = {}
     for n in notes:
         by_ax.setdefault(id(n.ax), []).append(n)

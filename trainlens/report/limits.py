@@ -47,7 +47,9 @@ LOG_FLOOR = 0.1
 SLACK = 0.25
 WORTH_CLIPPING = 0.5  # cut only when the kept range is at most half of the full range
 MARGIN = 0.05  # matplotlib's default axes margin
-QUANTILE_SAMPLE = 200_000  # quantiles of a long series from a strided subset (estimate only)
+# quantiles of a long series from a strided subset: an estimate is all a limit needs
+# (the 10th percentile of 50k values is within ±0.2 percentile points)
+QUANTILE_SAMPLE = 50_000
 GAP_FACTOR = 5.0  # an interval this many times the typical one is a gap
 GAP_WINDOW = 8  # neighbouring intervals on each side that give the local typical one
 DECADES_FOR_LOG = 2.0
@@ -83,11 +85,13 @@ def robust_ylim(
     if width <= 0:
         return None  # constant: any departure is the story, draw it all
     fence_lo, fence_hi = q_lo - fence * width, q_hi + fence * width
+    full_lo, full_hi = float(vals.min()), float(vals.max())
+    if full_lo >= fence_lo and full_hi <= fence_hi:
+        return None  # the common case: nothing far out
     inside = vals[(vals >= fence_lo) & (vals <= fence_hi)]
     kept = _drawn([np.asarray(keep, dtype=np.float64)], log)
     lo = float(min(inside.min(initial=np.inf), kept.min(initial=np.inf)))
     hi = float(max(inside.max(initial=-np.inf), kept.max(initial=-np.inf)))
-    full_lo, full_hi = float(vals.min()), float(vals.max())
     if full_lo >= lo and full_hi <= hi:
         return None
     if not hi > lo or hi - lo > WORTH_CLIPPING * (full_hi - full_lo):
@@ -112,7 +116,10 @@ def step_gaps(steps: np.ndarray, min_gap: float = 0.0) -> np.ndarray:
     d = np.diff(s)
     if d.size < 2:
         return np.empty(0, dtype=np.int64)
-    cand = np.flatnonzero((d > GAP_FACTOR * np.median(d)) & (d > min_gap))
+    if d.max(initial=0.0) <= max(min_gap, GAP_FACTOR * d.min(initial=0.0)):
+        return np.empty(0, dtype=np.int64)  # regular logging: no median needed
+    typical = np.median(d[:: max(1, d.size // QUANTILE_SAMPLE)])
+    cand = np.flatnonzero((d > GAP_FACTOR * typical) & (d > min_gap))
     if cand.size == 0:
         return cand
     offsets = np.r_[np.arange(-GAP_WINDOW, 0), np.arange(1, GAP_WINDOW + 1)]
