@@ -548,6 +548,12 @@ def test_limits_keep_a_findings_peak_and_leave_a_tame_run_alone() -> None:
     figs = build_figures([_plain({"train/loss": (s, v)}, [f])])
     ax = figs.panel("loss").axes[(0, "train/loss")]
     assert ax.get_ylim()[1] > 40.0
+    # a finding over a stretch (no peak named): its highest value stays on the axis too
+    v[3000] = 3.0
+    v[4200] = 30.0
+    f = _finding("LOSS003", "train/loss", 4000, 4500)
+    figs = build_figures([_plain({"train/loss": (s, v)}, [f])])
+    assert figs.panel("loss").axes[(0, "train/loss")].get_ylim()[1] > 30.0
     # a healthy run: nothing cut, matplotlib's own limits
     tame = np.linspace(5.0, 2.5, n)
     figs = build_figures([_plain({"train/loss": (s, tame)})])
@@ -861,3 +867,35 @@ def test_headless_chromium_renders_the_page(written: Path, tmp_path: Path) -> No
     assert (rgb.mean(axis=2) < 0.5).mean() > 0.002
     assert (rgb.std(axis=2) > 0.1).mean() > 0.001
     assert math.isfinite(float(rgb.sum()))
+
+
+# ---- on real logs nobody here wrote -----------------------------------------------------------
+
+
+def test_real_logs_read_well(shared_dir: Path) -> None:
+    from trainlens.api import analyze
+
+    logs = shared_dir / "real-logs"
+    # modded-nanogpt (llm.c): loss 11.0 at step 0, then 3.1–4.5 for 19,560 steps
+    figs = build_figures(analyze(logs / "modded_nanogpt/2024-10-13_llmc_main.log"))
+    ax = figs.panel("loss").axes[(0, "train/loss")]
+    lo, hi = ax.get_ylim()
+    assert lo < 3.15 and 4.6 < hi < 7.0
+    [edge] = _lines(ax, "clipped-0-train/loss-above")
+    assert edge.get_xdata()[0] == 0
+    assert _overlaps(_label_boxes(ax)) == []
+    # an HF state: 284.9 and 161.3 first, then 5–10 (val 15.4 → 0.30)
+    figs = build_figures(analyze(logs / "aaghaazkhan_law-llm/trainer_state.json"))
+    lo, hi = figs.panel("loss").axes[(0, "train/loss")].get_ylim()
+    assert lo < 0.31 and 15.4 < hi < 161
+    # a Lightning warmup from 7.2e-7 to 5.8e-4: a log axis
+    figs = build_figures(
+        analyze(logs / "Arshya-Guru_deepmind-research/lightning_logs/version_13/metrics.csv")
+    )
+    assert figs.panel("lr").axes[(0, "lr")].get_yscale() == "log"
+    # the BLOOM chronicles quote excerpts: 12,695, then 31,214–31,251, … — no line between
+    figs = build_figures(analyze(logs / "bigscience/tr11-176B-ml_chronicles.md"))
+    [line] = _lines(figs.panel("loss").axes[(0, "train/loss")], "series-0-train/loss")
+    xs, ys = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+    assert any(12_695 < x < 31_214 for x in xs[np.isnan(ys)])
+    assert any(31_251 < x < 42_780 for x in xs[np.isnan(ys)])

@@ -1023,6 +1023,20 @@ class _Builder:
         """A value the y limits of ``ax`` must show (a ring, a marker, a star)."""
         self.keep_y.setdefault(id(ax), []).append(y)
 
+    def keep_extremes(self, ax: Axes, run: int, metric: str, x0: float, x1: float) -> None:
+        """A finding's steps are drawn in full: the y limits keep the highest and lowest
+        value of its metric inside its span (a loss that rose back to 0.99 stays on the
+        axis even when a start at 3.8 is cut)."""
+        line = self.lines.get((run, metric))
+        if line is None:
+            return
+        a, b = np.searchsorted(line.steps, [x0, x1 + 1])
+        v = line.values[a:b]
+        v = v[np.isfinite(v) & (v > 0)] if line.log else v[np.isfinite(v)]
+        if v.size:
+            self.keep(ax, float(v.min()))
+            self.keep(ax, float(v.max()))
+
     def home_axes(self, run: int, f: Finding) -> Axes | None:
         candidates: list[str] = []
         if f.metric:
@@ -1089,6 +1103,8 @@ class _Builder:
         x0 = float(f.step_start if f.step_start is not None else f.step_end)  # type: ignore[arg-type]
         x1 = float(f.step_end if f.step_end is not None else x0)
         d.artists.append(self.draw_span(d, color, metric, x0, x1))
+        if metric:
+            self.keep_extremes(ax, run, metric, x0, x1)
         label.x = min(max(self._visible_span(x0, x1)[0], self.xlo), self.xhi)
         point_like = (x1 - x0) <= 0.02 * self.xspan or any(k in ev for k in PEAK_KEYS)
         at = _peak_step(ev, x0, x1, lead)
