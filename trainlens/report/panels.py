@@ -482,19 +482,8 @@ class _Builder:
         )
         line.set_gid(f"series-{run}-{metric}")
         if smooth:
-            assert self.smoothing is not None
-            sm = ema(v[drawable], self.smoothing)
-            es, ev = decimate(s[drawable], sm, buckets, lo=self.xlo, hi=self.xhi)
-            es, ev = with_gaps(es, ev, gap_breaks(s, step_gaps_))
-            ax.plot(
-                es,
-                ev,
-                color=color,
-                lw=1.8,
-                ls=linestyle,
-                zorder=3,
-                label="_nolegend_" if self.multi else f"{label} · EMA α={self.smoothing:g}",
-            )
+            breaks = gap_breaks(s, step_gaps_)
+            self.plot_ema(ax, s[drawable], v[drawable], breaks, buckets, color, linestyle, label)
         for i, (ss, sv) in enumerate(ser.superseded):
             sv = sv * scale if scale != 1.0 else sv
             ok = np.isfinite(sv) & (sv > 0) if log else np.isfinite(sv)
@@ -511,6 +500,31 @@ class _Builder:
             )
             faint.set_gid(f"superseded-{run}-{metric}")
         self.mark_nonfinite(ax, run, metric, marks, off_scale, generic=generic)
+
+    def plot_ema(
+        self,
+        ax: Axes,
+        s: np.ndarray,
+        v: np.ndarray,
+        breaks: np.ndarray,
+        buckets: int,
+        color: str,
+        linestyle: str,
+        label: str,
+    ) -> None:
+        """The debiased EMA over the raw line, broken where the steps have gaps."""
+        assert self.smoothing is not None
+        es, ev = decimate(s, ema(v, self.smoothing), buckets, lo=self.xlo, hi=self.xhi)
+        es, ev = with_gaps(es, ev, breaks)
+        ax.plot(
+            es,
+            ev,
+            color=color,
+            lw=1.8,
+            ls=linestyle,
+            zorder=3,
+            label="_nolegend_" if self.multi else f"{label} · EMA α={self.smoothing:g}",
+        )
 
     def step_breaks(self, steps: np.ndarray, buckets: int) -> np.ndarray:
         """Where the steps jump far beyond their usual interval (an excerpt, a resumed
