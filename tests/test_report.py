@@ -32,6 +32,7 @@ from trainlens.detectors.base import Context
 from trainlens.report import Figures, build_figures, write_report
 from trainlens.report.decimate import decimate, nonfinite_marks, with_gaps
 from trainlens.report.html import esc, render_html
+from trainlens.report.limits import robust_ylim
 from trainlens.report.markdown import md, render_markdown
 from trainlens.summary import summarize
 
@@ -456,9 +457,11 @@ def test_markdown_references_the_pngs(written: Path, figures: Figures) -> None:
 
 def test_strings_from_the_input_are_escaped() -> None:
     evil_metric = "<script>alert(1)</script>"
-    evil_run = 'run"&<>x'
+    evil_run = '<script>run"&<>x'
     s = np.arange(300)
-    extra = {evil_metric: (s, np.sin(s / 10)), "cost$x$": (s, s * 1.0)}
+    odd = np.sin(s / 10)
+    odd[0] = 1e6  # cut from the axis: its caption names the metric
+    extra = {evil_metric: (s, odd), "cost$x$": (s, s * 1.0)}
     f = _finding("LOSS001", evil_metric, 100, 100, message="<b>bold</b> & 'quoted'")
     a = _analysis(evil_run, findings=[f], n=300, extra=extra, tensors=0)
     figs = build_figures([a])
@@ -466,6 +469,7 @@ def test_strings_from_the_input_are_escaped() -> None:
     assert "<script" not in page and "<b>bold" not in page and evil_run not in page
     assert esc(evil_metric) in page and esc(evil_run) in page
     assert "&lt;b&gt;bold&lt;/b&gt; &amp; &#x27;quoted&#x27;" in page
+    assert f"1 {esc(evil_metric)} value(s) above" in page  # the y-axis caption, escaped
     md_text = render_markdown([a], figs)
     assert "<script" not in md_text and md(evil_run) in md_text
     assert md('run"&<>x') == 'run"&amp;&lt;&gt;x'
@@ -475,6 +479,213 @@ def test_strings_from_the_input_are_escaped() -> None:
     assert d.axes.get_title(loc="left") == evil_metric
     titles = [ax.get_title(loc="left") for ax in figs.panel("other").figure.axes]
     assert r"cost\$x\$" in titles  # no mathtext
+
+
+# ---- real logs read well: limits, labels, gaps, log LR ----------------------------------------
+
+
+def _plain(
+    series: dict[str, tuple[np.ndarray, np.ndarray]],
+    findings: list[Finding] | None = None,
+    name: str = "r",
+) -> Analysis:
+    run = build_run(_long(series), name=name, source=f"/runs/{name}.jsonl", fmt="jsonl")
+    return Analysis(run=run, summary=summarize(run), findings=list(findings or []))
+
+
+def _body_with_outlier(n: int, lo: float, hi: float, outlier: float, seed: int = 1) -> np.ndarray:
+    """A long curve living in [lo, hi] whose first few values fall from ``outlier``."""
+    rng = np.random.default_rng(seed)
+    v = lo + (hi - lo) * rng.uniform(0.0, 1.0, n)
+    v[:20] = np.geomspace(outlier, hi, 20)
+    return v
+
+
+PANEL_KINDS = [
+    # metric, panel, body, far-out first value
+    ("train/loss", "loss", (2.5, 5.0), 22.0),
+    ("grad_norm", "grad_norm", (0.2, 0.6), 5e3),
+    ("tokens_per_sec", "throughput", (3e4, 5e4), 4e6),
+    ("mem/allocated", "memory", (16 * 2**30, 24 * 2**30), 2e3 * 2**30),
+    ("entropy", "entropy", (4.0, 5.0), 60.0),
+    ("update_ratio", "update_ratio", (1e-3, 3e-3), 5.0),
+]
+
+
+@pytest.mark.parametrize(("metric", "key", "body", "outlier"), PANEL_KINDS)
+def test_robust_limits_keep_the_body_and_mark_the_outlier_on_the_edge(
+    metric: str, key: str, body: tuple[float, float], outlier: float
+) -> None:
+    n = 20_000
+    s = np.arange(n)
+    v = _body_with_outlier(n, *body, outlier)
+    a = _plain({metric: (s, v)})
+    figs = build_figures([a])
+    panel = figs.panel(key)
+    ax = panel.axes[(0, metric)]
+    scale = 1 / 2**30 if metric.startswith("mem/") else 1.0
+    lo, hi = ax.get_ylim()
+    assert lo <= body[0] * scale and hi >= body[1] * scale  # the body is all on the axis
+    assert hi < outlier * scale  # the far-out start is not
+    if ax.get_yscale() == "linear":  # and the body fills a good part of it
+        assert (body[1] - body[0]) * scale / (hi - lo) > 0.35
+    else:
+        assert np.log10(body[1] / body[0]) / np.log10(hi / lo) > 0.35
+    [edge] = _lines(ax, f"clipped-0-{metric}-above")
+    assert edge.get_xdata()[0] == 0 and set(edge.get_ydata()) == {1.0}
+    assert not edge.get_clip_on()  # drawn on the edge, outside the clip box
+    [note] = _texts(ax, f"clipped-0-{metric}-above")
+    assert "▲" in note and f"{outlier * scale:.4g}" in note
+    assert any("y axis cut" in c for c in panel.notes)
+
+
+def test_limits_keep_a_findings_peak_and_leave_a_tame_run_alone() -> None:
+    n = 5000
+    s = np.arange(n)
+    v = _body_with_outlier(n, 2.5, 5.0, 22.0)
+    v[3000] = 40.0  # a spike the detectors flagged: it must stay on the axis
+    f = _finding("LOSS001", "train/loss", 3000, 3000, peak_step=3000)
+    figs = build_figures([_plain({"train/loss": (s, v)}, [f])])
+    ax = figs.panel("loss").axes[(0, "train/loss")]
+    assert ax.get_ylim()[1] > 40.0
+    # a finding over a stretch (no peak named): its highest value stays on the axis too
+    v[3000] = 3.0
+    v[4200] = 30.0
+    f = _finding("LOSS003", "train/loss", 4000, 4500)
+    figs = build_figures([_plain({"train/loss": (s, v)}, [f])])
+    assert figs.panel("loss").axes[(0, "train/loss")].get_ylim()[1] > 30.0
+    # a healthy run: nothing cut, matplotlib's own limits
+    tame = np.linspace(5.0, 2.5, n)
+    figs = build_figures([_plain({"train/loss": (s, tame)})])
+    ax = figs.panel("loss").axes[(0, "train/loss")]
+    assert ax.get_ylim()[0] < 2.5 and ax.get_ylim()[1] > 5.0
+    assert not [ln for ln in ax.lines if str(ln.get_gid()).startswith("clipped-")]
+
+
+def test_robust_ylim_small_samples_and_lone_spikes() -> None:
+    # an HF state logged every 100 steps: 284 and 161, then about 5 (val 15 → 0.3)
+    train = np.array([284.87, 161.25, 9.9, 5.3, 5.1, 5.02])
+    val = np.array([15.44, 2.38, 0.347, 0.319, 0.308, 0.304])
+    lim = robust_ylim([train, val])
+    assert lim is not None and lim[0] < 0.304 and 15.44 < lim[1] < 161
+    # 19 values with one spike to 5.1 (BLOOM's iteration 31219): drawn, not cut
+    bloom = np.r_[np.full(18, 2.2) + np.linspace(0, 0.3, 18), 5.1]
+    assert robust_ylim([bloom]) is None
+    assert robust_ylim([np.full(100, 3.0)]) is None  # constant
+    assert robust_ylim([np.array([1.0, np.nan, np.inf])]) is None
+
+
+def _overlaps(boxes: list[Any]) -> list[tuple[int, int]]:
+    return [
+        (i, j)
+        for i in range(len(boxes))
+        for j in range(i + 1, len(boxes))
+        if boxes[i].x0 < boxes[j].x1
+        and boxes[j].x0 < boxes[i].x1
+        and boxes[i].y0 < boxes[j].y1
+        and boxes[j].y0 < boxes[i].y1
+    ]
+
+
+def _label_boxes(ax: Axes) -> list[Any]:
+    fig = ax.get_figure(root=True)
+    assert fig is not None
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    return [
+        Text.get_window_extent(t, renderer)  # the text, not its leader line
+        for t in ax.texts
+        if t.get_visible() and str(t.get_gid() or "").startswith(("finding-", "clipped-"))
+    ]
+
+
+def test_finding_labels_never_overlap_they_stack_or_merge() -> None:
+    n = 3000
+    s = np.arange(n)
+    rng = np.random.default_rng(3)
+    loss = 3 + rng.normal(0, 0.05, n)
+    loss[:10] = 22.0  # a clip note joins the labels along the top
+    grad = 0.5 + rng.normal(0, 0.01, n)
+    codes = ["LOSS001", "LOSS003", "GRAD002", "VAL001"]
+    findings = [
+        _finding(codes[i % 4], "train/loss", 1000 + 7 * i, 1000 + 7 * i, peak_step=1000 + 7 * i)
+        for i in range(40)
+    ]
+    findings += [
+        _finding("LOSS001", "train/loss", 2000 + 400 * i, 2000 + 400 * i) for i in range(3)
+    ]
+    findings.append(
+        _finding("GRAD001", "grad_norm", 1100, 1110, lead_step=1100, lag_step=1103, lag=3)
+    )
+    figs = build_figures([_plain({"train/loss": (s, loss), "grad_norm": (s, grad)}, findings)])
+    ax = figs.panel("loss").axes[(0, "train/loss")]
+    boxes = _label_boxes(ax)
+    assert len(boxes) >= 5
+    assert _overlaps(boxes) == []
+    labels = [t.get_text() for t in ax.texts if str(t.get_gid()).startswith("finding-")]
+    assert any("×" in t or "+" in t.split(" lag")[0] for t in labels)  # 40 labels merged
+    assert "GRAD001 lag +3" in labels  # never merged away
+    # every finding still has a visible label that names it (its own or a merged one)
+    for i, f in enumerate(findings):
+        d = figs.drawn(0, i)
+        assert d is not None and d.label is not None and d.label.axes is d.axes
+        text = d.label.get_text()
+        assert text.startswith(f.code) or "+" in text, (f.code, text)
+    # the labels stay inside the axes
+    box = ax.get_window_extent()
+    assert all(b.x0 >= box.x0 - 1 and b.x1 <= box.x1 + 1 for b in boxes)
+
+
+def test_demo_and_fixture_labels_never_overlap(figures: Figures) -> None:
+    for panel in figures.panels:
+        for ax in panel.figure.axes:
+            assert _overlaps(_label_boxes(ax)) == [], panel.key
+
+
+def test_a_gap_in_the_steps_breaks_the_line() -> None:
+    # two excerpts of a log and one lone line between them
+    s = np.r_[np.arange(0, 1000), [3000], np.arange(6000, 7000)]
+    v = 3 + np.sin(s / 50.0)
+    figs = build_figures([_plain({"train/loss": (s, v)})])
+    ax = figs.panel("loss").axes[(0, "train/loss")]
+    [line] = _lines(ax, "series-0-train/loss")
+    xs, ys = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+    breaks = xs[np.isnan(ys)]
+    assert any(999 < b < 3000 for b in breaks) and any(3000 < b < 6000 for b in breaks)
+    assert not any(0 < b < 999 or 6000 < b < 6999 for b in breaks)
+    [dot] = _lines(ax, "isolated-0-train/loss")  # the lone point is a dot, not nothing
+    assert list(dot.get_xdata()) == [3000]
+    assert any("no steps logged at 1,000–2,999, 3,001–5,999" in c for c in figs.panel("loss").notes)
+    # a log whose interval varies (1 or 2 steps, every 250 for val) has no gaps
+    rng = np.random.default_rng(0)
+    s2 = np.cumsum(rng.integers(1, 3, 4000))
+    figs = build_figures([_plain({"train/loss": (s2, np.ones(s2.size))})])
+    [line] = _lines(figs.panel("loss").axes[(0, "train/loss")], "series-0-train/loss")
+    assert not np.isnan(np.asarray(line.get_ydata(), dtype=float)).any()
+
+
+def test_step_gaps_keep_decimation_spike_preserving() -> None:
+    s = np.r_[np.arange(0, 500_000), np.arange(600_000, 1_000_000)]
+    v = np.ones(s.size)
+    v[700_000 - 100_000] = 50.0  # one-step spike after the gap (step 700,000)
+    figs = build_figures([_plain({"grad_norm": (s, v)})])
+    ax = figs.panel("grad_norm").axes[(0, "grad_norm")]
+    [line] = _lines(ax, "series-0-grad_norm")
+    xs, ys = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+    assert np.nanmax(ys) == 50.0 and xs[np.nanargmax(ys)] == 700_000
+    assert any(499_999 < b < 600_000 for b in xs[np.isnan(ys)])
+    assert len(xs) < 5000
+
+
+def test_lr_spanning_decades_gets_a_log_axis() -> None:
+    n = 2000
+    s = np.arange(n)
+    warm = np.linspace(1e-7, 1e-3, n)  # a linear warmup from 1e-7: four decades
+    decay = 1e-3 * np.exp(-np.log(1000) * s / (n - 1))  # decay by 1000×
+    cosine = 3e-5 + 0.5 * 2.7e-4 * (1 + np.cos(np.pi * s / n))  # to 10 %: one decade
+    for lr, scale in ((warm, "log"), (decay, "log"), (cosine, "linear")):
+        figs = build_figures([_plain({"lr": (s, lr)})])
+        assert figs.panel("lr").axes[(0, "lr")].get_yscale() == scale
 
 
 # ---- decimation ------------------------------------------------------------------------------
@@ -616,7 +827,10 @@ def test_fixture_runs_every_finding_drawn() -> None:
             for i, f in enumerate(a.findings):
                 d = figs.drawn(r, i)
                 assert d is not None, (path, f.code)
-                assert any(t.startswith(f.code) for t in _texts(d.axes, d.anchor)), (path, f)
+                # its own label, or one shared with findings at nearby steps ("+2")
+                assert d.label is not None and d.label in d.axes.texts, (path, f)
+                text = d.label.get_text()
+                assert text.startswith(f.code) or "+" in text, (path, f, text)
                 assert f'<tr id="finding-{r}-{i}">' in page and esc(f.message) in page
 
 
@@ -653,3 +867,35 @@ def test_headless_chromium_renders_the_page(written: Path, tmp_path: Path) -> No
     assert (rgb.mean(axis=2) < 0.5).mean() > 0.002
     assert (rgb.std(axis=2) > 0.1).mean() > 0.001
     assert math.isfinite(float(rgb.sum()))
+
+
+# ---- on real logs nobody here wrote -----------------------------------------------------------
+
+
+def test_real_logs_read_well(shared_dir: Path) -> None:
+    from trainlens.api import analyze
+
+    logs = shared_dir / "real-logs"
+    # modded-nanogpt (llm.c): loss 11.0 at step 0, then 3.1–4.5 for 19,560 steps
+    figs = build_figures(analyze(logs / "modded_nanogpt/2024-10-13_llmc_main.log"))
+    ax = figs.panel("loss").axes[(0, "train/loss")]
+    lo, hi = ax.get_ylim()
+    assert lo < 3.15 and 4.6 < hi < 7.0
+    [edge] = _lines(ax, "clipped-0-train/loss-above")
+    assert edge.get_xdata()[0] == 0
+    assert _overlaps(_label_boxes(ax)) == []
+    # an HF state: 284.9 and 161.3 first, then 5–10 (val 15.4 → 0.30)
+    figs = build_figures(analyze(logs / "aaghaazkhan_law-llm/trainer_state.json"))
+    lo, hi = figs.panel("loss").axes[(0, "train/loss")].get_ylim()
+    assert lo < 0.31 and 15.4 < hi < 161
+    # a Lightning warmup from 7.2e-7 to 5.8e-4: a log axis
+    figs = build_figures(
+        analyze(logs / "Arshya-Guru_deepmind-research/lightning_logs/version_13/metrics.csv")
+    )
+    assert figs.panel("lr").axes[(0, "lr")].get_yscale() == "log"
+    # the BLOOM chronicles quote excerpts: 12,695, then 31,214–31,251, … — no line between
+    figs = build_figures(analyze(logs / "bigscience/tr11-176B-ml_chronicles.md"))
+    [line] = _lines(figs.panel("loss").axes[(0, "train/loss")], "series-0-train/loss")
+    xs, ys = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+    assert any(12_695 < x < 31_214 for x in xs[np.isnan(ys)])
+    assert any(31_251 < x < 42_780 for x in xs[np.isnan(ys)])

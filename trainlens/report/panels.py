@@ -35,11 +35,13 @@ import polars as pl
 from matplotlib import ticker, transforms
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LinearSegmentedColormap
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
+from matplotlib.text import Annotation, Text
 
 from trainlens.core.findings import Finding
 from trainlens.detectors._stats import ema
@@ -49,6 +51,14 @@ from trainlens.report.decimate import (
     first_per_bucket,
     nonfinite_marks,
     with_gaps,
+)
+from trainlens.report.labels import Note, place_figure
+from trainlens.report.limits import (
+    gap_breaks,
+    isolated,
+    robust_ylim,
+    spans_decades,
+    step_gaps,
 )
 
 if TYPE_CHECKING:
@@ -175,6 +185,8 @@ TENSOR_FAMILIES = {
     "grad_norm": ("tensors_grad_norm", "Per-tensor gradient norms", "‖g‖₂"),
     "update_ratio": ("tensors_update_ratio", "Per-tensor update/weight ratios", "‖Δw‖ / ‖w‖"),
 }
+# schedules: every value is planned, the extremes are the point; MFU's axis starts at 0
+UNCLIPPED = frozenset({"lr", "mfu"})
 # where a finding whose metric has no panel of its own is drawn
 FALLBACK_METRICS = {"wall_time": ("tokens_per_sec", "samples_per_sec", "step_time")}
 # evidence keys naming the step where a finding peaks, in order of preference
@@ -215,6 +227,9 @@ class DrawnFinding:
     axes: Axes
     artists: list[Artist] = field(default_factory=list)
     also: list[tuple[str, Axes]] = field(default_factory=list)  # e.g. GRAD001 on the loss panel
+    # the label naming it: its own ("LOSS001"), or one it shares with findings at
+    # nearby steps when the rows along the top ran out ("LOSS001 ×3", "LOSS003 +2")
+    label: Text | None = None
 
     @property
     def anchor(self) -> str:
@@ -320,6 +335,9 @@ class _Line:
     steps: np.ndarray
     values: np.ndarray  # scaled as drawn
     log: bool
+    color: str = "#333333"
+    buckets: int = MAIN_BUCKETS
+    superseded: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)  # scaled
 
 
 class _Builder:
@@ -333,7 +351,8 @@ class _Builder:
         self.panel_of_axes: dict[int, str] = {}  # id(Axes) -> panel key
         self.lines: dict[tuple[int, str], _Line] = {}
         self.heat_rows: dict[tuple[int, str], int] = {}
-        self.label_rows: dict[int, list[list[tuple[float, float]]]] = {}
+        self.notes: list[Note] = []  # labels, placed once the layout is settled
+        self.keep_y: dict[int, list[float]] = {}  # id(Axes) -> values its limits must show
         self.styles: dict[str, dict[str, str]] = {}  # panel -> metric -> line style
         self.smoothed: set[str] = set()  # panels with an EMA drawn
         self.legend_done: dict[tuple[int, str], bool] = {}
@@ -383,7 +402,9 @@ class _Builder:
     # -- figures ----------------------------------------------------------------------------
     def new_figure(self, height_in: float) -> Figure:
         engine = ConstrainedLayoutEngine(h_pad=0.06, w_pad=0.06)
-        return Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, layout=engine)
+        fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, layout=engine)
+        FigureCanvasAgg(fig)  # a renderer to measure labels with (no GUI, no pyplot)
+        return fig
 
     def add_panel(self, key: str, title: str, section: str, fig: Figure) -> Panel:
         panel = Panel(key=key, title=title, section=section, figure=fig)
@@ -429,21 +450,24 @@ class _Builder:
             label, generic = "_nolegend_", True
         s = ser.steps
         v = ser.values * scale if scale != 1.0 else ser.values
-        self.lines[(run, metric)] = _Line(s, v, log)
+        sup = [(ss, sv * scale if scale != 1.0 else sv) for ss, sv in ser.superseded]
+        self.lines[(run, metric)] = _Line(s, v, log, color, buckets, sup)
         finite = np.isfinite(v)
         drawable = finite & (v > 0) if log else finite
         n = int(drawable.sum())
         marks = nonfinite_marks(s, v, buckets, lo=self.xlo, hi=self.xhi)
         off_scale = first_per_bucket(s[finite & ~drawable], buckets, lo=self.xlo, hi=self.xhi)
-        gaps = (
-            np.concatenate([*marks.values(), off_scale]) if marks or off_scale.size else np.empty(0)
-        )
+        step_gaps_ = self.step_breaks(s, buckets)
+        self.note_gaps(panel, run, s, step_gaps_)
+        breaks = np.concatenate([*marks.values(), off_scale, gap_breaks(s, step_gaps_)])
         ds, dv = decimate(s[drawable], v[drawable], buckets, lo=self.xlo, hi=self.xhi)
-        ds2, dv2 = with_gaps(ds, dv, np.unique(gaps))
+        ds2, dv2 = with_gaps(ds, dv, np.unique(breaks))
         smooth = self.smoothing is not None and n >= SMOOTH_MIN_POINTS
         if smooth:
             self.smoothed.add(panel.key)
         sparse = n < POINT_MARKERS_BELOW
+        if not sparse:
+            self.mark_isolated(ax, run, metric, s, v, drawable, step_gaps_)
         (line,) = ax.plot(
             ds2,
             dv2,
@@ -458,18 +482,8 @@ class _Builder:
         )
         line.set_gid(f"series-{run}-{metric}")
         if smooth:
-            assert self.smoothing is not None
-            sm = ema(v[drawable], self.smoothing)
-            es, ev = decimate(s[drawable], sm, buckets, lo=self.xlo, hi=self.xhi)
-            ax.plot(
-                es,
-                ev,
-                color=color,
-                lw=1.8,
-                ls=linestyle,
-                zorder=3,
-                label="_nolegend_" if self.multi else f"{label} · EMA α={self.smoothing:g}",
-            )
+            breaks = gap_breaks(s, step_gaps_)
+            self.plot_ema(ax, s[drawable], v[drawable], breaks, buckets, color, linestyle, label)
         for i, (ss, sv) in enumerate(ser.superseded):
             sv = sv * scale if scale != 1.0 else sv
             ok = np.isfinite(sv) & (sv > 0) if log else np.isfinite(sv)
@@ -486,6 +500,62 @@ class _Builder:
             )
             faint.set_gid(f"superseded-{run}-{metric}")
         self.mark_nonfinite(ax, run, metric, marks, off_scale, generic=generic)
+
+    def plot_ema(
+        self,
+        ax: Axes,
+        s: np.ndarray,
+        v: np.ndarray,
+        breaks: np.ndarray,
+        buckets: int,
+        color: str,
+        linestyle: str,
+        label: str,
+    ) -> None:
+        """The debiased EMA over the raw line, broken where the steps have gaps."""
+        assert self.smoothing is not None
+        es, ev = decimate(s, ema(v, self.smoothing), buckets, lo=self.xlo, hi=self.xhi)
+        es, ev = with_gaps(es, ev, breaks)
+        ax.plot(
+            es,
+            ev,
+            color=color,
+            lw=1.8,
+            ls=linestyle,
+            zorder=3,
+            label="_nolegend_" if self.multi else f"{label} · EMA α={self.smoothing:g}",
+        )
+
+    def step_breaks(self, steps: np.ndarray, buckets: int) -> np.ndarray:
+        """Where the steps jump far beyond their usual interval (an excerpt, a resumed
+        log): the line breaks there rather than drawing a straight line over steps that
+        were never logged. Gaps narrower than a bucket (a pixel column) are not drawn."""
+        return step_gaps(steps, min_gap=self.xspan / buckets)
+
+    def mark_isolated(
+        self,
+        ax: Axes,
+        run: int,
+        metric: str,
+        s: np.ndarray,
+        v: np.ndarray,
+        drawable: np.ndarray,
+        gaps: np.ndarray,
+    ) -> None:
+        """A point with a gap on both sides would be a line of length zero: a dot."""
+        alone = isolated(s.size, gaps)
+        alone = alone[drawable[alone]]
+        if alone.size:
+            (dots,) = ax.plot(
+                s[alone],
+                v[alone],
+                ls="none",
+                marker="o",
+                ms=2.8,
+                color=self.color(run, metric),
+                zorder=2,
+            )
+            dots.set_gid(f"isolated-{run}-{metric}")
 
     def mark_nonfinite(
         self,
@@ -635,6 +705,7 @@ class _Builder:
                 else f"best val {best:.4g} @ {_fmt_step(step)}",
             )
             star.set_gid(f"best-val-{run}")
+            self.keep(ax, float(best))
 
     def perplexity_axis(self, ax: Axes) -> None:
         """Perplexity = exp(loss) on a right-hand axis, when the losses look like nats."""
@@ -661,7 +732,10 @@ class _Builder:
         sec.spines["right"].set_color("#bbbbbb")
 
     def lr_panel(self) -> None:
-        made = self.line_panel("lr", "Learning rate: realized vs declared", ["lr"])
+        lrs = [ser["lr"].values for ser in self.series if "lr" in ser]
+        made = self.line_panel(
+            "lr", "Learning rate: realized vs declared", ["lr"], log=spans_decades(lrs)
+        )
         if made is None:
             return
         panel, ax = made
@@ -950,25 +1024,32 @@ class _Builder:
                             zorder=8,
                         )
 
-    def near_top(self, ax: Axes, x: float, y: float) -> bool:
-        """Whether a data point lies in the top fifth of the axes (as autoscaled so far)."""
-        frac = (ax.transScale + ax.transLimits).transform((x, y))[1]
-        return bool(frac > 0.8)
+    def note(self, note: Note, d: DrawnFinding | None = None) -> Annotation:
+        """Queue a label (``d``: the finding it names); it is drawn now and placed in a
+        row along the top once the layout is settled (:mod:`trainlens.report.labels`)."""
+        art = note.draw()
+        if d is not None:
+            note.members.append(d)
+        self.notes.append(note)
+        return art
 
-    def label_y(self, ax: Axes, x: float, text: str, *, right: bool = False) -> float:
-        """Height (axes fraction) for a label along the top of the axes: the first row
-        where it does not overlap a label already placed (widths estimated from the
-        character count at 8 pt bold, ~6 px a character)."""
-        width_px = ax.get_position().width * WIDTH_IN * DPI  # every figure is WIDTH_IN wide
-        w = (len(text) * 6.2 + 10) / max(width_px, 1.0) * self.xspan * 1.02
-        lo, hi = (x - w, x) if right else (x, x + w)
-        rows = self.label_rows.setdefault(id(ax), [])
-        for i, row in enumerate(rows):
-            if all(hi < a or lo > b for a, b in row):
-                row.append((lo, hi))
-                return 0.97 - 0.085 * (i % 9)
-        rows.append([(lo, hi)])
-        return 0.97 - 0.085 * ((len(rows) - 1) % 9)
+    def keep(self, ax: Axes, y: float) -> None:
+        """A value the y limits of ``ax`` must show (a ring, a marker, a star)."""
+        self.keep_y.setdefault(id(ax), []).append(y)
+
+    def keep_extremes(self, ax: Axes, run: int, metric: str, x0: float, x1: float) -> None:
+        """A finding's steps are drawn in full: the y limits keep the highest and lowest
+        value of its metric inside its span (a loss that rose back to 0.99 stays on the
+        axis even when a start at 3.8 is cut)."""
+        line = self.lines.get((run, metric))
+        if line is None:
+            return
+        a, b = np.searchsorted(line.steps, [x0, x1 + 1])
+        v = line.values[a:b]
+        v = v[np.isfinite(v) & (v > 0)] if line.log else v[np.isfinite(v)]
+        if v.size:
+            self.keep(ax, float(v.min()))
+            self.keep(ax, float(v.max()))
 
     def home_axes(self, run: int, f: Finding) -> Axes | None:
         candidates: list[str] = []
@@ -1022,53 +1103,23 @@ class _Builder:
     def draw_finding(self, d: DrawnFinding) -> None:
         f, ax, run = d.finding, d.axes, d.run_index
         color = SEVERITY_COLORS.get(f.severity.value, SEVERITY_COLORS["info"])
-        gid = d.anchor
         metric = self.metric_on(run, ax, f.metric)
         # several runs: the run's tag (#1, #2, … as in the legend) keeps labels short
         code = mpl_text(f.code) + (f" #{run + 1}" if self.multi else "")
         quiet = f.severity.value == "info"
-        weight = "normal" if quiet else "bold"
+        label = Note(ax, self.xlo, code, color, d.anchor, bold=not quiet, code=code, rank=_rank(f))
         ev = f.evidence
         lead, lag = _int(ev.get("lead_step")), _int(ev.get("lag_step"))
-        row = self.heat_rows.get((run, metric)) if metric else None
-
         if f.step_start is None and f.step_end is None:
-            text = ax.annotate(
-                f"{code} (whole run)",
-                xy=(0.005, self.label_y(ax, self.xlo, f"{code} (whole run)")),
-                xycoords="axes fraction",
-                ha="left",
-                va="top",
-                fontsize=8,
-                color=color,
-                fontweight=weight,
-                zorder=9,
-                bbox=_label_box(),
-            )
-            text.set_gid(gid)
-            d.artists.append(text)
+            label.text = f"{code} (whole run)"
+            self.note(label, d)
             return
         x0 = float(f.step_start if f.step_start is not None else f.step_end)  # type: ignore[arg-type]
         x1 = float(f.step_end if f.step_end is not None else x0)
-        lo, hi = self._visible_span(x0, x1)
-        if row is not None:
-            span: Artist = Rectangle(
-                (lo, row - 0.5),
-                hi - lo,
-                1.0,
-                facecolor="none",
-                edgecolor=color,
-                lw=1.6,
-                zorder=4,
-            )
-            ax.add_patch(span)  # type: ignore[arg-type]
-        else:
-            span = ax.axvspan(lo, hi, color=color, alpha=0.08 if quiet else 0.14, lw=0, zorder=0.5)
-        span.set_gid(gid)
-        d.artists.append(span)
-
-        # a label stays inside the axes even when the span starts before the first step
-        label_x = min(max(lo, self.xlo), self.xhi - 0.05 * self.xspan)
+        d.artists.append(self.draw_span(d, color, metric, x0, x1))
+        if metric:
+            self.keep_extremes(ax, run, metric, x0, x1)
+        label.x = min(max(self._visible_span(x0, x1)[0], self.xlo), self.xhi)
         point_like = (x1 - x0) <= 0.02 * self.xspan or any(k in ev for k in PEAK_KEYS)
         at = _peak_step(ev, x0, x1, lead)
         y = self.y_at(run, metric, at) if metric else None
@@ -1084,58 +1135,32 @@ class _Builder:
                 mew=1.0 if quiet else 1.6,
                 zorder=8,
             )
-            ring.set_gid(gid)
-            style: dict[str, Any] = {
-                "ha": "left",
-                "va": "top",
-                "fontsize": 8,
-                "color": color,
-                "fontweight": weight,
-                "zorder": 9,
-                "bbox": _label_box(),
-            }
-            if self.near_top(ax, at, y):
-                # a peak at the top of the axes: the label goes beside its ring
-                text = ax.annotate(
-                    code, xy=(at, y), xytext=(8, -2), textcoords="offset points", **style
-                )
-            else:
-                # a row along the top, with a leader line down to the ring
-                text = ax.annotate(
-                    code,
-                    xy=(at, y),
-                    xytext=(at, self.label_y(ax, at, code)),
-                    textcoords=ax.get_xaxis_transform(),
-                    arrowprops={
-                        "arrowstyle": "-",
-                        "color": color,
-                        "lw": 0.7,
-                        "alpha": 0.6,
-                        "shrinkA": 0,
-                        "shrinkB": 5,
-                    },
-                    **style,
-                )
-            d.artists += [ring, text]
-        else:
-            text = ax.annotate(
-                code,
-                xy=(label_x, self.label_y(ax, label_x, code)),
-                xycoords=ax.get_xaxis_transform(),
-                xytext=(3, 0),
-                textcoords="offset points",
-                ha="left",
-                va="top",
-                fontsize=8,
-                color=color,
-                fontweight=weight,
-                zorder=9,
-                bbox=_label_box(),
-            )
-            d.artists.append(text)
-        text.set_gid(gid)
+            ring.set_gid(d.anchor)
+            d.artists.append(ring)
+            self.keep(ax, y)
+            # the label sits in a row along the top, with a leader line down to the ring
+            label.x, label.anchor = at, (at, y)
+            label.arrow = _leader(color)
+        self.note(label, d)
         if lead is not None and lag is not None:
             self.draw_lead_lag(d, code, color, lead, lag)
+
+    def draw_span(
+        self, d: DrawnFinding, color: str, metric: str | None, x0: float, x1: float
+    ) -> Artist:
+        """The finding's steps: a shaded span, or an outline around a heatmap row."""
+        ax, quiet = d.axes, d.finding.severity.value == "info"
+        lo, hi = self._visible_span(x0, x1)
+        row = self.heat_rows.get((d.run_index, metric)) if metric else None
+        if row is not None:
+            span: Artist = Rectangle(
+                (lo, row - 0.5), hi - lo, 1.0, facecolor="none", edgecolor=color, lw=1.6, zorder=4
+            )
+            ax.add_patch(span)  # type: ignore[arg-type]
+        else:
+            span = ax.axvspan(lo, hi, color=color, alpha=0.08 if quiet else 0.14, lw=0, zorder=0.5)
+        span.set_gid(d.anchor)
+        return span
 
     def draw_lead_lag(
         self, d: DrawnFinding, code: str, color: str, lead: int, lag_step: int
@@ -1157,36 +1182,42 @@ class _Builder:
             y = self.y_at(run, "grad_norm", lead)
             if y is not None:
                 (mk,) = grad_ax.plot(
-                    [lead],
-                    [y],
-                    ls="none",
-                    marker="o",
-                    ms=10,
-                    mfc="none",
-                    mec=color,
-                    mew=1.6,
-                    zorder=8,
-                )
-                txt = grad_ax.annotate(
-                    f"{code} lead",
-                    xy=(lead, y),
-                    xytext=(6, 6),
-                    textcoords="offset points",
-                    fontsize=8,
-                    color=color,
-                    fontweight="bold",
-                    zorder=9,
-                    bbox=_label_box(),
+                    [lead], [y], ls="none", marker="o", ms=10, mfc="none", mec=color, mew=1.6
                 )
                 mk.set_gid(gid)
-                txt.set_gid(gid)
+                mk.set_zorder(8)
+                self.keep(grad_ax, y)
+                self.note(
+                    Note(
+                        grad_ax,
+                        float(lead),
+                        f"{code} lead",
+                        color,
+                        gid,
+                        anchor=(lead, y),
+                        arrow=_leader(color),
+                    )
+                )
             d.also.append((self.panel_of_axes[id(grad_ax)], grad_ax))
-        if loss_ax is None:
-            return
-        y = self.y_at(run, loss_metric, lag_step)
+        if loss_ax is not None:
+            self.draw_lag(d, loss_ax, loss_metric, code, color, lead, lag_step)
+
+    def draw_lag(
+        self,
+        d: DrawnFinding,
+        loss_ax: Axes,
+        loss_metric: str,
+        code: str,
+        color: str,
+        lead: int,
+        lag_step: int,
+    ) -> None:
+        """A diamond at the lag step on the loss panel, and an arrow to it from a label at
+        the lead step ("GRAD001 lag +3")."""
+        y = self.y_at(d.run_index, loss_metric, lag_step)
         edge = y is None
         xy = (float(lag_step), 0.92 if y is None else y)
-        coords = loss_ax.get_xaxis_transform() if edge else "data"
+        where = loss_ax.get_xaxis_transform() if edge else loss_ax.transData
         (mk,) = loss_ax.plot(
             [xy[0]],
             [xy[1]],
@@ -1197,30 +1228,35 @@ class _Builder:
             mec=color,
             mew=1.6,
             zorder=8,
-            transform=loss_ax.get_xaxis_transform() if edge else loss_ax.transData,
+            transform=where,
         )
-        mk.set_gid(gid)
+        mk.set_gid(d.anchor)
+        if y is not None:
+            self.keep(loss_ax, y)
         lag = lag_step - lead
-        arrow = loss_ax.annotate(
-            f"{code} lag +{lag}",
-            xy=xy,
-            xycoords=coords,
-            xytext=(lead, self.label_y(loss_ax, lead, f"{code} lag +{lag}", right=lag > 0)),
-            textcoords=loss_ax.get_xaxis_transform(),
-            ha="right" if lag > 0 else "left",
-            va="center",
-            fontsize=8,
-            color=color,
-            fontweight="bold",
-            zorder=9,
-            bbox=_label_box(),
-            arrowprops={"arrowstyle": "->", "color": color, "lw": 1.2, "shrinkA": 2, "shrinkB": 4},
+        text = self.note(
+            Note(
+                loss_ax,
+                float(lead),
+                f"{code} lag +{lag}",
+                color,
+                d.anchor,
+                right=lag > 0,
+                anchor=xy,
+                anchor_transform=where,
+                arrow={
+                    "arrowstyle": "->",
+                    "color": color,
+                    "lw": 1.2,
+                    "shrinkA": 2,
+                    "shrinkB": 4,
+                },
+            )
         )
-        arrow.set_gid(gid)
         if loss_ax is not d.axes:
             d.also.append((self.panel_of_axes[id(loss_ax)], loss_ax))
         else:
-            d.artists += [mk, arrow]
+            d.artists += [mk, text]
 
     def _visible_span(self, x0: float, x1: float) -> tuple[float, float]:
         """A one-step finding still gets a span a few pixels wide."""
@@ -1299,6 +1335,109 @@ class _Builder:
                     ax.yaxis.set_minor_formatter(ticker.FuncFormatter(lambda y, _: f"{y:.3g}"))
                     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda y, _: f"{y:.3g}"))
 
+    # -- y limits ---------------------------------------------------------------------------
+    def apply_limits(self) -> None:
+        """Robust y limits on every axes with lines (:func:`~trainlens.report.limits.robust_ylim`),
+        what falls outside marked on the edge. Rings, markers and the best-val star stay in."""
+        groups: dict[int, tuple[Axes, list[tuple[int, str]]]] = {}
+        for key in self.lines:
+            ax = self.axes_of[key]
+            groups.setdefault(id(ax), (ax, []))[1].append(key)
+        for ax, keys in groups.values():
+            if any(m in UNCLIPPED for _, m in keys):
+                continue
+            lines = [self.lines[k] for k in keys]
+            arrays = [a for ln in lines for a in (ln.values, *(v for _, v in ln.superseded))]
+            log = ax.get_yscale() == "log"
+            lim = robust_ylim(arrays, log=log, keep=self.keep_y.get(id(ax), []))
+            if lim is None:
+                continue
+            ax.set_ylim(*lim)
+            for key in keys:
+                self.mark_clipped(ax, key, lim, named=len(keys) > 1)
+
+    def mark_clipped(
+        self, ax: Axes, key: tuple[int, str], lim: tuple[float, float], *, named: bool
+    ) -> None:
+        """Hollow triangles on the edge at the steps whose values are beyond the axis
+        (one per pixel column), and a label with how many and the most extreme."""
+        run, metric = key
+        line = self.lines[key]
+        s = np.concatenate([line.steps, *(ss for ss, _ in line.superseded)])
+        v = np.concatenate([line.values, *(sv for _, sv in line.superseded)])
+        edge = transforms.blended_transform_factory(ax.transData, ax.transAxes)
+        finite = np.isfinite(v) & (v > 0) if line.log else np.isfinite(v)
+        who = mpl_text(_short(metric, 24)) + " " if named else ""
+        if self.multi:
+            who = f"#{run + 1} {who}"
+        for side, mask, y, marker in (
+            ("above", finite & (v > lim[1]), 1.0, "^"),
+            ("below", finite & (v < lim[0]), 0.0, "v"),
+        ):
+            if not mask.any():
+                continue
+            steps = first_per_bucket(np.sort(s[mask]), line.buckets, lo=self.xlo, hi=self.xhi)
+            gid = f"clipped-{run}-{metric}-{side}"
+            (art,) = ax.plot(
+                steps,
+                np.full(steps.size, y),
+                ls="none",
+                marker=marker,
+                ms=5,
+                mfc="white",
+                mec=line.color,
+                mew=1.2,
+                transform=edge,
+                clip_on=False,
+                zorder=6,
+            )
+            art.set_gid(gid)
+            vals, at = v[mask], s[mask]
+            i = int(np.argmax(vals) if side == "above" else np.argmin(vals))
+            arrow, count = ("▲", int(mask.sum())) if side == "above" else ("▼", int(mask.sum()))
+            extreme = f"{'max' if side == 'above' else 'min'} {vals[i]:.4g} @ {_fmt_step(at[i])}"
+            text = f"{who}{arrow} {extreme}" + (f" ({count:,} {side})" if count > 1 else "")
+            self.note(Note(ax, float(at[i]), text, line.color, gid, bold=False))
+            cut = lim[1] if side == "above" else lim[0]
+            run_name = f" of {self.analyses[run].run.name}" if self.multi else ""
+            self.caption(
+                self.panel_of_axes[id(ax)],
+                f"y axis cut at {cut:.4g}: {count:,} {metric}{run_name} value(s) {side} it "
+                f"({extreme}), marked {arrow} on the edge",
+            )
+
+    def caption(self, key: str, text: str) -> None:
+        """A line under the panel (escaped by the HTML writer), once."""
+        panel = next(p for p in self.panels if p.key == key)
+        if text not in panel.notes:
+            panel.notes.append(text)
+
+    def note_gaps(self, panel: Panel, run: int, steps: np.ndarray, gaps: np.ndarray) -> None:
+        """Name the unlogged stretches a reader would otherwise take for missing lines."""
+        if gaps.size == 0:
+            return
+        spans = [f"{_fmt_step(steps[i] + 1)}–{_fmt_step(steps[i + 1] - 1)}" for i in gaps[:6]]
+        more = f" and {gaps.size - 6} more" if gaps.size > 6 else ""
+        run_name = f" in {self.analyses[run].run.name}" if self.multi else ""
+        self.caption(
+            panel.key,
+            f"no steps logged{run_name} at {', '.join(spans)}{more}: the lines break there",
+        )
+
+    def place_labels(self) -> None:
+        """Place every label once each figure's layout is settled; a finding's label is
+        its own or, when merged with its neighbours', the one they share."""
+        by_fig: dict[int, tuple[Figure, list[Note]]] = {}
+        for n in self.notes:
+            fig = n.ax.get_figure(root=True)
+            assert isinstance(fig, Figure)
+            by_fig.setdefault(id(fig), (fig, []))[1].append(n)
+        for fig, notes in by_fig.values():
+            for n in place_figure(fig, notes):
+                for d in n.members:
+                    d.label = n.artist
+                    d.artists.append(n.artist)
+
     def build(self) -> Figures:
         self.loss_panel()
         self.line_panel("grad_norm", "Gradient norm (pre-clip)", ["grad_norm"], log=True)
@@ -1312,13 +1451,20 @@ class _Builder:
         self.other_panels(taken)
         self.draw_restarts()
         drawn, undrawn = self.draw_findings()
+        self.apply_limits()
         self.tidy_log_axes()
         self.legends()
+        self.place_labels()
         return Figures(self.panels, drawn, undrawn)
 
 
-def _label_box() -> dict[str, Any]:
-    return {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8}
+def _leader(color: str) -> dict[str, Any]:
+    """A thin line from a label in the top rows down to the ring it names."""
+    return {"arrowstyle": "-", "color": color, "lw": 0.7, "alpha": 0.6, "shrinkA": 0, "shrinkB": 5}
+
+
+def _rank(f: Finding) -> int:
+    return {"error": 2, "warning": 1}.get(f.severity.value, 0)
 
 
 def _int(value: Any) -> int | None:
