@@ -413,20 +413,20 @@ def _scores(
             return None
     med = med0 if med0 is not None else _lagged_median(x, p.window, p.min_baseline)
     excess = x - med
-    floor = np.broadcast_to(np.asarray(sigma_floor(med), dtype=np.float64), x.shape)
+    fl = np.asarray(sigma_floor(med), dtype=np.float64)  # a number for the grad norm
     tail = steps >= w_end
-    with np.errstate(invalid="ignore", divide="ignore"):
-        # sig >= floor, so elsewhere no point spikes and z <= excess / floor < low_z
+    with np.errstate(invalid="ignore"):
+        # sig >= floor: elsewhere no point spikes, and z <= excess / floor < low_z
         low_z = p.recover_k * (1.0 - 1e-6)
-        need = (judged & (excess >= least_excess(med)) & (excess >= z * floor)) | (
-            tail & (excess > low_z * floor)
-        )
-    finite = np.isfinite(excess)
-    usable = bool(np.isfinite(x).all() and (floor[finite] > 0).all() and (floor < np.inf).all())
-    idx = np.flatnonzero(need & finite)
+        cand = judged & (excess >= least_excess(med)) & (excess >= z * fl)
+        need = cand | (tail & (excess > low_z * fl))
+    finite = np.isfinite(excess)  # need is False where it is not
+    usable = z >= 0 and bool(np.isfinite(x).all()) and bool(fl.min() > 0 and fl.max() < np.inf)
+    idx = np.flatnonzero(need)
     sig = None
     if usable and idx.size <= _SIGMA_AT_POINTS_MAX * x.size:
-        f = int(np.flatnonzero(finite)[0]) if finite.any() else x.size
+        floor = np.broadcast_to(fl, x.shape)
+        f = int(finite.argmax())
         mad = medians_before(np.abs(excess[f:]), idx - f, p.window, max(1, p.min_baseline - 1))
         sig = np.full(x.size, np.nan)
         sig[idx] = np.fmax(np.nan_to_num(mad * MAD_TO_SIGMA, nan=0.0), floor[idx])
@@ -435,17 +435,19 @@ def _scores(
         zs[idx] = excess[idx] / sig[idx]
         # the quantile is exact when the order statistics it takes are among the known z
         # above recover_k (all others are below); both below: it is under recover_k
-        n = int(np.count_nonzero(tail & finite))
-        above = int(np.count_nonzero(zs[tail & finite] > p.recover_k * (1.0 - 1e-9)))
+        in_tail = zs[tail & finite]
+        n = in_tail.size
+        above = int(np.count_nonzero(in_tail > p.recover_k * (1.0 - 1e-9)))
         pos = math.floor(p.recover_quantile * (n - 1))
         if n < 100 or pos - 1 >= n - above or pos + 2 < n - above:
             k = _back_z(zs, steps, w_end, p, z)
-        else:
-            sig = None
-    if sig is None:
-        _, sig = causal_baseline(x, p.window, p.min_baseline, med)
-        sig = np.fmax(np.nan_to_num(sig, nan=0.0), floor)
-        k = _back_z(excess / sig, steps, w_end, p, z)
+            spike = np.zeros(x.size, dtype=bool)
+            at = np.flatnonzero(cand)  # the points that can spike, all with their sigma
+            spike[at] = excess[at] >= z * sig[at]
+            return med, sig, spike, k
+    _, sig = causal_baseline(x, p.window, p.min_baseline, med)
+    sig = np.fmax(np.nan_to_num(sig, nan=0.0), fl)
+    k = _back_z(excess / sig, steps, w_end, p, z)
     with np.errstate(invalid="ignore"):
         spike = (excess >= z * sig) & (excess >= least_excess(med)) & judged
     return med, sig, spike, k
