@@ -79,15 +79,10 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
+import trainlens.detectors._stats as _stats
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.detectors._stats import (
-    MAD_TO_SIGMA,
-    centered_rolling_median,
-    median3,
-    medians_before,
-    runs_of,
-)
+from trainlens.detectors._stats import MAD_TO_SIGMA, centered_rolling_median, median3, runs_of
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {
@@ -252,7 +247,7 @@ def may_spike(
     idx = idx[np.argsort(-(excess[idx] / floor), kind="stable")]
     for c in range(0, idx.size, 1024):
         at = idx[c : c + 1024]
-        mad = medians_before(dev, at - f, window, max(1, min_samples - 1))
+        mad = _stats.medians_before(dev, at - f, window, max(1, min_samples - 1))
         sig = np.fmax(np.nan_to_num(mad * MAD_TO_SIGMA, nan=0.0), sigma_floor(med[at]))
         if (excess[at] >= z * sig * (1.0 - 1e-9)).any():
             return True, med
@@ -262,10 +257,10 @@ def may_spike(
 def _medians_before(
     a: np.ndarray, idx: np.ndarray, window: int, min_count: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The median (as polars' rolling median gives it, see :func:`medians_before`) and the
+    """The median (as polars' rolling median gives it: ``_stats.medians_before``) and the
     largest |value| of a[max(0, i - window) : i] for each i in ``idx`` (NaN where there
     are fewer than ``min_count`` values)."""
-    med = medians_before(a, idx, window, min_count)
+    med = _stats.medians_before(a, idx, window, min_count)
     big = np.full(idx.size, np.nan)
     full = idx >= window
     if full.any():
@@ -427,7 +422,9 @@ def _scores(
     if usable and idx.size <= _SIGMA_AT_POINTS_MAX * x.size:
         floor = np.broadcast_to(fl, x.shape)
         f = int(finite.argmax())
-        mad = medians_before(np.abs(excess[f:]), idx - f, p.window, max(1, p.min_baseline - 1))
+        mad = _stats.medians_before(
+            np.abs(excess[f:]), idx - f, p.window, max(1, p.min_baseline - 1)
+        )
         sig = np.full(x.size, np.nan)
         sig[idx] = np.fmax(np.nan_to_num(mad * MAD_TO_SIGMA, nan=0.0), floor[idx])
         zs = np.full(x.size, np.nan)
