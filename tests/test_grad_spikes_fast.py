@@ -158,3 +158,26 @@ def test_centered_median_of_five_is_polars(seed: int, n: int, rounded: bool) -> 
         x = np.round(x, 1)
     ref = pl.Series(x).rolling_median(5, center=True, min_samples=1).to_numpy()
     assert np.array_equal(centered_rolling_median(x, 5), ref)
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("which", ["grad", "loss"])
+def test_the_quick_proof_of_a_spike_is_right(seed: int, which: str) -> None:
+    """may_spike's first stage says "a spike" (without a baseline: (True, None) on finite
+    values) only when the exact computation finds one at the largest jump."""
+    rng = np.random.default_rng(500 + seed)
+    n = int(rng.integers(60, 20_000))
+    scale = rng.choice([0.01, 0.05, 0.2])
+    steps, g, v = _noisy(seed, n, scale, scale / 5, int(rng.integers(2, 6)))
+    p = gs.Params()
+    args = _grad_args(steps, g, p) if which == "grad" else _loss_args(steps, v, p)
+    x, judged, z, least_excess, sigma_floor = args[0], args[2], args[5], args[6], args[7]
+    possible, med = gs.may_spike(x, judged, p.window, p.min_baseline, z, least_excess, sigma_floor)
+    exact = gs._scores(*args, screen=False)
+    assert exact is not None
+    if possible and med is None:
+        floor = np.fmax(sigma_floor(np.abs(x[2:-1])), 1e-300)
+        i = 3 + int(np.argmax((x[3:] - x[2:-1]) / floor))
+        assert exact[2][i]
+    if not possible:
+        assert not exact[2].any()
