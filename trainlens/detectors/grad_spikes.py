@@ -217,12 +217,15 @@ def may_spike(
     if z < 0 or x.size <= m or not np.abs(x).max() < 1e300:  # NaN, ±inf, overflow
         return True, None  # nothing to bound with
     # 0. a real log has spikes, and the stages below then rule nothing out (30-40 ms on 1M
-    #    points, for nothing): the largest one-step jump against the floor is tested
-    #    exactly first (its baseline and sigma from the medians of its windows), and a
-    #    spike there settles it
-    jump = (x[m:] - x[m - 1 : -1]) / np.fmax(sigma_floor(np.abs(x[m - 1 : -1])), 1e-300)
-    i = m + int(np.argmax(jump))
-    if min_samples >= 1 and judged[i]:
+    #    points, for nothing): the largest jump over the median of the three values
+    #    before (not over the one before, which may be a dip), against the floor, is
+    #    tested exactly first (its baseline and sigma from the medians of its windows),
+    #    and a spike there settles it
+    k = max(m, 3)
+    before = median3(x[k - 3 : -3], x[k - 2 : -2], x[k - 1 : -1])
+    jump = (x[k:] - before) / np.fmax(sigma_floor(np.abs(before)), 1e-300)
+    i = k + int(np.argmax(jump)) if jump.size else 0
+    if min_samples >= 1 and jump.size and judged[i]:
         at = np.arange(max(m, i - window), i + 1)  # i and the points of its MAD window
         med_at = _stats.medians_before(x, at, window, min_samples)
         dev = np.abs(x[at[:-1]] - med_at[:-1])
