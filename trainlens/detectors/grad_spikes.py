@@ -170,10 +170,10 @@ def causal_baseline(
     there are fewer than ``min_samples`` values before). ``med``: the first, if known."""
     if med is None:
         med = _lagged_median(x, window, min_samples)
-    valid = np.flatnonzero(np.isfinite(med))
+    finite = np.isfinite(med)
     mad = np.full(x.size, np.nan)
-    if valid.size:
-        f = int(valid[0])
+    if finite.any():
+        f = int(finite.argmax())  # the first baseline (no index array of a million points)
         mad[f:] = _lagged_median(np.abs(x[f:] - med[f:]), window, max(1, min_samples - 1))
     return med, mad * MAD_TO_SIGMA
 
