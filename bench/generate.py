@@ -14,6 +14,30 @@ gives), so every format holds the same numbers; ``mem_bytes`` is a whole number 
 ``--restart F`` adds a resume: after step ``F·steps`` the run goes back ``steps/50``
 steps and logs them again (a restart).
 
+``--noisy`` makes the metrics look like real logs instead of smooth curves with small
+Gaussian noise (the default, whose bytes the bench's history depends on). Sizes are taken
+from /work/shared/real-logs: modded-nanogpt's llm.c record run (2024-10-13_llmc_main.log,
+loss and ``norm`` at each of 19,560 steps) has, against a 50-step rolling median, a log
+grad-norm MAD-sigma of 0.056 with 0.6 % of points beyond 6 sigma (a Student-t with 3
+degrees of freedom and scale 0.05 gives both), and a loss MAD-sigma of 1.1 % with 0.1 %
+beyond 6 sigma (t with 5 degrees of freedom, scale 0.01); it crosses 3x its median 4 times
+in 19k steps. The BLOOM-176B notes (bigscience tr11 chronicles) describe "a few grad norm
+spikes" before the first loss spike at iteration 31,216: the grad norm went 0.24 -> 960
+over 4 steps and the loss followed 3 steps later (2.2 -> 5.1), back within ~30 steps.
+So a noisy run has, on top of that noise:
+
+- grad-norm spikes, about one per 5,000 steps, 3-50x (log-uniform) decaying over a few
+  steps; a third of them followed, 1-5 steps later, by a loss spike (+5 % to +100 %,
+  back within 5-40 steps);
+- loss spikes alone, about one per 20,000 steps;
+- LR warmup + cosine (as the clean run);
+- throughput (and step time) with t-noise of 2 % and rare drops (one per 100,000 steps,
+  10-50 % slower for 20-2,000 steps);
+- memory that holds a level and moves in small steps (16-256 MiB, one per ~20,000 steps).
+
+Deterministic by ``--seed``: the events are drawn once for the whole run (a restart
+logs the same events again), the noise per chunk as in the clean run.
+
 Written under ``--out`` (default /tmp/trainlens-bench/<steps>; keep it out of the repo):
 
 - ``run.jsonl``: one ``json.dumps``-style line per step (``val_loss`` only on eval steps);
@@ -33,12 +57,14 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import os
 import shutil
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +96,7 @@ class Plan:
     steps: int
     seed: int = 0
     restart: float | None = None  # fraction of the run after which it goes back
+    noisy: bool = False  # real-log noise, spikes and drops (see the module docstring)
 
     def step_rows(self) -> np.ndarray:
         """The step of each logged row in file order (a restart logs some steps twice)."""
@@ -92,6 +119,8 @@ class Plan:
             yield chunk
 
     def _values(self, steps: np.ndarray, k: int, t_start: float) -> tuple[pl.DataFrame, float]:
+        if self.noisy:
+            return self._noisy_values(steps, k, t_start)
         rng = np.random.default_rng([self.seed, k])
         n = len(steps)
         total = max(self.steps, 1)
@@ -117,16 +146,99 @@ class Plan:
         }
         for layer in range(3):
             cols[f"grad_norms/layer_{layer}"] = 0.3 * np.exp(rng.normal(0, 0.2, n)) / (layer + 1)
-        series = [pl.Series("step", steps), pl.Series("time", wall)]
-        is_val = steps % VAL_EVERY == 0
-        for name in METRICS:
-            # float32 numbers, as tensor.item() gives them; exact in every format
-            v = cols[name].astype(np.float32).astype(np.float64)
-            s = pl.Series(name, v)
-            if name == "val_loss":
-                s = s.set(pl.Series(~is_val), None)  # type: ignore[arg-type]
-            series.append(s)
-        return pl.DataFrame(series), float(wall[-1]) if n else t_start
+        return _frame(steps, wall, cols), float(wall[-1]) if n else t_start
+
+    # ---- noisy runs (--noisy) ----
+
+    @cached_property
+    def _events(self) -> dict[str, np.ndarray]:
+        """Per-step multipliers of the whole run (spikes, drops) and the memory level, drawn
+        once so that a chunk boundary or a restart does not cut or redraw an event."""
+        total = max(self.steps, 1)
+        rng = np.random.default_rng([self.seed, 1_000_003])
+        log_g = np.zeros(total + 64)  # log multiplier of the grad norm
+        loss_rel = np.zeros(total + 64)  # relative excess of the loss
+        slow = np.zeros(total + 2_048)  # relative slow-down of a step
+        start = max(1, total // 50)  # no event during warmup
+
+        def times(rate: float) -> np.ndarray:
+            n = rng.poisson(rate * max(total - start, 0))
+            return np.sort(rng.integers(start, max(start + 1, total), n))
+
+        def loss_spike(at: int) -> None:
+            height = math.exp(rng.uniform(math.log(0.05), math.log(1.0)))
+            back = int(rng.integers(5, 41))
+            decay = np.exp(-np.arange(back) * (5.0 / back))
+            loss_rel[at : at + back] += (height * decay)[: max(0, loss_rel.size - at)]
+
+        for at in times(1 / 5_000).tolist():
+            peak = rng.uniform(math.log(3.0), math.log(50.0))
+            rise, fall = int(rng.integers(0, 4)), int(rng.integers(1, 6))
+            shape = np.r_[np.linspace(0.3, 1.0, rise + 1), np.exp(-np.arange(1, fall + 1))]
+            log_g[at : at + shape.size] += peak * shape
+            if rng.random() < 1 / 3:
+                loss_spike(at + rise + int(rng.integers(1, 6)))
+        for at in times(1 / 20_000).tolist():
+            loss_spike(at)
+        for at in times(1 / 100_000).tolist():
+            slow[at : at + int(rng.integers(20, 2_001))] += rng.uniform(0.1, 0.5)
+        mem = np.zeros(total, dtype=np.int64)  # MiB above the base level
+        for at in times(1 / 20_000).tolist():
+            mem[at:] += int(rng.integers(16, 257)) * (1 if rng.random() < 0.7 else -1)
+        return {
+            "grad": np.exp(log_g[:total]),
+            "loss": 1.0 + loss_rel[:total],
+            "slow": 1.0 + slow[:total],
+            "mem": mem - min(int(mem.min()), 0),
+        }
+
+    def _noisy_values(
+        self, steps: np.ndarray, k: int, t_start: float
+    ) -> tuple[pl.DataFrame, float]:
+        rng = np.random.default_rng([self.seed, k, 1])
+        ev = {name: a[steps] for name, a in self._events.items()}
+        n = len(steps)
+        total = max(self.steps, 1)
+        frac = steps / total
+        warm = max(1, total // 100)
+        peak, floor = 3e-4, 3e-5
+        cos = floor + 0.5 * (peak - floor) * (1 + np.cos(np.pi * np.clip(frac, 0, 1)))
+        lr = np.where(steps < warm, peak * (steps + 1) / warm, cos)
+        trend = 2.0 + 8.0 * np.exp(-6.0 * frac)
+        loss = trend * np.exp(0.01 * rng.standard_t(5, n)) * ev["loss"]
+        grad_base = 0.25 + 1.5 * np.exp(-300.0 * frac)  # high early, as in real runs
+        grad_noise = np.exp(0.05 * rng.standard_t(3, n))
+        step_time = 0.25 * np.exp(0.02 * rng.standard_t(3, n)) * ev["slow"]
+        wall = np.round((t_start + np.cumsum(step_time)) * 1000.0) / 1000.0
+        cols: dict[str, np.ndarray] = {
+            "loss": loss,
+            "lr": lr,
+            "grad_norm": grad_base * grad_noise * ev["grad"],
+            "tokens_per_sec": 4096 * 8 / step_time,
+            "step_time_s": step_time,
+            "mem_bytes": (30 * 1024 + ev["mem"] + rng.integers(0, 8, n)) * MIB,
+            "entropy": (3.0 + 5.0 * np.exp(-4.0 * frac)) * np.exp(0.005 * rng.standard_t(5, n)),
+            "update_ratio": 1e-3 * np.exp(0.1 * rng.standard_t(3, n)) * np.sqrt(ev["grad"]),
+            "val_loss": trend + 0.05 + rng.normal(0, 0.01, n),
+        }
+        for layer in range(3):
+            noise = np.exp(0.08 * rng.standard_t(3, n))
+            cols[f"grad_norms/layer_{layer}"] = grad_base * noise * ev["grad"] / (layer + 2)
+        return _frame(steps, wall, cols), float(wall[-1]) if n else t_start
+
+
+def _frame(steps: np.ndarray, wall: np.ndarray, cols: dict[str, np.ndarray]) -> pl.DataFrame:
+    """step, time and the METRICS as float32 numbers, val_loss only on eval steps."""
+    series = [pl.Series("step", steps), pl.Series("time", wall)]
+    is_val = steps % VAL_EVERY == 0
+    for name in METRICS:
+        # float32 numbers, as tensor.item() gives them; exact in every format
+        v = cols[name].astype(np.float32).astype(np.float64)
+        s = pl.Series(name, v)
+        if name == "val_loss":
+            s = s.set(pl.Series(~is_val), None)  # type: ignore[arg-type]
+        series.append(s)
+    return pl.DataFrame(series)
 
 
 # ---- JSONL and CSV ------------------------------------------------------------------------
@@ -449,10 +561,13 @@ def expected_values(plan: Plan) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--steps", type=int, default=1_000_000)
-    ap.add_argument("--out", type=Path, default=None, help="default /tmp/trainlens-bench/<steps>")
+    ap.add_argument(
+        "--out", type=Path, default=None, help="default /tmp/trainlens-bench/<steps>[-noisy]"
+    )
     ap.add_argument("--formats", default=",".join(FORMATS), help="comma-separated subset")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--restart", type=float, default=None, help="resume after this fraction")
+    ap.add_argument("--noisy", action="store_true", help="real-log noise, spikes and drops")
     ap.add_argument("--verify", action="store_true", help="compare TB bytes with tensorboardX")
     args = ap.parse_args(argv)
     if args.verify:
@@ -462,10 +577,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in formats if f not in FORMATS]
     if unknown:
         ap.error(f"unknown format(s) {unknown}; choose from {', '.join(FORMATS)}")
-    out = args.out or Path("/tmp/trainlens-bench") / str(args.steps)
+    default = f"{args.steps}-noisy" if args.noisy else str(args.steps)
+    out = args.out or Path("/tmp/trainlens-bench") / default
     if Path(__file__).resolve().parents[1] in out.resolve().parents:
         ap.error("keep generated data out of the repository (use /tmp)")
-    plan = Plan(steps=args.steps, seed=args.seed, restart=args.restart)
+    plan = Plan(steps=args.steps, seed=args.seed, restart=args.restart, noisy=args.noisy)
     t = time.perf_counter()
     paths = generate(plan, out, formats)
     for fmt, p in paths.items():
