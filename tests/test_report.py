@@ -24,6 +24,7 @@ from matplotlib.text import Annotation, Text
 
 import trainlens.cli.report  # noqa: F401  (registers `trainlens report` until cli/__init__ does)
 from trainlens.api import Analysis, analyze_run
+from trainlens.api import analyze as trainlens_analyze
 from trainlens.cli import main
 from trainlens.core.config import Config
 from trainlens.core.findings import Finding, Severity
@@ -899,3 +900,18 @@ def test_real_logs_read_well(shared_dir: Path) -> None:
     xs, ys = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
     assert any(12_695 < x < 31_214 for x in xs[np.isnan(ys)])
     assert any(31_251 < x < 42_780 for x in xs[np.isnan(ys)])
+
+
+def test_perplexity_only_where_the_summary_gives_one(shared_dir: Path, tmp_path: Path) -> None:
+    """An image classifier's cross-entropy (Keras CSVLogger) gets no perplexity axis and no
+    '(perplexity —)' in the summary table; an llm.c log gets both (one rule: the summary)."""
+    real = shared_dir / "real-logs"
+    keras = trainlens_analyze(real / "Althea80_DM2025-Lab2-Exercise" / "logs" / "training_log.csv")
+    assert "perplexity" not in write_report(keras, tmp_path / "keras").read_text()
+    figs = build_figures(keras)
+    loss_ax = next(p for p in figs.panels if p.key == "loss").figure.axes[0]
+    assert not loss_ax.child_axes  # no secondary perplexity axis
+    llmc = trainlens_analyze(real / "modded_nanogpt" / "2024-10-13_llmc_main.log")
+    assert "(perplexity 2" in write_report(llmc, tmp_path / "llmc").read_text()
+    loss_ax = next(p for p in build_figures(llmc).panels if p.key == "loss").figure.axes[0]
+    assert loss_ax.child_axes

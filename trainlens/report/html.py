@@ -85,6 +85,12 @@ def _num(x: Any, digits: int = 4) -> str:
     return f"{x:.{digits}g}"
 
 
+def _ppl(loss: dict[str, Any]) -> str:
+    """' (perplexity X)' where the summary gives one (a per-token LM loss), else ''."""
+    x = loss.get("final_perplexity")
+    return f" (perplexity {_num(x)})" if x is not None else ""
+
+
 def steps_text(start: int | None, end: int | None) -> str:
     if start is None and end is None:
         return "whole run"
@@ -133,8 +139,7 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
         rows.append(
             (
                 "train loss",
-                f"final {_num(t.get('final'))} (perplexity "
-                f"{_num(t.get('final_perplexity'))}), min {_num(t.get('min'))} "
+                f"final {_num(t.get('final'))}{_ppl(t)}, min {_num(t.get('min'))} "
                 f"at step {_num(t.get('min_step'))}",
             )
         )
@@ -145,8 +150,7 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
                 "val loss",
                 f"best {_num(v.get('best'))} at step {_num(v.get('best_step'))}"
                 f", final {_num(v.get('final'))} at step "
-                f"{_num(v.get('final_step'))} (perplexity "
-                f"{_num(v.get('final_perplexity'))})",
+                f"{_num(v.get('final_step'))}{_ppl(v)}",
             )
         )
     mfu = summary_mfu(s)

@@ -708,7 +708,10 @@ class _Builder:
             self.keep(ax, float(best))
 
     def perplexity_axis(self, ax: Axes) -> None:
-        """Perplexity = exp(loss) on a right-hand axis, when the losses look like nats."""
+        """Perplexity = exp(loss) on a right-hand axis, where the summary gives one (the one
+        rule for a per-token LM loss: :func:`trainlens.summary.perplexity_basis`)."""
+        if not all((a.summary.get("perplexity") or {}).get("shown") for a in self.analyses):
+            return
         vals = [line.values for key, line in self.lines.items() if self.axes_of.get(key) is ax]
         finite = np.concatenate([v[np.isfinite(v)] for v in vals]) if vals else np.empty(0)
         if finite.size == 0 or finite.min() <= 0 or finite.max() > 20:
