@@ -56,7 +56,7 @@ def wide_to_long(
     Non-numeric cells are counted and reported; missing cells are simply absent."""
     issues: list[DataIssue] = []
     cols = df.columns
-    step_key = find_key(cols, STEP_KEYS)
+    step_key = original_step_key = find_key(cols, STEP_KEYS)
     time_key = find_key(cols, TIME_KEYS)
     if line_numbers is None:
         line_numbers = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
@@ -74,15 +74,8 @@ def wide_to_long(
         df = df.with_columns((pl.col("_line") - 1).alias("_step"))
         step_key = "_step"
     else:
-        step = df.get_column(step_key)
-        if step.dtype not in (pl.Int64, pl.Int32, pl.UInt32, pl.UInt64, pl.Int16, pl.Int8):
-            as_float = step.cast(pl.Float64, strict=False)
-            bad = as_float.is_null() & step.is_not_null()
-            if bad.any():
-                issues.append(
-                    _cell_issue(df, bad, step_key, source, unit, "a step that is not a number")
-                )
-            df = df.with_columns(as_float.round(0).cast(pl.Int64).alias(step_key))
+        df = df.with_columns(_int_steps(df.get_column(step_key)).alias("_step_int"))
+        step_key = "_step_int"
 
     if time_key is not None:
         t = df.get_column(time_key)
@@ -96,7 +89,8 @@ def wide_to_long(
     else:
         df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias("_wall"))
 
-    metric_cols = [c for c in df.columns if c not in {step_key, time_key, "_line", "_wall"}]
+    skip = {step_key, time_key, original_step_key, "_line", "_wall"}
+    metric_cols = [c for c in df.columns if c not in skip]
     casts: list[pl.Series] = []
     dropped: list[str] = []
     for c in metric_cols:
@@ -133,6 +127,7 @@ def wide_to_long(
             )
         )
     metric_names = [c for c in metric_cols if c not in dropped and df.schema[c] != pl.Null]
+    issues.extend(_stepless_rows(df, step_key, casts, source, unit, original_step_key))
     # (columns keep the reader's chunks: a per-metric view is made one chunk when a
     # detector first asks for it, see Run.series_frame)
     wide = pl.DataFrame(
@@ -209,6 +204,66 @@ def enum_runs(names: list[str], counts: list[int]) -> pl.Series:
     if not parts:
         return pl.Series("metric", [], dtype=dtype)
     return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
+
+
+# the largest whole float below 2**63: a step must fit the frame's Int64
+_STEP_LIMIT = float(2**63 - 1024)
+_INTEGER_TYPES = (pl.Int64, pl.Int32, pl.Int16, pl.Int8, pl.UInt32, pl.UInt16, pl.UInt8)
+
+
+def _int_steps(step: pl.Series) -> pl.Series:
+    """The step column as Int64; null where there is no usable step: missing, not a
+    number, NaN, infinite, or beyond Int64 (a 20-digit step). Those rows are reported
+    by :func:`_stepless_rows`; a fractional step is rounded (an epoch-like 1.0)."""
+    if step.dtype in _INTEGER_TYPES:
+        return step.cast(pl.Int64)
+    as_float = step.cast(pl.Float64, strict=False)
+    usable = as_float.is_finite() & (as_float.abs() <= _STEP_LIMIT)
+    return (
+        pl.select(pl.when(usable).then(as_float.round(0)).otherwise(None).cast(pl.Int64))
+        .to_series()
+        .alias(step.name)
+    )
+
+
+def _stepless_rows(
+    df: pl.DataFrame,
+    step_key: str,
+    casts: list[pl.Series],
+    source: str,
+    unit: str,
+    raw_key: str | None,
+) -> list[DataIssue]:
+    """A note for the rows whose values are left out for want of a usable step (no step
+    key on the line, or a step that is not a whole number within Int64): how many
+    values, from which lines. Every value read is in the frame or counted here."""
+    step = df.get_column(step_key)
+    missing = step.is_null()
+    if not missing.any() or not casts:
+        return []
+    values = pl.DataFrame(casts).filter(missing)
+    per_row = values.select(pl.sum_horizontal(pl.all().is_not_null())).to_series()
+    has_values = per_row > 0
+    n_values = int(per_row.sum())
+    if n_values == 0:
+        return []
+    lines = df.get_column("_line").filter(missing).filter(has_values)
+    n_lines = lines.len()
+    shown = lines.head(5).to_list()
+    return [
+        DataIssue(
+            kind="bad-step",
+            source=source,
+            location=f"{unit} {shown[0]}",
+            message=(
+                f"{n_values} value(s) on {n_lines} {unit}(s) without a usable step (missing, "
+                "not a number, or not a whole number within 64 bits) were skipped "
+                f"({unit}s {', '.join(map(str, shown))}{'…' if n_lines > len(shown) else ''})"
+            ),
+            count=n_values,
+            details={unit + "s": lines.head(100).to_list(), "values": n_values, "key": raw_key},
+        )
+    ]
 
 
 def _cell_issue(

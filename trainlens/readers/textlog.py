@@ -333,7 +333,34 @@ def _parse_builtin(
     total = meg_total if meg_total is not None else kv_total
     if total is not None:
         meta["max_steps"] = total
-    return pl.concat(parts, how="vertical").sort("lineno", "field", maintain_order=True)
+    long = pl.concat(parts, how="vertical").sort("lineno", "field", maintain_order=True)
+    return _drop_huge_steps(long, source, where, issues)
+
+
+def _drop_huge_steps(
+    long: pl.DataFrame, source: str, where: _Where, issues: list[DataIssue]
+) -> pl.DataFrame:
+    """Values whose line's step does not fit 64 bits (a 20-digit ``s:N``) are left out
+    with a note; the rest of the log is kept."""
+    bad = long.filter(pl.col("step").is_null())
+    if bad.height == 0:
+        return long
+    lines = bad.get_column("lineno").unique(maintain_order=True)
+    shown = ", ".join(str(where.line(int(n))) for n in lines.head(5).to_list())
+    issues.append(
+        DataIssue(
+            kind="bad-step",
+            source=source,
+            location=where.line(int(lines[0])),
+            message=(
+                f"{bad.height} value(s) on {lines.len()} line(s) whose step does not fit in "
+                f"64 bits were skipped ({shown}{'…' if lines.len() > 5 else ''})"
+            ),
+            count=bad.height,
+            details={"lines": lines.head(100).to_list()},
+        )
+    )
+    return long.filter(pl.col("step").is_not_null())
 
 
 def _n_lines(df: pl.DataFrame) -> int:
@@ -402,11 +429,12 @@ def _megatron_iterations(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
         .unnest("_g")
         .select(
             "lineno",
-            pl.col("1").cast(pl.Int64).alias("step"),
-            pl.col("2").cast(pl.Int64).alias("_total"),
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").cast(pl.Int64, strict=False).alias("_total"),
             pl.col("3").alias("_rest"),
+            pl.col("1").is_null().alias("_unmatched"),
         )
-        .filter(pl.col("step").is_not_null())
+        .filter(~pl.col("_unmatched"))
     )
     total = hits.get_column("_total").drop_nulls()
     long = _fields(hits, "_rest").select(
@@ -422,10 +450,11 @@ def _megatron_validation(df: pl.DataFrame) -> pl.DataFrame:
     hits = hits.select(
         "lineno",
         pl.col("line").str.extract(_MEG_VAL, 1).alias("_set"),
-        pl.col("line").str.extract(_MEG_VAL, 2).cast(pl.Int64).alias("step"),
+        pl.col("line").str.extract(_MEG_VAL, 2).cast(pl.Int64, strict=False).alias("step"),
         pl.col("line").str.extract(_MEG_VAL, 3).alias("_suffix"),
         pl.col("line").str.extract(_MEG_VAL, 4).alias("_rest"),
-    ).filter(pl.col("step").is_not_null())
+        pl.col("line").str.extract(_MEG_VAL, 2).is_null().alias("_unmatched"),
+    ).filter(~pl.col("_unmatched"))
     word = pl.col("_set").str.to_lowercase()
     setname = (
         pl.when(
@@ -457,8 +486,8 @@ def _kv_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
         .unnest("_g")
         .select(
             "lineno",
-            pl.col("1").cast(pl.Int64).alias("step"),
-            pl.col("2").cast(pl.Int64).alias("_total"),
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").cast(pl.Int64, strict=False).alias("_total"),
             pl.col("3").str.extract_all(_KV_TOKEN).alias("_tok"),
         )
     )
