@@ -32,6 +32,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
 from trainlens.readers._wide import STEP_KEYS, find_key, flatten_structs, wide_to_long
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
@@ -103,6 +104,8 @@ def _read_bytes(
 
     data, bad = as_utf8(data, source)
     issues.extend(bad)
+    data, deep = _drop_deep_lines(data, source)
+    issues.extend(deep)
 
     # the last line without a newline may be a record still being written
     end = data.rfind(b"\n") + 1
@@ -130,6 +133,34 @@ def _read_bytes(
     df, line_numbers, more = _parse(body, source)
     issues.extend(more)
     return df, line_numbers, issues, cursor
+
+
+def _drop_deep_lines(data: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
+    """``data`` with every line nested deeper than MAX_DEPTH replaced by ``{}`` (so
+    line numbers hold), and a note naming them; see :mod:`trainlens.readers._nesting`."""
+    candidates = lines_with_many_opens(data)
+    if not candidates:
+        return data, []
+    lines = data.split(b"\n")
+    deep = [n for n in candidates if n < len(lines) and max_depth(lines[n]) > MAX_DEPTH]
+    if not deep:
+        return data, []
+    for n in deep:
+        lines[n] = b"{}"
+    numbers = [n + 1 for n in deep]
+    shown = ", ".join(map(str, numbers[:5])) + ("…" if len(numbers) > 5 else "")
+    issue = DataIssue(
+        kind="too-deep",
+        source=source,
+        location=f"line {numbers[0]}",
+        message=(
+            f"{len(numbers)} line(s) nest deeper than {MAX_DEPTH} levels and were skipped "
+            f"(lines {shown})"
+        ),
+        count=len(numbers),
+        details={"lines": numbers[:100], "max_depth": MAX_DEPTH},
+    )
+    return b"\n".join(lines), [issue]
 
 
 def _parse(
@@ -335,6 +366,10 @@ def _sample(body: bytes | mmap.mmap) -> bytes:
 def _read_sampled(source: bytes | Path, sample: bytes, newlines: int, colons: int) -> pl.DataFrame:
     """Read ``source`` with the schema of ``sample``; raise _NotProven unless every line
     gave a row and every ':' (one per key) is a non-null cell read."""
+    if lines_with_many_opens(sample):
+        # polars infers a schema by building nested types, which crashes the process on
+        # a line 700 deep: deep lines are left to the general path, which drops them
+        raise _NotProven
     try:
         sampled = pl.read_ndjson(sample, infer_schema_length=None)
     except Exception:
