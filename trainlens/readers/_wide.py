@@ -101,8 +101,11 @@ def wide_to_long(
         elif dtype == pl.String:
             col = df.get_column(c)
             num = col.str.strip_chars().cast(pl.Float64, strict=False)
-            bad = num.is_null() & col.is_not_null() & (col.str.strip_chars() != "")
-            if bad.all() and col.is_not_null().any():
+            text = col.is_not_null() & (col.str.strip_chars() != "")
+            bad = num.is_null() & text
+            n_bad = int(bad.sum())
+            # (a sparse text column has null rows: compare with the cells that hold text)
+            if n_bad and n_bad == int(text.sum()):
                 dropped.append(c)  # a text column (run names, tags): not a metric
                 continue
             if bad.any():

@@ -38,8 +38,10 @@ from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
 FORMAT = "jsonl"
 
-# bare non-finite tokens after ':' ',' or '[' become strings that polars casts to floats
-_NONFINITE = re.compile(rb"([:\[,])(\s*)(-?)(NaN|Infinity)(?=\s*[,}\]])")
+# bare non-finite tokens after ':' ',' or '[' become strings that polars casts to floats;
+# a JSON string is matched whole first (the first alternative) and left as it is, so a
+# "NaN" or ": NaN}" inside a text value is never touched
+_NONFINITE = re.compile(rb'"(?:[^"\\\n]|\\.)*"|([:\[,])(\s*)(-?)(NaN|Infinity)(?=\s*[,}\]])')
 _OBJECT_START = re.compile(rb'^\{\s*("|\})')
 _REPLACE = {b"NaN": b'"nan"', b"Infinity": b'"inf"', b"-Infinity": b'"-inf"'}
 
@@ -57,6 +59,8 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def _sub_nonfinite(m: re.Match[bytes]) -> bytes:
+    if m.group(1) is None:
+        return m.group(0)  # a string
     return m.group(1) + m.group(2) + _REPLACE[m.group(3) + m.group(4)]
 
 
@@ -163,6 +167,61 @@ def _drop_deep_lines(data: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
     return b"\n".join(lines), [issue]
 
 
+# a key: a JSON string followed by ':' (a screen; the lines it picks are parsed exactly)
+_KEY_PATTERN = r'"(?:[^"\\]|\\.)*"\s*:'
+
+
+def _load_last_wins(line: str) -> tuple[object, bool]:
+    """The parsed line (a repeated key keeps its last value) and whether any repeated."""
+    repeated = False
+
+    def pairs_to_dict(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        nonlocal repeated
+        out = dict(pairs)
+        repeated = repeated or len(out) < len(pairs)
+        return out
+
+    return json.loads(line, object_pairs_hook=pairs_to_dict), repeated
+
+
+def _last_key_wins(body: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
+    """``body`` with each line that repeats a key in one object rewritten to hold the
+    last value only (as JSON parsers read it; polars keeps the first), and a note.
+
+    A vectorized screen (a line whose keys are not all distinct) picks the few lines
+    that are then parsed exactly: keys repeated in different objects are not repeats."""
+    if not body.strip():
+        return body, []
+    lines = pl.Series([body.decode("utf-8", errors="replace")]).str.split("\n").explode()
+    keys = lines.str.extract_all(_KEY_PATTERN)
+    screened = (keys.list.len() > keys.list.unique().list.len()).arg_true().to_list()
+    rewritten: dict[int, str] = {}
+    for i in screened:
+        try:
+            obj, repeated = _load_last_wins(lines[i])
+        except ValueError:
+            continue  # not JSON: reported as a bad line later
+        if repeated:
+            rewritten[i] = json.dumps(obj)
+    if not rewritten:
+        return body, []
+    numbers = sorted(n + 1 for n in rewritten)
+    shown = ", ".join(map(str, numbers[:5])) + ("…" if len(numbers) > 5 else "")
+    issue = DataIssue(
+        kind="duplicate-key",
+        source=source,
+        location=f"line {numbers[0]}",
+        message=(
+            f"{len(numbers)} line(s) repeat a key in one object; the last value of each "
+            f"was kept, as JSON parsers read it (lines {shown})"
+        ),
+        count=len(numbers),
+        details={"lines": numbers[:100]},
+    )
+    fixed = lines.scatter(list(rewritten), list(rewritten.values()))
+    return "\n".join(fixed.to_list()).encode("utf-8"), [issue]
+
+
 def _parse(
     body: bytes, source: str, *, fast: bool = True
 ) -> tuple[pl.DataFrame | None, pl.Series, list[DataIssue]]:
@@ -173,7 +232,7 @@ def _parse(
         df = _parse_fast(body)
         if df is not None:
             return df, pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64), []
-    issues: list[DataIssue] = []
+    body, issues = _last_key_wins(body, source)
     has_blank = body.startswith(b"\n") or b"\n\n" in body or b"\n\r\n" in body
     fixed = body
     if b"NaN" in body or b"Infinity" in body:
