@@ -93,8 +93,11 @@ def wide_to_long(
     metric_cols = [c for c in df.columns if c not in skip]
     casts: list[pl.Series] = []
     dropped: list[str] = []
+    # (the schema once: df.schema builds a new mapping of every column on each call, so
+    # asking it per column was quadratic: 2,000 keys took 15 s)
+    schema = df.schema
     for c in metric_cols:
-        dtype = df.schema[c]
+        dtype = schema[c]
         if dtype.is_numeric() or dtype == pl.Boolean:
             col = df.get_column(c)
             casts.append(col if dtype == pl.Float64 else col.cast(pl.Float64))
@@ -129,7 +132,8 @@ def wide_to_long(
                 details={"columns": dropped},
             )
         )
-    metric_names = [c for c in metric_cols if c not in dropped and df.schema[c] != pl.Null]
+    not_metrics = set(dropped)
+    metric_names = [c for c in metric_cols if c not in not_metrics and schema[c] != pl.Null]
     issues.extend(_stepless_rows(df, step_key, casts, source, unit, original_step_key))
     # (columns keep the reader's chunks: a per-metric view is made one chunk when a
     # detector first asks for it, see Run.series_frame)
@@ -199,13 +203,12 @@ def _concat(parts: list[pl.Series], dtype: pl.DataType) -> pl.Series:
 def enum_runs(names: list[str], counts: list[int]) -> pl.Series:
     """An Enum series of ``names``: counts[i] rows of names[i], one after the other — one
     constant chunk per name, no string (nor code) per row is made."""
-    dtype = pl.Enum(names)
-    parts = [
-        pl.Series("metric", [n], dtype=dtype).new_from_index(0, k)
-        for n, k in zip(names, counts, strict=True)
-    ]
+    # one Series of the names, sliced per name: a new Enum Series per name copies the
+    # whole category list each time (quadratic in the number of metrics)
+    every = pl.Series("metric", names, dtype=pl.Enum(names))
+    parts = [every.slice(i, 1).new_from_index(0, k) for i, k in enumerate(counts)]
     if not parts:
-        return pl.Series("metric", [], dtype=dtype)
+        return every.clear()
     return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
 
 

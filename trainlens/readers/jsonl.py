@@ -25,6 +25,7 @@ import math
 import mmap
 import os
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -487,7 +488,8 @@ def _first_appearance_order(df: pl.DataFrame, line_of_row: Callable[[int], bytes
     first = df.select(pl.all().is_not_null().arg_max()).row(0)
     has = df.select(pl.all().is_not_null().any()).row(0)
     rows = [r if ok else df.height for r, ok in zip(first, has, strict=True)]
-    tied_rows = {r for r in rows if rows.count(r) > 1 and r < df.height}
+    per_row = Counter(rows)  # (rows.count per column was quadratic in the width)
+    tied_rows = {r for r, n in per_row.items() if n > 1 and r < df.height}
     position: dict[tuple[int, str], int] = {}
     for r in tied_rows:
         try:
@@ -496,13 +498,14 @@ def _first_appearance_order(df: pl.DataFrame, line_of_row: Callable[[int], bytes
             keys = []
         for i, k in enumerate(keys):
             position[(r, k)] = i
+    columns = df.columns  # (a new list on every call)
     order = sorted(
         range(df.width),
-        key=lambda j: (rows[j], position.get((rows[j], df.columns[j]), len(position)), j),
+        key=lambda j: (rows[j], position.get((rows[j], columns[j]), len(position)), j),
     )
     if order == list(range(df.width)):
         return df
-    return df.select([df.columns[j] for j in order])
+    return df.select([columns[j] for j in order])
 
 
 def _nth_line(body: bytes | mmap.mmap, n: int) -> bytes:
