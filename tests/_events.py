@@ -4,6 +4,7 @@ trainlens'), so a mutation can reach the decoder behind the checksum check."""
 
 from __future__ import annotations
 
+import random
 import struct
 from pathlib import Path
 
@@ -53,3 +54,59 @@ def varint(v: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+# ---- mutations of a real file (the fuzz tests and the AddressSanitizer run) -------------
+
+MUTATIONS = (
+    "bit-flips",
+    "truncate",
+    "length-field",
+    "crc-valid-garbage",
+    "crc-valid-flips",
+    "crc-valid-cut",
+)
+
+
+def mutate(raw: bytes, how: str, rnd: random.Random) -> tuple[bytes, set[int]]:
+    """``raw`` damaged one way, and the indices of the records whose payload the damage
+    reached (their values must not be read as they were written; the other records'
+    values may be kept). Reproducible from the state of ``rnd``."""
+    payloads, rest = split_records(raw)
+    k = rnd.randrange(len(payloads))
+    if how == "bit-flips":
+        out = bytearray(raw)
+        for _ in range(rnd.randint(1, 8)):
+            out[rnd.randrange(len(out))] ^= 1 << rnd.randrange(8)
+        return bytes(out), set(range(len(payloads)))
+    if how == "truncate":
+        return raw[: rnd.randrange(len(raw))], set(range(len(payloads)))
+    if how == "length-field":
+        length = rnd.choice(
+            [
+                0,
+                1,
+                len(payloads[k]) - 1,
+                len(payloads[k]) + 1,
+                rnd.getrandbits(32),
+                2**63,
+                2**64 - 1,
+            ]
+        )
+        head = struct.pack("<Q", length)
+        record = head + struct.pack("<I", masked_crc32c(head)) + payloads[k]
+        record += struct.pack("<I", masked_crc32c(payloads[k]))
+        before = frame_all(payloads[:k])
+        return before + record + frame_all(payloads[k + 1 :]) + rest, set(range(k, len(payloads)))
+    if how == "crc-valid-garbage":
+        payloads[k] = rnd.randbytes(rnd.choice([0, 1, 9, 20, rnd.randrange(300)]))
+    elif how == "crc-valid-flips":
+        p = bytearray(payloads[k])
+        for _ in range(rnd.randint(1, 4)):
+            p[rnd.randrange(len(p))] ^= 1 << rnd.randrange(8)
+        payloads[k] = bytes(p)
+    elif how == "crc-valid-cut":
+        payloads[k] = payloads[k][: rnd.randrange(len(payloads[k]))]
+    else:
+        raise ValueError(how)
+    return frame_all(payloads) + rest, {k}
