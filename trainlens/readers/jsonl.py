@@ -107,6 +107,8 @@ def _read_bytes(
     if not data or data.isspace():  # (isspace stops at the first other byte; no copy)
         raise UnreadableInputError(f"{path}: the file is empty")
 
+    if data.startswith(b"\xef\xbb\xbf") and opts.start_offset == 0:
+        data = data[3:]  # a UTF-8 byte order mark (Windows tools write one); not JSON
     data, bad = as_utf8(data, source)
     issues.extend(bad)
     data, deep = _drop_deep_lines(data, source)
@@ -529,12 +531,21 @@ def _nth_line(body: bytes | mmap.mmap, n: int) -> bytes:
     return bytes(body[start : stop if stop >= 0 else len(body)])
 
 
+def _big_int(v: int) -> float:
+    try:
+        return float(v)
+    except OverflowError:  # beyond a float too
+        return math.inf if v > 0 else -math.inf
+
+
 def _flat(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
     for k, v in obj.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
             out.update(_flat(v, key + "/"))
+        elif isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
+            out[key] = _big_int(v)  # polars builds no column from a 128-bit integer
         elif isinstance(v, (int, float)) or v is None:
             out[key] = v
         else:
