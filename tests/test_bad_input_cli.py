@@ -73,3 +73,17 @@ def test_debug_after_double_dash_is_an_argument(tmp_path: Path) -> None:
 
     assert _take_debug_flag(["analyze", "--", "--debug"]) == (["analyze", "--", "--debug"], False)
     assert _take_debug_flag(["--debug", "analyze", "x"]) == (["analyze", "x"], True)
+
+
+def test_a_file_the_system_will_not_read_is_an_error_not_a_bug(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _run_file(tmp_path)
+
+    def denied(*args: object, **kwargs: object) -> object:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(trainlens.api, "read", denied)
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"trainlens: error: {path}: Permission denied"

@@ -112,6 +112,12 @@ def _run(args: list[str]) -> int:
         return int(getattr(exc, "exit_code", 0) or 0)
     except BrokenPipeError:
         return 0
+    except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+        # the machine said no (a file not readable, a folder where a file should be):
+        # the user's to fix, not a bug
+        where = f"{exc.filename}: " if exc.filename else ""
+        typer.echo(f"trainlens: error: {where}{exc.strerror or exc}", err=True)
+        return 2
     except SystemExit as exc:
         # typer turns a closed pipe (``| head``) into exit 1; it is not an error here
         if isinstance(exc.__context__, BrokenPipeError):
