@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import trainlens
+from trainlens.core.errors import TrainlensError
 from trainlens.core.run import Run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,3 +197,10 @@ def test_wide_rows_read_in_linear_time(tmp_path: Path, suffix: str) -> None:
     assert run.frame.height == width * rows
     assert run.series("m3999")[1].tolist() == [s + 3999 / width for s in range(rows)]
     assert elapsed < 20, f"{elapsed:.1f} s for {width} columns"
+
+
+def test_jsonl_true_and_false_are_not_steps(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_text('{"step": true, "loss": 1}\n{"step": false, "loss": 2}\n')
+    with pytest.raises(TrainlensError, match=r"without a usable step.*no value is left"):
+        trainlens.read(path)

@@ -223,6 +223,8 @@ def _int_steps(step: pl.Series) -> pl.Series:
     by :func:`_stepless_rows`; a fractional step is rounded (an epoch-like 1.0)."""
     if step.dtype in _INTEGER_TYPES:
         return step.cast(pl.Int64)
+    if step.dtype == pl.Boolean:  # true/false are not steps (nor 1 and 0)
+        return pl.Series(step.name, [None] * step.len(), dtype=pl.Int64)
     as_float = step.cast(pl.Float64, strict=False)
     usable = as_float.is_finite() & (as_float.abs() <= _STEP_LIMIT)
     return (

@@ -81,6 +81,9 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
     issues.extend(more)
     if long.height == 0:
+        stepless = [i for i in issues if i.kind == "bad-step"]
+        if stepless:  # values there were, but on no line with a usable step
+            raise UnreadableInputError(f"{path}: {stepless[0].message}, and no value is left")
         raise UnreadableInputError(f"{path}: no numeric metrics found in its JSON lines")
     run = build_run(
         long,
