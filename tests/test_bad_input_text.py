@@ -204,3 +204,11 @@ def test_jsonl_true_and_false_are_not_steps(tmp_path: Path) -> None:
     path.write_text('{"step": true, "loss": 1}\n{"step": false, "loss": 2}\n')
     with pytest.raises(TrainlensError, match=r"without a usable step.*no value is left"):
         trainlens.read(path)
+
+
+def test_user_regex_step_beyond_int64_skips_that_line_only(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    path.write_text("it 1 loss 2.0\nit 123456789012345678901 loss 3.0\nit 3 loss 1.0\n")
+    [run] = trainlens.read(path, regex=r"it (?P<step>\d+) loss (?P<loss>\S+)")
+    assert _loss(run) == [(1, 2.0), (3, 1.0)]
+    assert "line 2" in _notes(run, "bad-step")[0]

@@ -619,7 +619,8 @@ def _parse_user_regex(
     )
     step_f = pl.col("_step").str.strip_chars().cast(pl.Float64, strict=False)
     wide = wide.with_columns(
-        pl.when(step_f.is_finite() & (step_f == step_f.round(0)))
+        # (within 64 bits: a 20-digit step skips its line, with the note below)
+        pl.when(step_f.is_finite() & (step_f == step_f.round(0)) & (step_f.abs() < 2.0**63))
         .then(step_f)
         .otherwise(None)
         .cast(pl.Int64)
@@ -634,7 +635,8 @@ def _parse_user_regex(
                 location=where.line(int(bad.get_column("lineno")[0])),
                 message=(
                     f"{bad.height} matched line(s) have a step that is not a whole number "
-                    f"(first: {bad.get_column('_step')[0]!r}); their values were skipped"
+                    f"within 64 bits (first: {bad.get_column('_step')[0]!r}); their values "
+                    "were skipped"
                 ),
                 count=bad.height,
             )
