@@ -212,3 +212,25 @@ def test_user_regex_step_beyond_int64_skips_that_line_only(tmp_path: Path) -> No
     [run] = trainlens.read(path, regex=r"it (?P<step>\d+) loss (?P<loss>\S+)")
     assert _loss(run) == [(1, 2.0), (3, 1.0)]
     assert "line 2" in _notes(run, "bad-step")[0]
+
+
+def test_mlflow_step_or_timestamp_beyond_int64_is_a_bad_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mlflow = pytest.importorskip("mlflow")
+    from mlflow.entities import Metric
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    root = tmp_path / "mlruns"
+    client = mlflow.MlflowClient(f"file:{root}")
+    exp = client.create_experiment("e")
+    rid = client.create_run(exp).info.run_id
+    t0 = 1_700_000_000_000
+    client.log_batch(rid, metrics=[Metric("loss", 1.0 / (s + 1), t0 + s, s) for s in range(5)])
+    loss_file = root / exp / rid / "metrics" / "loss"
+    with loss_file.open("a") as fh:
+        fh.write(f"{t0} 9.0 123456789012345678901\n99999999999999999999999 8.0 6\n{t0} 7.0 7\n")
+    [run] = trainlens.read(root)
+    assert _loss(run) == [(s, 1.0 / (s + 1)) for s in range(5)] + [(7, 7.0)]
+    [bad] = [d for d in run.data_quality if d.kind == "bad-line"]
+    assert bad.details["lines"] == [6, 7]
