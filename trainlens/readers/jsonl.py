@@ -28,6 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -39,10 +40,9 @@ from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
 FORMAT = "jsonl"
 
-# bare non-finite tokens after ':' ',' or '[' become strings that polars casts to floats;
-# a JSON string is matched whole first (the first alternative) and left as it is, so a
-# "NaN" or ": NaN}" inside a text value is never touched
-_NONFINITE = re.compile(rb'"(?:[^"\\\n]|\\.)*"|([:\[,])(\s*)(-?)(NaN|Infinity)(?=\s*[,}\]])')
+# bare non-finite tokens after ':' ',' or '[' become strings that polars casts to floats
+# (only outside strings: see _swap_nonfinite)
+_NONFINITE = re.compile(rb"([:\[,])(\s*)(-?)(NaN|Infinity)(?=\s*[,}\]])")
 _OBJECT_START = re.compile(rb'^\{\s*("|\})')
 _REPLACE = {b"NaN": b'"nan"', b"Infinity": b'"inf"', b"-Infinity": b'"-inf"'}
 
@@ -60,9 +60,31 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def _sub_nonfinite(m: re.Match[bytes]) -> bytes:
-    if m.group(1) is None:
-        return m.group(0)  # a string
     return m.group(1) + m.group(2) + _REPLACE[m.group(3) + m.group(4)]
+
+
+_ESCAPED = re.compile(rb"\\.")
+
+
+def _swap_nonfinite(body: bytes) -> bytes:
+    """``body`` with the bare NaN / Infinity / -Infinity tokens swapped (see _NONFINITE),
+    but not those inside a JSON string: a text value "x: NaN}" was corrupted and the file
+    became unreadable. A token is in a string when an odd number of unescaped quotes
+    precede it on its line; only the (few) token matches are looked at."""
+    if b"NaN" not in body and b"Infinity" not in body:
+        return body
+    parts: list[bytes] = []
+    last = 0
+    for m in _NONFINITE.finditer(body):
+        line_start = body.rfind(b"\n", 0, m.start()) + 1
+        if _ESCAPED.sub(b"", body[line_start : m.start()]).count(b'"') % 2:
+            continue  # inside a string
+        parts += [body[last : m.start()], _sub_nonfinite(m)]
+        last = m.end()
+    if not parts:
+        return body
+    parts.append(body[last:])
+    return b"".join(parts)
 
 
 def read(path: Path, opts: ReadOptions) -> list[Run]:
@@ -177,7 +199,95 @@ def _drop_deep_lines(data: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
 _KEY_PATTERN = r'"(?:[^"\\]|\\.)*"\s*:'
 
 
-def _load_last_wins(line: str) -> tuple[object, bool]:
+def _lines_repeating_a_key(body: bytes, df: pl.DataFrame) -> list[int]:
+    """0-based numbers of the lines of ``body`` (one row of ``df`` each) that repeat a
+    key within one object: polars keeps the first value, JSON parsers the last.
+
+    A screen picks candidates, which are then parsed exactly: in a large file (with no
+    objects inside lists), the lines whose count of ``":`` differs from the keys polars
+    read (a numpy pass: 0.1 s per 100 MB); otherwise the lines whose key strings are not all
+    distinct (a polars regex pass, fine for small files; keys repeated in different
+    nested objects are not repeats)."""
+    countable = not any(_has_objects_in_lists(dt) for dt in df.schema.values())
+    if countable and len(body) >= FAST_MIN_BYTES and df.height:
+        starts, ends, candidates = _key_count_mismatches(body, df)
+        texts = {int(i): body[starts[i] : ends[i]].decode("utf-8", "replace") for i in candidates}
+    else:
+        lines = pl.Series([body.decode("utf-8", errors="replace")]).str.split("\n").explode()
+        keys = lines.str.extract_all(_KEY_PATTERN)
+        screened = (keys.list.len() > keys.list.unique().list.len()).arg_true().to_list()
+        texts = {i: lines[i] for i in screened}
+    out = []
+    for i, text in texts.items():
+        try:
+            if _load_last_wins(text)[1]:
+                out.append(i)
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def _key_count_mismatches(body: bytes, df: pl.DataFrame) -> tuple[Any, Any, list[int]]:
+    """Each line's start and end offsets, and the lines whose number of ``":`` byte
+    pairs is not the number of non-null cells polars read from them."""
+    import numpy as np
+
+    arr = np.frombuffer(body, dtype=np.uint8)
+    newlines = np.flatnonzero(arr == 0x0A)
+    pairs = np.zeros(len(newlines) + 1, dtype=np.int64)
+    for i in range(0, arr.size, _SCAN_BLOCK):
+        block = arr[i : i + _SCAN_BLOCK + 5]
+        at = np.flatnonzero((block[:-1] == 0x22) & (block[1:] == 0x3A))
+        at = at[at < _SCAN_BLOCK] + i
+        pairs += np.bincount(np.searchsorted(newlines, at), minlength=len(pairs))
+        # a null value (`": null`, `":null`) has its key but no cell: not a repeat
+        nul = np.flatnonzero(
+            (block[:-4] == 0x3A)
+            & (block[1:-3] == 0x6E)
+            & (block[2:-2] == 0x75)
+            & (block[3:-1] == 0x6C)
+            & (block[4:] == 0x6C)
+        )
+        spaced = np.flatnonzero(
+            (block[:-5] == 0x3A)
+            & (block[1:-4] == 0x20)
+            & (block[2:-3] == 0x6E)
+            & (block[3:-2] == 0x75)
+            & (block[4:-1] == 0x6C)
+            & (block[5:] == 0x6C)
+        )
+        for hits in (nul, spaced):
+            hits = hits[hits < _SCAN_BLOCK] + i
+            pairs -= np.bincount(np.searchsorted(newlines, hits), minlength=len(pairs))
+    terms = [t for c, dt in df.schema.items() for t in _key_terms(pl.col(c), dt)]
+    cells = df.select(pl.sum_horizontal(terms)).to_series().to_numpy()
+    n = min(df.height, len(pairs))
+    mismatched = np.flatnonzero(pairs[:n] != cells[:n]).tolist()
+    starts = np.concatenate([[0], newlines + 1])
+    ends = np.concatenate([newlines, [len(body)]])
+    del arr
+    return starts, ends, mismatched
+
+
+def _has_objects_in_lists(dtype: pl.DataType) -> bool:
+    if isinstance(dtype, (pl.List, pl.Array)):
+        inner = dtype.inner
+        return isinstance(inner, (pl.Struct, pl.List, pl.Array)) or inner is None
+    if isinstance(dtype, pl.Struct):
+        return any(_has_objects_in_lists(f.dtype) for f in dtype.fields)  # type: ignore[arg-type]
+    return False
+
+
+def _key_terms(expr: pl.Expr, dtype: pl.DataType) -> list[pl.Expr]:
+    """One 0/1 term per key polars read: the key itself, and a nested object's keys."""
+    terms = [expr.is_not_null().cast(pl.Int64)]
+    if isinstance(dtype, pl.Struct):
+        for f in dtype.fields:
+            terms += _key_terms(expr.struct.field(f.name), f.dtype)  # type: ignore[arg-type]
+    return terms
+
+
+def _load_last_wins(line: str | bytes) -> tuple[object, bool]:
     """The parsed line (a repeated key keeps its last value) and whether any repeated."""
     repeated = False
 
@@ -190,30 +300,18 @@ def _load_last_wins(line: str) -> tuple[object, bool]:
     return json.loads(line, object_pairs_hook=pairs_to_dict), repeated
 
 
-def _last_key_wins(body: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
-    """``body`` with each line that repeats a key in one object rewritten to hold the
-    last value only (as JSON parsers read it; polars keeps the first), and a note.
+def _last_key_wins(body: bytes, repeated: list[int], source: str) -> tuple[bytes, list[DataIssue]]:
+    """``body`` with the given lines rewritten to hold each key's last value, and a note."""
+    lines = body.split(b"\n")
+    for i in repeated:
+        lines[i] = json.dumps(_load_last_wins(lines[i])[0]).encode()
+    return b"\n".join(lines), [_repeated_key_issue(repeated, source)]
 
-    A vectorized screen (a line whose keys are not all distinct) picks the few lines
-    that are then parsed exactly: keys repeated in different objects are not repeats."""
-    if not body.strip():
-        return body, []
-    lines = pl.Series([body.decode("utf-8", errors="replace")]).str.split("\n").explode()
-    keys = lines.str.extract_all(_KEY_PATTERN)
-    screened = (keys.list.len() > keys.list.unique().list.len()).arg_true().to_list()
-    rewritten: dict[int, str] = {}
-    for i in screened:
-        try:
-            obj, repeated = _load_last_wins(lines[i])
-        except ValueError:
-            continue  # not JSON: reported as a bad line later
-        if repeated:
-            rewritten[i] = json.dumps(obj)
-    if not rewritten:
-        return body, []
-    numbers = sorted(n + 1 for n in rewritten)
+
+def _repeated_key_issue(repeated: list[int], source: str) -> DataIssue:
+    numbers = sorted(n + 1 for n in repeated)
     shown = ", ".join(map(str, numbers[:5])) + ("…" if len(numbers) > 5 else "")
-    issue = DataIssue(
+    return DataIssue(
         kind="duplicate-key",
         source=source,
         location=f"line {numbers[0]}",
@@ -224,8 +322,6 @@ def _last_key_wins(body: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
         count=len(numbers),
         details={"lines": numbers[:100]},
     )
-    fixed = lines.scatter(list(rewritten), list(rewritten.values()))
-    return "\n".join(fixed.to_list()).encode("utf-8"), [issue]
 
 
 def _parse(
@@ -238,19 +334,20 @@ def _parse(
         df = _parse_fast(body)
         if df is not None:
             return df, pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64), []
-    body, issues = _last_key_wins(body, source)
+    issues: list[DataIssue] = []
     has_blank = body.startswith(b"\n") or b"\n\n" in body or b"\n\r\n" in body
-    fixed = body
-    if b"NaN" in body or b"Infinity" in body:
-        fixed = _NONFINITE.sub(_sub_nonfinite, body)
     if not has_blank:
         try:
-            df = pl.read_ndjson(io.BytesIO(fixed), infer_schema_length=None)
+            df = pl.read_ndjson(io.BytesIO(_swap_nonfinite(body)), infer_schema_length=None)
+            repeating = _lines_repeating_a_key(body, df)
+            if repeating:  # rare: those lines rewritten, the whole read again
+                body, issues = _last_key_wins(body, repeating, source)
+                df = pl.read_ndjson(io.BytesIO(_swap_nonfinite(body)), infer_schema_length=None)
             df = _first_appearance_order(df, lambda row: _nth_line(body, row))
             lines = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
             return df, lines, issues
         except Exception:  # polars refuses: find the bad lines below
-            pass
+            issues = []
 
     # slow path: check each line, keep the good ones, report the bad
     raw_lines = body.split(b"\n")
@@ -258,20 +355,26 @@ def _parse(
     good_numbers: list[int] = []
     bad_numbers: list[int] = []
     not_objects: list[int] = []
+    repeated: list[int] = []
     for i, line in enumerate(raw_lines, start=1):
         s = line.strip()
         if not s:
             continue
         try:
-            obj = json.loads(s)
+            obj, repeats = _load_last_wins(s)
         except ValueError:
             bad_numbers.append(i)
             continue
         if not isinstance(obj, dict):
             not_objects.append(i)
             continue
-        good.append(_NONFINITE.sub(_sub_nonfinite, s))
+        if repeats:
+            repeated.append(i - 1)
+            s = json.dumps(obj).encode()
+        good.append(_swap_nonfinite(s))
         good_numbers.append(i)
+    if repeated:
+        issues.append(_repeated_key_issue(repeated, source))
     if bad_numbers:
         issues.append(
             DataIssue(
