@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -114,16 +115,44 @@ def _jsonl_notes(run: Run) -> bool:
     return any(d.kind in ("bad-step", "too-deep") for d in run.data_quality)
 
 
-@FUZZ
-@given(
-    kinds=st.lists(
+JSONL_FILES = {
+    "kinds": st.lists(
         st.one_of(good, deep, shallow, bad_step, no_step, noise), min_size=1, max_size=12
     ),
-    encoding=st.sampled_from(ENCODINGS),
-    crlf=st.booleans(),
-    last_newline=st.booleans(),
-)
+    "encoding": st.sampled_from(ENCODINGS),
+    "crlf": st.booleans(),
+    "last_newline": st.booleans(),
+}
+
+
+@FUZZ
+@given(**JSONL_FILES)
 def test_jsonl(tmp_path: Path, kinds: list, encoding: str, crlf: bool, last_newline: bool) -> None:
+    _jsonl_case(tmp_path, kinds, encoding, crlf, last_newline)
+
+
+@FUZZ
+@given(**JSONL_FILES)
+def test_jsonl_large_file_paths(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    kinds: list,
+    encoding: str,
+    crlf: bool,
+    last_newline: bool,
+) -> None:
+    # the paths a file of a megabyte or more takes (mapped, sampled schema, numpy
+    # screens for depth and repeated keys), on these small files
+    from trainlens.readers import _nesting, jsonl
+
+    monkeypatch.setattr(jsonl, "FAST_MIN_BYTES", 0)
+    monkeypatch.setattr(jsonl, "SAMPLE_HEAD_LINES", 3)
+    monkeypatch.setattr(jsonl, "SAMPLE_SPREAD_LINES", 2)
+    monkeypatch.setattr(_nesting, "_SMALL", 0)
+    _jsonl_case(tmp_path, kinds, encoding, crlf, last_newline)
+
+
+def _jsonl_case(tmp_path: Path, kinds: list, encoding: str, crlf: bool, last_newline: bool) -> None:
     if any(k == "good" for k, _, _ in kinds):
         steps = [s for k, s, _ in kinds if k == "good"]
         kinds = [k for k in kinds if k[0] != "good" or steps.count(k[1]) == 1]
