@@ -234,3 +234,16 @@ def test_mlflow_step_or_timestamp_beyond_int64_is_a_bad_line(
     assert _loss(run) == [(s, 1.0 / (s + 1)) for s in range(5)] + [(7, 7.0)]
     [bad] = [d for d in run.data_quality if d.kind == "bad-line"]
     assert bad.details["lines"] == [6, 7]
+
+
+def test_jsonl_a_list_under_the_step_or_time_key(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_text(
+        '{"step": 0, "loss": 1.0, "time": [1, 2]}\n{"step": [1], "loss": 2.0, "time": [3]}\n'
+        '{"step": true, "loss": 3.0}\n{"step": 2, "loss": 0.5, "time": [4]}\n'
+    )
+    run = _only(path)
+    assert _loss(run) == [(0, 1.0), (2, 0.5)]
+    assert run.frame.get_column("wall_time").null_count() == run.frame.height
+    [note] = _notes(run, "bad-step")
+    assert "lines 2, 3" in note

@@ -30,7 +30,8 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 MARK = -7777.25  # the value of every row that must not be read
-BAD_STEPS = ["NaN", "Infinity", "-Infinity", "1e400", "123456789012345678901234", "null"]
+BAD_STEPS = ["NaN", "Infinity", "-Infinity", "1e400", "123456789012345678901234", "null", "true"]
+BAD_STEPS += ["[4]", '"x"', "-1e19", "2.5e300"]
 ENCODINGS = ["utf-8", "utf-8-sig", "utf-16", "latin-1", "invalid-utf-8"]
 UTF8 = ("utf-8", "utf-8-sig")
 
@@ -40,7 +41,7 @@ shallow = st.tuples(st.just("shallow"), st.integers(1, 30), st.floats(-1e6, 1e6)
 bad_step = st.tuples(st.just("bad-step"), st.sampled_from(BAD_STEPS), st.just(MARK))
 no_step = st.tuples(st.just("no-step"), st.just(0), st.just(MARK))
 noise = st.tuples(
-    st.sampled_from(["garbage", "nan-text", "duplicate", "wide", "big-value"]),
+    st.sampled_from(["garbage", "nan-text", "duplicate", "wide", "big-value", "odd-time"]),
     st.integers(0, 2000),
     st.floats(-1e6, 1e6),
 )
@@ -108,6 +109,8 @@ def _jsonl_line(kind: str, arg: object, loss: float) -> str:
         return '{"step": 2, "loss": 1.0, "acc": 1, "acc": 2}'
     if kind == "wide":
         return json.dumps({"step": 2, **{f"k{j}": j for j in range(int(arg))}})  # type: ignore[call-overload]
+    if kind == "odd-time":
+        return '{"step": 2, "acc": 1, "time": [1, 2]}'
     return '{"step": 2, "acc": 1e400, "big": 123456789012345678901234567890}'
 
 

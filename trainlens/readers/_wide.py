@@ -77,6 +77,8 @@ def wide_to_long(
         df = df.with_columns(_int_steps(df.get_column(step_key)).alias("_step_int"))
         step_key = "_step_int"
 
+    if time_key is not None and not _scalar_type(df.schema[time_key]):
+        time_key = None  # a list or an object under a time key: no wall time (not a crash)
     if time_key is not None:
         t = df.get_column(time_key)
         if t.dtype == pl.String:
@@ -217,13 +219,19 @@ _STEP_LIMIT = float(2**63 - 1024)
 _INTEGER_TYPES = (pl.Int64, pl.Int32, pl.Int16, pl.Int8, pl.UInt32, pl.UInt16, pl.UInt8)
 
 
+def _scalar_type(dtype: pl.DataType) -> bool:
+    """A column polars can cast to a number cell by cell: not a list or an object."""
+    return dtype.is_numeric() or dtype in (pl.String, pl.Boolean, pl.Null)
+
+
 def _int_steps(step: pl.Series) -> pl.Series:
     """The step column as Int64; null where there is no usable step: missing, not a
     number, NaN, infinite, or beyond Int64 (a 20-digit step). Those rows are reported
     by :func:`_stepless_rows`; a fractional step is rounded (an epoch-like 1.0)."""
     if step.dtype in _INTEGER_TYPES:
         return step.cast(pl.Int64)
-    if step.dtype == pl.Boolean:  # true/false are not steps (nor 1 and 0)
+    if step.dtype == pl.Boolean or not _scalar_type(step.dtype):
+        # true/false are not steps (nor 1 and 0); nor is a list ([3]) or an object
         return pl.Series(step.name, [None] * step.len(), dtype=pl.Int64)
     as_float = step.cast(pl.Float64, strict=False)
     usable = as_float.is_finite() & (as_float.abs() <= _STEP_LIMIT)

@@ -637,6 +637,9 @@ def _nth_line(body: bytes | mmap.mmap, n: int) -> bytes:
     return bytes(body[start : stop if stop >= 0 else len(body)])
 
 
+_STEP_KEYS_LOWER = frozenset(k.lower() for k in STEP_KEYS)
+
+
 def _big_int(v: int) -> float:
     try:
         return float(v)
@@ -650,6 +653,8 @@ def _flat(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
         key = f"{prefix}{k}"
         if isinstance(v, dict):
             out.update(_flat(v, key + "/"))
+        elif isinstance(v, bool) and key.lower() in _STEP_KEYS_LOWER:
+            out[key] = None  # true is no step (polars would make it 1 beside integers)
         elif isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
             out[key] = _big_int(v)  # polars builds no column from a 128-bit integer
         elif isinstance(v, (int, float)) or v is None:
