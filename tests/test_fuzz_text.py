@@ -219,6 +219,13 @@ def test_csv(tmp_path: Path, rows: list, width: int, encoding: str, crlf: bool) 
     path.write_bytes(_encode(end.join(lines) + end, encoding))
     run = _read(path, "csv")
     _check(rows, run, encoding, lambda r: any(d.kind == "bad-step" for d in r.data_quality))
+    # and through the large-file path (polars reads the mapped file itself)
+    from trainlens.readers import csv as csv_reader
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(csv_reader, "FAST_MIN_BYTES", 0)
+        run = _read(path, "csv")
+    _check(rows, run, encoding, lambda r: any(d.kind == "bad-step" for d in r.data_quality))
 
 
 # ---- trainer_state.json --------------------------------------------------------------------
