@@ -129,3 +129,35 @@ def test_a_histogram_after_a_simple_value_is_a_histogram(
         [run] = _read(path, monkeypatch, lane=lane)
         assert 123.0 not in run.frame.get_column("value").to_list()
         assert _values(run, "train/loss") == [(s, float(s * 10)) for s in range(10)]
+
+
+def test_a_tag_that_is_not_utf8_is_read_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _write(tmp_path, ["loss", "lr"], 10)
+    payloads, _ = split_records(path.read_bytes())
+    at = payloads[6].index(b"lr")  # record 0 is the file version; 6: step 2, "lr"
+    payloads[6] = payloads[6][:at] + b"l\xff" + payloads[6][at + 2 :]
+    path.write_bytes(frame_all(payloads))
+    for lane in (False, True) if tb._tbscan is not None else (False,):
+        [run] = _read(path, monkeypatch, lane=lane)
+        assert _values(run, "l\ufffd") == [(2, 21.0)]
+        [note] = [i for i in run.data_quality if i.kind == "encoding"]
+        assert "not valid UTF-8" in note.message and "'l\ufffd'" in note.message
+
+
+def test_a_field_number_zero_makes_the_record_bad(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # protobuf refuses field number 0 ("wire format was corrupt"): so does trainlens
+    path = _write(tmp_path, ["loss"], 10)
+    payloads, _ = split_records(path.read_bytes())
+    payloads[4] += b"\x05\x00\x00\x00\x00"  # field 0, fixed32
+    with pytest.raises(Exception, match="corrupt"):
+        event_pb2.Event.FromString(payloads[4])
+    path.write_bytes(frame_all(payloads))
+    for lane in (False, True) if tb._tbscan is not None else (False,):
+        [run] = _read(path, monkeypatch, lane=lane)
+        assert [s for s, _ in _values(run, "train/loss")] == [s for s in range(10) if s != 3]
+        [bad] = [i for i in run.data_quality if i.kind == "bad-record"]
+        assert bad.severity == "warning"

@@ -108,6 +108,8 @@ def _fields(b: bytes, i: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     while i < end:
         key, i = _varint(b, i)
         num, wt = key >> 3, key & 7
+        if num == 0:  # protobuf refuses it: the bytes are not a message
+            raise _Malformed("field number 0")
         if wt == 0:
             v, i = _varint(b, i)
             yield num, wt, v, i
@@ -1031,6 +1033,35 @@ def read_events_file(
             )
         )
     return data
+
+
+def tag_issues(frame: pl.DataFrame, tags: _Tags, source: str) -> list[DataIssue]:
+    """A note for the run's tags that are not UTF-8 (read with U+FFFD in their place):
+    protobuf refuses such a record; trainlens keeps its value, but says so."""
+    used = set(frame.schema["metric"].categories.to_list())  # type: ignore[attr-defined]
+    bad = []
+    for raw in tags.names:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            name = raw.decode("utf-8", "replace")
+            if name in used:
+                bad.append(name)
+    if not bad:
+        return []
+    return [
+        DataIssue(
+            kind="encoding",
+            source=source,
+            message=(
+                f"{len(bad)} tag(s) are not valid UTF-8 (a damaged record?); read with "
+                f"U+FFFD for the bad bytes: {', '.join(map(repr, bad[:3]))}"
+                + ("…" if len(bad) > 3 else "")
+            ),
+            count=len(bad),
+            details={"tags": bad[:100]},
+        )
+    ]
 
 
 def _frame_of(parts: _RunParts, tags: _Tags) -> tuple[pl.DataFrame, list[int] | None]:
