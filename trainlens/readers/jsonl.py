@@ -28,13 +28,18 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
+from trainlens.readers._repeated_keys import (
+    last_key_wins,
+    lines_repeating_a_key,
+    load_last_wins,
+    repeated_key_issue,
+)
 from trainlens.readers._wide import STEP_KEYS, find_key, flatten_structs, wide_to_long
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
@@ -195,135 +200,6 @@ def _drop_deep_lines(data: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
     return b"\n".join(lines), [issue]
 
 
-# a key: a JSON string followed by ':' (a screen; the lines it picks are parsed exactly)
-_KEY_PATTERN = r'"(?:[^"\\]|\\.)*"\s*:'
-
-
-def _lines_repeating_a_key(body: bytes, df: pl.DataFrame) -> list[int]:
-    """0-based numbers of the lines of ``body`` (one row of ``df`` each) that repeat a
-    key within one object: polars keeps the first value, JSON parsers the last.
-
-    A screen picks candidates, which are then parsed exactly: in a large file (with no
-    objects inside lists), the lines whose count of ``":`` differs from the keys polars
-    read (a numpy pass: 0.1 s per 100 MB); otherwise the lines whose key strings are not all
-    distinct (a polars regex pass, fine for small files; keys repeated in different
-    nested objects are not repeats)."""
-    countable = not any(_has_objects_in_lists(dt) for dt in df.schema.values())
-    if countable and len(body) >= FAST_MIN_BYTES and df.height:
-        starts, ends, candidates = _key_count_mismatches(body, df)
-        texts = {int(i): body[starts[i] : ends[i]].decode("utf-8", "replace") for i in candidates}
-    else:
-        lines = pl.Series([body.decode("utf-8", errors="replace")]).str.split("\n").explode()
-        keys = lines.str.extract_all(_KEY_PATTERN)
-        screened = (keys.list.len() > keys.list.unique().list.len()).arg_true().to_list()
-        texts = {i: lines[i] for i in screened}
-    out = []
-    for i, text in texts.items():
-        try:
-            if _load_last_wins(text)[1]:
-                out.append(i)
-        except ValueError:
-            continue
-    return sorted(out)
-
-
-def _key_count_mismatches(body: bytes, df: pl.DataFrame) -> tuple[Any, Any, list[int]]:
-    """Each line's start and end offsets, and the lines whose number of ``":`` byte
-    pairs is not the number of non-null cells polars read from them."""
-    import numpy as np
-
-    arr = np.frombuffer(body, dtype=np.uint8)
-    newlines = np.flatnonzero(arr == 0x0A)
-    pairs = np.zeros(len(newlines) + 1, dtype=np.int64)
-    for i in range(0, arr.size, _SCAN_BLOCK):
-        block = arr[i : i + _SCAN_BLOCK + 5]
-        at = np.flatnonzero((block[:-1] == 0x22) & (block[1:] == 0x3A))
-        at = at[at < _SCAN_BLOCK] + i
-        pairs += np.bincount(np.searchsorted(newlines, at), minlength=len(pairs))
-        # a null value (`": null`, `":null`) has its key but no cell: not a repeat
-        nul = np.flatnonzero(
-            (block[:-4] == 0x3A)
-            & (block[1:-3] == 0x6E)
-            & (block[2:-2] == 0x75)
-            & (block[3:-1] == 0x6C)
-            & (block[4:] == 0x6C)
-        )
-        spaced = np.flatnonzero(
-            (block[:-5] == 0x3A)
-            & (block[1:-4] == 0x20)
-            & (block[2:-3] == 0x6E)
-            & (block[3:-2] == 0x75)
-            & (block[4:-1] == 0x6C)
-            & (block[5:] == 0x6C)
-        )
-        for hits in (nul, spaced):
-            hits = hits[hits < _SCAN_BLOCK] + i
-            pairs -= np.bincount(np.searchsorted(newlines, hits), minlength=len(pairs))
-    terms = [t for c, dt in df.schema.items() for t in _key_terms(pl.col(c), dt)]
-    cells = df.select(pl.sum_horizontal(terms)).to_series().to_numpy()
-    n = min(df.height, len(pairs))
-    mismatched = np.flatnonzero(pairs[:n] != cells[:n]).tolist()
-    starts = np.concatenate([[0], newlines + 1])
-    ends = np.concatenate([newlines, [len(body)]])
-    del arr
-    return starts, ends, mismatched
-
-
-def _has_objects_in_lists(dtype: pl.DataType) -> bool:
-    if isinstance(dtype, (pl.List, pl.Array)):
-        inner = dtype.inner
-        return isinstance(inner, (pl.Struct, pl.List, pl.Array)) or inner is None
-    if isinstance(dtype, pl.Struct):
-        return any(_has_objects_in_lists(f.dtype) for f in dtype.fields)  # type: ignore[arg-type]
-    return False
-
-
-def _key_terms(expr: pl.Expr, dtype: pl.DataType) -> list[pl.Expr]:
-    """One 0/1 term per key polars read: the key itself, and a nested object's keys."""
-    terms = [expr.is_not_null().cast(pl.Int64)]
-    if isinstance(dtype, pl.Struct):
-        for f in dtype.fields:
-            terms += _key_terms(expr.struct.field(f.name), f.dtype)  # type: ignore[arg-type]
-    return terms
-
-
-def _load_last_wins(line: str | bytes) -> tuple[object, bool]:
-    """The parsed line (a repeated key keeps its last value) and whether any repeated."""
-    repeated = False
-
-    def pairs_to_dict(pairs: list[tuple[str, object]]) -> dict[str, object]:
-        nonlocal repeated
-        out = dict(pairs)
-        repeated = repeated or len(out) < len(pairs)
-        return out
-
-    return json.loads(line, object_pairs_hook=pairs_to_dict), repeated
-
-
-def _last_key_wins(body: bytes, repeated: list[int], source: str) -> tuple[bytes, list[DataIssue]]:
-    """``body`` with the given lines rewritten to hold each key's last value, and a note."""
-    lines = body.split(b"\n")
-    for i in repeated:
-        lines[i] = json.dumps(_load_last_wins(lines[i])[0]).encode()
-    return b"\n".join(lines), [_repeated_key_issue(repeated, source)]
-
-
-def _repeated_key_issue(repeated: list[int], source: str) -> DataIssue:
-    numbers = sorted(n + 1 for n in repeated)
-    shown = ", ".join(map(str, numbers[:5])) + ("…" if len(numbers) > 5 else "")
-    return DataIssue(
-        kind="duplicate-key",
-        source=source,
-        location=f"line {numbers[0]}",
-        message=(
-            f"{len(numbers)} line(s) repeat a key in one object; the last value of each "
-            f"was kept, as JSON parsers read it (lines {shown})"
-        ),
-        count=len(numbers),
-        details={"lines": numbers[:100]},
-    )
-
-
 def _parse(
     body: bytes, source: str, *, fast: bool = True
 ) -> tuple[pl.DataFrame | None, pl.Series, list[DataIssue]]:
@@ -339,9 +215,9 @@ def _parse(
     if not has_blank:
         try:
             df = pl.read_ndjson(io.BytesIO(_swap_nonfinite(body)), infer_schema_length=None)
-            repeating = _lines_repeating_a_key(body, df)
+            repeating = lines_repeating_a_key(body, df, large=len(body) >= FAST_MIN_BYTES)
             if repeating:  # rare: those lines rewritten, the whole read again
-                body, issues = _last_key_wins(body, repeating, source)
+                body, issues = last_key_wins(body, repeating, source)
                 df = pl.read_ndjson(io.BytesIO(_swap_nonfinite(body)), infer_schema_length=None)
             df = _first_appearance_order(df, lambda row: _nth_line(body, row))
             lines = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
@@ -361,7 +237,7 @@ def _parse(
         if not s:
             continue
         try:
-            obj, repeats = _load_last_wins(s)
+            obj, repeats = load_last_wins(s)
         except ValueError:
             bad_numbers.append(i)
             continue
@@ -374,7 +250,7 @@ def _parse(
         good.append(_swap_nonfinite(s))
         good_numbers.append(i)
     if repeated:
-        issues.append(_repeated_key_issue(repeated, source))
+        issues.append(repeated_key_issue(repeated, source))
     if bad_numbers:
         issues.append(
             DataIssue(
