@@ -151,7 +151,7 @@ def _entries(
                     "not a number, or not a whole number within 64 bits) were skipped, "
                     f"{bad_values} value(s) with them (entries {shown})"
                 ),
-                count=len(bad_entries),
+                count=bad_values,  # (the values left out, as the other readers count)
                 details={"entries": bad_entries[:100], "values": bad_values},
             )
         )
