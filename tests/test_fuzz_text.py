@@ -290,3 +290,30 @@ def test_llmc_text_log(tmp_path: Path, rows: list, encoding: str) -> None:
 
 def test_marker_is_not_a_value_a_good_row_can_hold() -> None:
     assert not math.isnan(MARK) and MARK < -1e3  # good losses are drawn from [-1e6, 1e6]
+
+
+@FUZZ
+@given(
+    rows=st.lists(
+        st.one_of(
+            good,
+            st.tuples(st.just("bad-step"), st.sampled_from(CSV_BAD_STEPS), st.just(MARK)),
+            st.tuples(st.just("text"), st.integers(0, 10**6), st.just(0.0)),
+        ),
+        min_size=1,
+        max_size=15,
+    )
+)
+def test_csv_values_in_are_values_out_plus_values_reported(tmp_path: Path, rows: list) -> None:
+    path = tmp_path / "metrics.csv"
+    lines = ["step,loss"] + [
+        f"{step},{'text' if kind == 'text' else repr(loss)}" for kind, step, loss in rows
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    run = _read(path, "csv")
+    if run is None or all(k == "text" for k, _, _ in rows):
+        return  # nothing usable, or a text column (listed as not a metric)
+    reported = sum(d.count for d in run.data_quality if d.kind in ("bad-step", "non-numeric"))
+    if all(k == "bad-step" and s == "" for k, s, _ in rows):
+        return  # no step in any row: the line number is the step
+    assert run.frame.height + reported == len(rows)
