@@ -247,3 +247,18 @@ def test_jsonl_a_list_under_the_step_or_time_key(tmp_path: Path) -> None:
     assert run.frame.get_column("wall_time").null_count() == run.frame.height
     [note] = _notes(run, "bad-step")
     assert "lines 2, 3" in note
+
+
+def test_jsonl_odd_keys(tmp_path: Path) -> None:
+    # an empty key, a flat "a/b" beside a nested a.b (was a polars DuplicateError / a
+    # ColumnNotFoundError): every value kept, under a name of its own
+    path = tmp_path / "run.jsonl"
+    path.write_text(
+        '{"step": 1, "loss": 1.0, "": 2, "a/b": 3, "a": {"b": 4}}\n'
+        '{"step": 2, "loss": 0.5, "": 5, "a/b": 6, "a": {"b": 7}}\n'
+    )
+    run = _only(path)
+    assert _loss(run) == [(1, 1.0), (2, 0.5)]
+    assert run.series("")[1].tolist() == [2.0, 5.0]
+    assert run.series("a/b")[1].tolist() == [3.0, 6.0]
+    assert run.series("a/b#2")[1].tolist() == [4.0, 7.0]

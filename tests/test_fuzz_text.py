@@ -41,7 +41,9 @@ shallow = st.tuples(st.just("shallow"), st.integers(1, 30), st.floats(-1e6, 1e6)
 bad_step = st.tuples(st.just("bad-step"), st.sampled_from(BAD_STEPS), st.just(MARK))
 no_step = st.tuples(st.just("no-step"), st.just(0), st.just(MARK))
 noise = st.tuples(
-    st.sampled_from(["garbage", "nan-text", "duplicate", "wide", "big-value", "odd-time"]),
+    st.sampled_from(
+        ["garbage", "nan-text", "duplicate", "wide", "big-value", "odd-time", "odd-keys"]
+    ),
     st.integers(0, 2000),
     st.floats(-1e6, 1e6),
 )
@@ -109,6 +111,8 @@ def _jsonl_line(kind: str, arg: object, loss: float) -> str:
         return '{"step": 2, "loss": 1.0, "acc": 1, "acc": 2}'
     if kind == "wide":
         return json.dumps({"step": 2, **{f"k{j}": j for j in range(int(arg))}})  # type: ignore[call-overload]
+    if kind == "odd-keys":
+        return '{"step": 2, "": 1, " ": 2, "a/b": 3, "a": {"b": 4}, "Step": 5}'
     if kind == "odd-time":
         return '{"step": 2, "acc": 1, "time": [1, 2]}'
     return '{"step": 2, "acc": 1e400, "big": 123456789012345678901234567890}'

@@ -37,9 +37,16 @@ def flatten_structs(df: pl.DataFrame, sep: str = "/") -> pl.DataFrame:
             return df
         for col in structs:
             fields = [f.name for f in df.schema[col].fields]  # type: ignore[attr-defined]
-            df = df.with_columns(
-                pl.col(col).struct.rename_fields([f"{col}{sep}{f}" for f in fields])
-            ).unnest(col)
+            taken = set(df.columns)
+            names = []
+            for f in fields:
+                # a flat key "a/b" beside {"a": {"b": ...}}: the nested one is "a/b#2"
+                name, k = f"{col}{sep}{f}", 2
+                while name in taken:
+                    name, k = f"{col}{sep}{f}#{k}", k + 1
+                taken.add(name)
+                names.append(name)
+            df = df.with_columns(pl.col(col).struct.rename_fields(names)).unnest(col)
 
 
 def wide_to_long(
@@ -144,17 +151,20 @@ def wide_to_long(
             df.get_column(step_key).alias("step"),
             df.get_column("_wall").alias("wall_time"),
             df.get_column("_line"),
-            *casts,
         ]
     )
-    long, counts = _unpivot(wide, metric_names)
+    # (the metric columns beside the frame, not in it: a key "" or "step" must not be
+    # renamed by, or collide in, a DataFrame)
+    long, counts = _unpivot(wide, metric_names, casts)
     return long, issues, counts
 
 
-def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> tuple[pl.DataFrame, list[int]]:
-    """(step, metric, value, wall_time, _line): each metric's non-null cells in file
-    order, the metrics one after the other, ``metric`` an Enum of ``metric_names``,
-    ``_line`` the line each value came from (restarts are told in that order).
+def _unpivot(
+    wide: pl.DataFrame, metric_names: list[str], columns: list[pl.Series]
+) -> tuple[pl.DataFrame, list[int]]:
+    """(step, metric, value, wall_time, _line): each metric's non-null cells (``columns``,
+    one per name) in file order, the metrics one after the other, ``metric`` an Enum of
+    ``metric_names``, ``_line`` the line each value came from (restarts are told in that order).
 
     The same rows as ``wide.unpivot(...)`` filtered on non-null value and step, built
     from per-metric slices concatenated without copying; the metric column is made from
@@ -170,8 +180,7 @@ def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> tuple[pl.DataFrame,
     walls: list[pl.Series] = []
     orders: list[pl.Series] = []
     counts: list[int] = []
-    for name in metric_names:
-        value = wide.get_column(name)
+    for value in columns:
         if step_ok and value.null_count() == 0:
             steps.append(step)
             values.append(value)
