@@ -143,3 +143,44 @@ def test_sniffing_a_jsonl_file_imports_no_other_reader(tmp_path: Path) -> None:
         [sys.executable, "-c", code, str(path)], cwd=repo, capture_output=True, text=True
     )
     assert proc.stdout.strip() == "jsonl []", proc.stderr
+
+
+# ---- bad input: a note, the good values kept (issue 13) --------------------------------------
+
+
+@pytest.mark.parametrize("lines", [40, 40_000])  # the general path and the large-file path
+def test_nan_inside_a_string_is_text_not_a_value(tmp_path: Path, lines: int) -> None:
+    recs = [json.dumps({"step": i, "loss": 1.0 / (i + 1)}) for i in range(lines)]
+    recs[3] = '{"step": 3, "loss": NaN, "note": "x: NaN}", "other": "NaN, Infinity"}'
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(recs) + "\n")
+    [run] = trainlens.read(path)
+    steps, loss = run.series("train/loss")
+    assert steps.size == lines and math.isnan(loss[3]) and loss[4] == 1 / 5
+    assert {"note", "other"} <= set(run.data_quality[0].details["columns"])
+
+
+@pytest.mark.parametrize("lines", [40, 40_000])
+def test_a_repeated_key_keeps_the_last_value_with_a_note(tmp_path: Path, lines: int) -> None:
+    # (nulls and text with ':' on every line: what a cheap screen for repeats must see past)
+    recs = [json.dumps({"step": i, "loss": 1.0, "m": None, "t": "12:00"}) for i in range(lines)]
+    recs[7] = '{"step": 7, "loss": 5.0, "opt": {"lr": 1, "lr": 2}, "loss": 6.0}'
+    recs[8] = '{"step": 8, "a": {"loss": 3.0}, "b": {"loss": 4.0}, "loss": 1.0}'  # no repeat
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(recs) + "\n")
+    [run] = trainlens.read(path)
+    assert run.series("train/loss")[1][7] == 6.0
+    assert run.series("opt/lr")[1].tolist() == [2.0]
+    [note] = [d for d in run.data_quality if d.kind == "duplicate-key"]
+    assert note.details["lines"] == [8]
+
+
+@pytest.mark.parametrize("lines", [40, 40_000])
+def test_bom_and_crlf(tmp_path: Path, lines: int) -> None:
+    recs = [json.dumps({"step": i, "loss": 1.0 / (i + 1)}) for i in range(lines)]
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(recs).encode() + b"\r\n")
+    [run] = trainlens.read(path, format="jsonl")
+    steps, loss = run.series("train/loss")
+    assert steps.tolist() == list(range(lines)) and loss[0] == 1.0
+    assert run.data_quality == []

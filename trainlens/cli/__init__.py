@@ -1,5 +1,10 @@
 """Command line: ``main(argv) -> int``. Library errors become one sentence and exit 2 here,
-and only here. Command modules import the library lazily so ``--help`` stays instant."""
+and only here. Command modules import the library lazily so ``--help`` stays instant.
+
+An unexpected exception is a bug in trainlens, not a finding: it is one sentence on stderr
+and exit 2 (exit 1 means "a finding at or above --fail-on", and a crash must not look like
+one in CI). ``--debug`` (anywhere before ``--``) or ``TRAINLENS_DEBUG=1`` shows the
+traceback instead."""
 
 from __future__ import annotations
 
@@ -50,8 +55,47 @@ def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
 _CLICK_ERRORS, _EXITS, _ABORTS = _click_exception_types()
 
 
+DEBUG_ENV = "TRAINLENS_DEBUG"
+
+
+def _take_debug_flag(args: list[str]) -> tuple[list[str], bool]:
+    """``args`` without ``--debug`` (before a ``--``), and whether it was there."""
+    end = args.index("--") if "--" in args else len(args)
+    found = "--debug" in args[:end]
+    kept = [a for a in args[:end] if a != "--debug"] + args[end:]
+    return kept, found
+
+
+def _debug_wanted(flag: bool) -> bool:
+    return flag or os.environ.get(DEBUG_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def internal_error_message(exc: BaseException) -> str:
+    """One sentence for an exception trainlens did not expect: what it was, that it is a
+    bug, and how to report it."""
+    detail = " ".join(str(exc).split())  # one line, whatever the exception printed
+    if len(detail) > 200:
+        detail = detail[:199] + "…"
+    what = type(exc).__name__ + (f" ({detail})" if detail else "")
+    return (
+        f"trainlens: internal error: {what}; this is a bug in trainlens, not a problem with "
+        f"your run: please report it on the trainlens issue tracker (see the README) with "
+        f"this command line, rerun with --debug or {DEBUG_ENV}=1 for the traceback"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    args, debug_flag = _take_debug_flag(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return _run(args)
+    except Exception as exc:  # anything the library did not turn into a TrainlensError
+        if _debug_wanted(debug_flag):
+            raise
+        typer.echo(internal_error_message(exc), err=True)
+        return 2
+
+
+def _run(args: list[str]) -> int:
     try:
         result = app(args=args, prog_name="trainlens", standalone_mode=False)
     except TrainlensError as exc:
@@ -68,6 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(getattr(exc, "exit_code", 0) or 0)
     except BrokenPipeError:
         return 0
+    except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+        # the machine said no (a file not readable, a folder where a file should be):
+        # the user's to fix, not a bug
+        where = f"{exc.filename}: " if exc.filename else ""
+        typer.echo(f"trainlens: error: {where}{exc.strerror or exc}", err=True)
+        return 2
     except SystemExit as exc:
         # typer turns a closed pipe (``| head``) into exit 1; it is not an error here
         if isinstance(exc.__context__, BrokenPipeError):

@@ -8,7 +8,8 @@ app = typer.Typer(
     name="trainlens",
     help=(
         "Read the metrics a training run logged and tell what went wrong, when, "
-        "and what moved first."
+        "and what moved first. (--debug, or TRAINLENS_DEBUG=1: show the traceback of "
+        "an internal error.)"
     ),
     no_args_is_help=True,
     add_completion=False,

@@ -1,7 +1,9 @@
 """Errors whose ``str()`` is written for the person who ran trainlens.
 
-The CLI turns every :class:`TrainlensError` into one sentence on stderr and exit code 2;
-anything else is a bug and keeps its traceback.
+The CLI turns every :class:`TrainlensError` into one sentence on stderr and exit code 2.
+Anything else is a bug in trainlens: the CLI says so in one sentence (with where to report
+it) and exits 2 as well, never 1 (a finding); ``--debug`` or ``TRAINLENS_DEBUG=1`` shows
+its traceback.
 """
 
 from __future__ import annotations

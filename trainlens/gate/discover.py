@@ -115,8 +115,25 @@ def _file_is_run(path: Path) -> bool:
     return True
 
 
-def _walk(top: Path) -> Iterator[Path]:
-    """Sources under a directory that is not itself a run store, in sorted order."""
+def _first_visit(path: Path | str, visited: set[str] | None) -> bool:
+    """False for a folder already walked under another name: a symbolic link that
+    points back up the tree (a loop, which would be walked forever) or to a sibling."""
+    if visited is None:
+        return True
+    real = os.path.realpath(path)
+    if real in visited:
+        return False
+    visited.add(real)
+    return True
+
+
+def _walk(top: Path, visited: set[str] | None = None) -> Iterator[Path]:
+    """Sources under a directory that is not itself a run store, in sorted order; a
+    folder reached twice through symbolic links is walked once."""
+    if visited is None:
+        visited = set()
+    if not _first_visit(top, visited):
+        return
     try:
         entries = sorted(os.scandir(top), key=lambda e: e.name)
     except OSError:
@@ -125,13 +142,65 @@ def _walk(top: Path) -> Iterator[Path]:
         if _hidden(e.name):
             continue
         p = Path(e.path)
-        if e.is_dir():
+        try:
+            is_dir, is_file = e.is_dir(), e.is_file()
+        except OSError:  # a link that loops on itself, a file gone meanwhile
+            continue
+        if is_dir:
             if is_run_store(p):
                 yield p
             else:
-                yield from _walk(p)
-        elif e.is_file() and _file_is_run(p):
+                yield from _walk(p, visited)
+        elif is_file and _file_is_run(p):
             yield p
+
+
+def _glob(spec: str) -> list[str]:
+    """``glob.glob(spec, recursive=True)``, but a ``**`` never walks a folder twice:
+    glob follows symbolic links to folders, and a link back up the tree made it walk
+    for ever (two such links: 2**40 paths before the system's link limit)."""
+    if "**" not in spec:
+        return sorted(glob.glob(spec))
+    root = _glob_root(spec)
+    parts = Path(spec).parts[len(root.parts) :]
+    dirs_only = spec.endswith(("/", os.sep))  # "runs/**/": folders only, as glob
+    hits: list[str] = []
+    visited: set[str] = set()
+    for d, dirs, files in os.walk(root, followlinks=True):
+        if not _first_visit(d, visited):
+            dirs[:] = []
+            continue
+        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+        rel = Path(d).relative_to(root).parts
+        for name in dirs:
+            if _glob_match([*rel, name], list(parts), is_dir=True):
+                hits.append(str(Path(d) / name))
+        for name in [] if dirs_only else files:
+            if not name.startswith(".") and _glob_match([*rel, name], list(parts)):
+                hits.append(str(Path(d) / name))
+        if not rel and _glob_match([], list(parts), is_dir=True):
+            hits.append(os.path.join(str(root), ""))
+    return sorted(hits)
+
+
+def _glob_match(segments: list[str], patterns: list[str], *, is_dir: bool = False) -> bool:
+    """Whether path segments match glob patterns segment by segment (``**``: any
+    number of segments; a ``**`` that ends the pattern and matches nothing names the
+    folder before it, so a file cannot match that way)."""
+    import fnmatch
+
+    if not patterns:
+        return not segments
+    head, rest = patterns[0], patterns[1:]
+    if head == "**":
+        if not rest and not segments:
+            return is_dir
+        return any(_glob_match(segments[k:], rest, is_dir=is_dir) for k in range(len(segments) + 1))
+    return (
+        bool(segments)
+        and fnmatch.fnmatchcase(segments[0], head)
+        and _glob_match(segments[1:], rest, is_dir=is_dir)
+    )
 
 
 def run_name(source: Path, root: Path) -> str:
@@ -171,7 +240,7 @@ def _expand(spec: str) -> Iterator[tuple[Path, Path]]:
     """(source path, root it is named under) for one command-line argument."""
     if is_glob(spec):
         root = _glob_root(spec)
-        hits = sorted(glob.glob(spec, recursive=True))
+        hits = _glob(spec)
         if not hits:
             raise UsageError(f"{spec}: the pattern matches nothing")
         # "runs/*/metrics.jsonl" or "*.log" name the files wanted: take every hit;

@@ -94,7 +94,9 @@ def _varint(b: bytes, i: int) -> tuple[int, int]:
         i += 1
         result |= (c & 0x7F) << shift
         if c < 0x80:
-            return result, i
+            # a 10-byte varint carries bits past 64: protobuf (and the compiled lane) drop
+            # them, so a step written as -1 reads as -1 (not an OverflowError later)
+            return result & 0xFFFF_FFFF_FFFF_FFFF, i
         shift += 7
 
 
@@ -106,6 +108,8 @@ def _fields(b: bytes, i: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     while i < end:
         key, i = _varint(b, i)
         num, wt = key >> 3, key & 7
+        if num == 0:  # protobuf refuses it: the bytes are not a message
+            raise _Malformed("field number 0")
         if wt == 0:
             v, i = _varint(b, i)
             yield num, wt, v, i
@@ -267,15 +271,18 @@ def _decode_value(b: bytes, s: int, e: int) -> _Value:
     for num, wt, x, y in _fields(b, s, e):
         if num == 1 and wt == 2:
             tag = b[x:y]
+        # simple_value, the histograms, image, audio and tensor are one protobuf oneof:
+        # the last one in the bytes is the value (a histogram after a simple_value is a
+        # histogram, as protobuf reads it)
         elif num == 2 and wt == 5:
             value = _F32.unpack_from(b, x)[0]
             skip = ""
         elif num in (3, 5) and wt == 2:
-            skip = "histograms"
+            value, skip = None, "histograms"
         elif num == 4 and wt == 2:
-            skip = "images"
+            value, skip = None, "images"
         elif num == 6 and wt == 2:
-            skip = "audio"
+            value, skip = None, "audio"
         elif num == 8 and wt == 2:
             t = _decode_tensor(b, x, y)
             value, skip = t.value, ("" if t.value is not None else f"tensor ({t.reason})")
@@ -352,7 +359,7 @@ def _small_varints(buf: tfr.Buffer, pos: np.ndarray) -> tuple[np.ndarray, np.nda
     b = buf.arr[pos]
     if (b < 0x80).all():
         return b.astype(np.int64), np.ones(len(pos), dtype=np.int64)
-    return _varints(buf.u64[pos])
+    return _varints(buf.words(pos))
 
 
 # codecs of the fast path's value
@@ -390,7 +397,7 @@ def _words_match(buf: tfr.Buffer, pos: np.ndarray, blob: bytes) -> np.ndarray:
     for k in range(0, len(blob), 8):
         part = blob[k : k + 8]
         want = np.uint64(int.from_bytes(part, "little"))
-        ok &= (buf.u64[pos + k] & _BYTE_MASKS[len(part)]) == want
+        ok &= (buf.words(pos + k) & _BYTE_MASKS[len(part)]) == want
     return ok
 
 
@@ -435,7 +442,7 @@ class _Tags:
         words = np.empty((nwords, n), dtype=np.uint64)
         h = tlen.astype(np.uint64)
         for k in range(nwords):
-            w = buf.u64[pos + 8 * k]
+            w = buf.words(pos + 8 * k)
             if k >= whole:
                 w &= _WORD_MASKS[k][tlen]
             words[k] = w
@@ -551,7 +558,7 @@ def _layout(buf: tfr.Buffer, s: np.ndarray, length: np.ndarray) -> _Layout:
     ok = (length >= 20) & (a[s] == 0x09)
     p = s + 9
     has_step = a[p] == 0x10
-    step_v, step_w = _varints(buf.u64[p + 1])
+    step_v, step_w = _varints(buf.words(p + 1))
     ok &= ~has_step | (step_w > 0)
     step = np.where(has_step, step_v, 0)
     p = np.minimum(np.where(has_step, p + 1 + step_w, p), end)
@@ -1026,6 +1033,35 @@ def read_events_file(
             )
         )
     return data
+
+
+def tag_issues(frame: pl.DataFrame, tags: _Tags, source: str) -> list[DataIssue]:
+    """A note for the run's tags that are not UTF-8 (read with U+FFFD in their place):
+    protobuf refuses such a record; trainlens keeps its value, but says so."""
+    used = set(frame.schema["metric"].categories.to_list())  # type: ignore[attr-defined]
+    bad = []
+    for raw in tags.names:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            name = raw.decode("utf-8", "replace")
+            if name in used:
+                bad.append(name)
+    if not bad:
+        return []
+    return [
+        DataIssue(
+            kind="encoding",
+            source=source,
+            message=(
+                f"{len(bad)} tag(s) are not valid UTF-8 (a damaged record?); read with "
+                f"U+FFFD for the bad bytes: {', '.join(map(repr, bad[:3]))}"
+                + ("…" if len(bad) > 3 else "")
+            ),
+            count=len(bad),
+            details={"tags": bad[:100]},
+        )
+    ]
 
 
 def _frame_of(parts: _RunParts, tags: _Tags) -> tuple[pl.DataFrame, list[int] | None]:

@@ -211,6 +211,14 @@ class Buffer:
         self.mv = data.data  # the (padded) bytes as a memoryview
         self.raw = self.mv[:n]
 
+    def words(self, pos: np.ndarray) -> np.ndarray:
+        """The little-endian 8-byte word at each offset in ``pos``; an offset too near the
+        end (a mapped file has no zero padding) reads the last whole word instead. Callers
+        mask or discard the bytes past a record, so what stands there does not matter; an
+        unclipped read raised IndexError on valid files (a 64+ byte tag beside short
+        ones, a partly written last record)."""
+        return self.u64[np.minimum(pos, len(self.u64) - 1)]
+
     def scratch(self, size: int) -> np.ndarray:
         """A byte array of ``size`` bytes to work in, reused between calls (its pages are
         already in memory and in cache)."""

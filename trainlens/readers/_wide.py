@@ -37,9 +37,16 @@ def flatten_structs(df: pl.DataFrame, sep: str = "/") -> pl.DataFrame:
             return df
         for col in structs:
             fields = [f.name for f in df.schema[col].fields]  # type: ignore[attr-defined]
-            df = df.with_columns(
-                pl.col(col).struct.rename_fields([f"{col}{sep}{f}" for f in fields])
-            ).unnest(col)
+            taken = set(df.columns)
+            names = []
+            for f in fields:
+                # a flat key "a/b" beside {"a": {"b": ...}}: the nested one is "a/b#2"
+                name, k = f"{col}{sep}{f}", 2
+                while name in taken:
+                    name, k = f"{col}{sep}{f}#{k}", k + 1
+                taken.add(name)
+                names.append(name)
+            df = df.with_columns(pl.col(col).struct.rename_fields(names)).unnest(col)
 
 
 def wide_to_long(
@@ -56,7 +63,7 @@ def wide_to_long(
     Non-numeric cells are counted and reported; missing cells are simply absent."""
     issues: list[DataIssue] = []
     cols = df.columns
-    step_key = find_key(cols, STEP_KEYS)
+    step_key = original_step_key = find_key(cols, STEP_KEYS)
     time_key = find_key(cols, TIME_KEYS)
     if line_numbers is None:
         line_numbers = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
@@ -74,16 +81,11 @@ def wide_to_long(
         df = df.with_columns((pl.col("_line") - 1).alias("_step"))
         step_key = "_step"
     else:
-        step = df.get_column(step_key)
-        if step.dtype not in (pl.Int64, pl.Int32, pl.UInt32, pl.UInt64, pl.Int16, pl.Int8):
-            as_float = step.cast(pl.Float64, strict=False)
-            bad = as_float.is_null() & step.is_not_null()
-            if bad.any():
-                issues.append(
-                    _cell_issue(df, bad, step_key, source, unit, "a step that is not a number")
-                )
-            df = df.with_columns(as_float.round(0).cast(pl.Int64).alias(step_key))
+        df = df.with_columns(_int_steps(df.get_column(step_key)).alias("_step_int"))
+        step_key = "_step_int"
 
+    if time_key is not None and not _scalar_type(df.schema[time_key]):
+        time_key = None  # a list or an object under a time key: no wall time (not a crash)
     if time_key is not None:
         t = df.get_column(time_key)
         if t.dtype == pl.String:
@@ -96,19 +98,26 @@ def wide_to_long(
     else:
         df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias("_wall"))
 
-    metric_cols = [c for c in df.columns if c not in {step_key, time_key, "_line", "_wall"}]
+    skip = {step_key, time_key, original_step_key, "_line", "_wall"}
+    metric_cols = [c for c in df.columns if c not in skip]
     casts: list[pl.Series] = []
     dropped: list[str] = []
+    # (the schema once: df.schema builds a new mapping of every column on each call, so
+    # asking it per column was quadratic: 2,000 keys took 15 s)
+    schema = df.schema
     for c in metric_cols:
-        dtype = df.schema[c]
+        dtype = schema[c]
         if dtype.is_numeric() or dtype == pl.Boolean:
             col = df.get_column(c)
             casts.append(col if dtype == pl.Float64 else col.cast(pl.Float64))
         elif dtype == pl.String:
             col = df.get_column(c)
             num = col.str.strip_chars().cast(pl.Float64, strict=False)
-            bad = num.is_null() & col.is_not_null() & (col.str.strip_chars() != "")
-            if bad.all() and col.is_not_null().any():
+            text = col.is_not_null() & (col.str.strip_chars() != "")
+            bad = num.is_null() & text
+            n_bad = int(bad.sum())
+            # (a sparse text column has null rows: compare with the cells that hold text)
+            if n_bad and n_bad == int(text.sum()):
                 dropped.append(c)  # a text column (run names, tags): not a metric
                 continue
             if bad.any():
@@ -132,7 +141,9 @@ def wide_to_long(
                 details={"columns": dropped},
             )
         )
-    metric_names = [c for c in metric_cols if c not in dropped and df.schema[c] != pl.Null]
+    not_metrics = set(dropped)
+    metric_names = [c for c in metric_cols if c not in not_metrics and schema[c] != pl.Null]
+    issues.extend(_stepless_rows(df, step_key, casts, source, unit, original_step_key))
     # (columns keep the reader's chunks: a per-metric view is made one chunk when a
     # detector first asks for it, see Run.series_frame)
     wide = pl.DataFrame(
@@ -140,17 +151,20 @@ def wide_to_long(
             df.get_column(step_key).alias("step"),
             df.get_column("_wall").alias("wall_time"),
             df.get_column("_line"),
-            *casts,
         ]
     )
-    long, counts = _unpivot(wide, metric_names)
+    # (the metric columns beside the frame, not in it: a key "" or "step" must not be
+    # renamed by, or collide in, a DataFrame)
+    long, counts = _unpivot(wide, metric_names, casts)
     return long, issues, counts
 
 
-def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> tuple[pl.DataFrame, list[int]]:
-    """(step, metric, value, wall_time, _line): each metric's non-null cells in file
-    order, the metrics one after the other, ``metric`` an Enum of ``metric_names``,
-    ``_line`` the line each value came from (restarts are told in that order).
+def _unpivot(
+    wide: pl.DataFrame, metric_names: list[str], columns: list[pl.Series]
+) -> tuple[pl.DataFrame, list[int]]:
+    """(step, metric, value, wall_time, _line): each metric's non-null cells (``columns``,
+    one per name) in file order, the metrics one after the other, ``metric`` an Enum of
+    ``metric_names``, ``_line`` the line each value came from (restarts are told in that order).
 
     The same rows as ``wide.unpivot(...)`` filtered on non-null value and step, built
     from per-metric slices concatenated without copying; the metric column is made from
@@ -166,8 +180,7 @@ def _unpivot(wide: pl.DataFrame, metric_names: list[str]) -> tuple[pl.DataFrame,
     walls: list[pl.Series] = []
     orders: list[pl.Series] = []
     counts: list[int] = []
-    for name in metric_names:
-        value = wide.get_column(name)
+    for value in columns:
         if step_ok and value.null_count() == 0:
             steps.append(step)
             values.append(value)
@@ -201,14 +214,81 @@ def _concat(parts: list[pl.Series], dtype: pl.DataType) -> pl.Series:
 def enum_runs(names: list[str], counts: list[int]) -> pl.Series:
     """An Enum series of ``names``: counts[i] rows of names[i], one after the other — one
     constant chunk per name, no string (nor code) per row is made."""
-    dtype = pl.Enum(names)
-    parts = [
-        pl.Series("metric", [n], dtype=dtype).new_from_index(0, k)
-        for n, k in zip(names, counts, strict=True)
-    ]
+    # one Series of the names, sliced per name: a new Enum Series per name copies the
+    # whole category list each time (quadratic in the number of metrics)
+    every = pl.Series("metric", names, dtype=pl.Enum(names))
+    parts = [every.slice(i, 1).new_from_index(0, k) for i, k in enumerate(counts)]
     if not parts:
-        return pl.Series("metric", [], dtype=dtype)
+        return every.clear()
     return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
+
+
+# the largest whole float below 2**63: a step must fit the frame's Int64
+_STEP_LIMIT = float(2**63 - 1024)
+_INTEGER_TYPES = (pl.Int64, pl.Int32, pl.Int16, pl.Int8, pl.UInt32, pl.UInt16, pl.UInt8)
+
+
+def _scalar_type(dtype: pl.DataType) -> bool:
+    """A column polars can cast to a number cell by cell: not a list or an object."""
+    return dtype.is_numeric() or dtype in (pl.String, pl.Boolean, pl.Null)
+
+
+def _int_steps(step: pl.Series) -> pl.Series:
+    """The step column as Int64; null where there is no usable step: missing, not a
+    number, NaN, infinite, or beyond Int64 (a 20-digit step). Those rows are reported
+    by :func:`_stepless_rows`; a fractional step is rounded (an epoch-like 1.0)."""
+    if step.dtype in _INTEGER_TYPES:
+        return step.cast(pl.Int64)
+    if step.dtype == pl.Boolean or not _scalar_type(step.dtype):
+        # true/false are not steps (nor 1 and 0); nor is a list ([3]) or an object
+        return pl.Series(step.name, [None] * step.len(), dtype=pl.Int64)
+    as_float = step.cast(pl.Float64, strict=False)
+    usable = as_float.is_finite() & (as_float.abs() <= _STEP_LIMIT)
+    return (
+        pl.select(pl.when(usable).then(as_float.round(0)).otherwise(None).cast(pl.Int64))
+        .to_series()
+        .alias(step.name)
+    )
+
+
+def _stepless_rows(
+    df: pl.DataFrame,
+    step_key: str,
+    casts: list[pl.Series],
+    source: str,
+    unit: str,
+    raw_key: str | None,
+) -> list[DataIssue]:
+    """A note for the rows whose values are left out for want of a usable step (no step
+    key on the line, or a step that is not a whole number within Int64): how many
+    values, from which lines. Every value read is in the frame or counted here."""
+    step = df.get_column(step_key)
+    missing = step.is_null()
+    if not missing.any() or not casts:
+        return []
+    values = pl.DataFrame(casts).filter(missing)
+    per_row = values.select(pl.sum_horizontal(pl.all().is_not_null())).to_series()
+    has_values = per_row > 0
+    n_values = int(per_row.sum())
+    if n_values == 0:
+        return []
+    lines = df.get_column("_line").filter(missing).filter(has_values)
+    n_lines = lines.len()
+    shown = lines.head(5).to_list()
+    return [
+        DataIssue(
+            kind="bad-step",
+            source=source,
+            location=f"{unit} {shown[0]}",
+            message=(
+                f"{n_values} value(s) on {n_lines} {unit}(s) without a usable step (missing, "
+                "not a number, or not a whole number within 64 bits) were skipped "
+                f"({unit}s {', '.join(map(str, shown))}{'…' if n_lines > len(shown) else ''})"
+            ),
+            count=n_values,
+            details={unit + "s": lines.head(100).to_list(), "values": n_values, "key": raw_key},
+        )
+    ]
 
 
 def _cell_issue(

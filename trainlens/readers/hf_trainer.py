@@ -10,6 +10,7 @@ from its trainer_state.json, or from the latest ``checkpoint-N/trainer_state.jso
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, too_deep_containers
 from trainlens.readers.base import ReadOptions, run_name_for
 
 FORMAT = "hf-trainer"
@@ -52,6 +54,110 @@ def _state_file(path: Path) -> Path | None:
     return max(checkpoints)[1] if checkpoints else None
 
 
+def _load(state_path: Path) -> tuple[Any, list[DataIssue]]:
+    """The parsed state; a part nested deeper than MAX_DEPTH (a RecursionError in
+    ``json``) is blanked to ``{}`` first, with a note, and the rest is read."""
+    data = state_path.read_bytes()
+    issues: list[DataIssue] = []
+    if lines_with_many_opens(data):
+        # at depth 3: an entry of log_history (the state object, the list, the entry)
+        spans = too_deep_containers(data, at_depth=3)
+        if spans:
+            blanked = bytearray(data)
+            for start, end in spans:
+                blanked[start:end] = b"{}" + b" " * (end - start - 2)
+            first_line = data.count(b"\n", 0, spans[0][0]) + 1
+            issues.append(
+                DataIssue(
+                    kind="too-deep",
+                    source=str(state_path),
+                    location=f"line {first_line}",
+                    message=(
+                        f"{len(spans)} entr{'y' if len(spans) == 1 else 'ies'} nest deeper "
+                        f"than {MAX_DEPTH} levels and {'was' if len(spans) == 1 else 'were'} "
+                        f"skipped (first at line {first_line})"
+                    ),
+                    count=len(spans),
+                )
+            )
+            data = bytes(blanked)
+    try:
+        return json.loads(data), issues
+    except (ValueError, RecursionError) as exc:
+        raise UnreadableInputError(f"{state_path}: not valid JSON ({exc})") from None
+
+
+def _whole_step(raw: object) -> int | None:
+    """A log_history step as an int: None when missing, not a number, NaN, infinite,
+    or beyond Int64 (the frame's step type); a float step is rounded."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        return None
+    if isinstance(raw, float):
+        if not math.isfinite(raw):
+            return None
+        raw = round(raw)
+    return raw if -(2**63) <= raw < 2**63 else None
+
+
+def _as_float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a float's range (10**400)
+        return math.inf if value > 0 else -math.inf
+
+
+def _entries(
+    history: list[Any], source: str
+) -> tuple[list[int], list[str], list[float], list[DataIssue]]:
+    """(steps, metric names, values) of every entry with a usable step, and a note for
+    the entries without one: how many values were left out, from which entries."""
+    steps: list[int] = []
+    metrics: list[str] = []
+    values: list[float] = []
+    bad_entries: list[int] = []
+    bad_values = 0
+    for index, entry in enumerate(history):
+        if not isinstance(entry, dict):
+            bad_entries.append(index)
+            continue
+        step = _whole_step(entry.get("step"))
+        lost = 0
+        final = bool(_FINAL_KEYS & entry.keys())
+        for key, raw in entry.items():
+            value = _as_float(raw) if key != "step" else None
+            if value is None:
+                continue
+            if step is None:
+                lost += 1
+                continue
+            steps.append(step)
+            metrics.append(f"final/{key}" if final else key)
+            values.append(value)
+        bad_values += lost
+        if step is None and (lost or "step" in entry):
+            bad_entries.append(index)  # (an empty entry, e.g. one blanked by _load, lost nothing)
+    issues: list[DataIssue] = []
+    if bad_entries:
+        shown = ", ".join(map(str, bad_entries[:5])) + ("…" if len(bad_entries) > 5 else "")
+        issues.append(
+            DataIssue(
+                kind="bad-step",
+                source=source,
+                location=f"log_history[{bad_entries[0]}]",
+                message=(
+                    f"{len(bad_entries)} log_history entries without a usable step (missing, "
+                    "not a number, or not a whole number within 64 bits) were skipped, "
+                    f"{bad_values} value(s) with them (entries {shown})"
+                ),
+                count=bad_values,  # (the values left out, as the other readers count)
+                details={"entries": bad_entries[:100], "values": bad_values},
+            )
+        )
+    return steps, metrics, values, issues
+
+
 def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir():
         return _state_file(path) is not None
@@ -63,42 +169,12 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if state_path is None:
         raise UnreadableInputError(f"{path}: no trainer_state.json found")
     source = str(state_path)
-    try:
-        state = json.loads(state_path.read_bytes())
-    except ValueError as exc:
-        raise UnreadableInputError(f"{state_path}: not valid JSON ({exc})") from None
+    state, issues = _load(state_path)
     history = state.get("log_history") if isinstance(state, dict) else None
     if not isinstance(history, list):
         raise UnreadableInputError(f"{state_path}: no log_history list in this trainer state")
-
-    steps: list[int] = []
-    metrics: list[str] = []
-    values: list[float] = []
-    issues: list[DataIssue] = []
-    skipped = 0
-    for entry in history:
-        if not isinstance(entry, dict) or "step" not in entry:
-            skipped += 1
-            continue
-        step = int(entry["step"])
-        final = bool(_FINAL_KEYS & entry.keys())
-        for key, value in entry.items():
-            if key == "step":
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            steps.append(step)
-            metrics.append(f"final/{key}" if final else key)
-            values.append(float(value))
-    if skipped:
-        issues.append(
-            DataIssue(
-                kind="bad-entry",
-                source=source,
-                message=f"{skipped} log_history entries without a step were skipped",
-                count=skipped,
-            )
-        )
+    steps, metrics, values, more = _entries(history, source)
+    issues.extend(more)
     if not values:
         raise UnreadableInputError(f"{state_path}: log_history holds no metrics")
     long = pl.DataFrame(

@@ -25,6 +25,7 @@ import math
 import mmap
 import os
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,12 +33,20 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
+from trainlens.readers._repeated_keys import (
+    last_key_wins,
+    lines_repeating_a_key,
+    load_last_wins,
+    repeated_key_issue,
+)
 from trainlens.readers._wide import STEP_KEYS, find_key, flatten_structs, wide_to_long
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
 FORMAT = "jsonl"
 
 # bare non-finite tokens after ':' ',' or '[' become strings that polars casts to floats
+# (only outside strings: see _swap_nonfinite)
 _NONFINITE = re.compile(rb"([:\[,])(\s*)(-?)(NaN|Infinity)(?=\s*[,}\]])")
 _OBJECT_START = re.compile(rb'^\{\s*("|\})')
 _REPLACE = {b"NaN": b'"nan"', b"Infinity": b'"inf"', b"-Infinity": b'"-inf"'}
@@ -59,6 +68,30 @@ def _sub_nonfinite(m: re.Match[bytes]) -> bytes:
     return m.group(1) + m.group(2) + _REPLACE[m.group(3) + m.group(4)]
 
 
+_ESCAPED = re.compile(rb"\\.")
+
+
+def _swap_nonfinite(body: bytes) -> bytes:
+    """``body`` with the bare NaN / Infinity / -Infinity tokens swapped (see _NONFINITE),
+    but not those inside a JSON string: a text value "x: NaN}" was corrupted and the file
+    became unreadable. A token is in a string when an odd number of unescaped quotes
+    precede it on its line; only the (few) token matches are looked at."""
+    if b"NaN" not in body and b"Infinity" not in body:
+        return body
+    parts: list[bytes] = []
+    last = 0
+    for m in _NONFINITE.finditer(body):
+        line_start = body.rfind(b"\n", 0, m.start()) + 1
+        if _ESCAPED.sub(b"", body[line_start : m.start()]).count(b'"') % 2:
+            continue  # inside a string
+        parts += [body[last : m.start()], _sub_nonfinite(m)]
+        last = m.end()
+    if not parts:
+        return body
+    parts.append(body[last:])
+    return b"".join(parts)
+
+
 def read(path: Path, opts: ReadOptions) -> list[Run]:
     source = str(path)
     mapped = _read_mapped(path) if opts.start_offset == 0 else None
@@ -75,6 +108,9 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
     issues.extend(more)
     if long.height == 0:
+        stepless = [i for i in issues if i.kind == "bad-step"]
+        if stepless:  # values there were, but on no line with a usable step
+            raise UnreadableInputError(f"{path}: {stepless[0].message}, and no value is left")
         raise UnreadableInputError(f"{path}: no numeric metrics found in its JSON lines")
     run = build_run(
         long,
@@ -101,8 +137,12 @@ def _read_bytes(
     if not data or data.isspace():  # (isspace stops at the first other byte; no copy)
         raise UnreadableInputError(f"{path}: the file is empty")
 
+    if data.startswith(b"\xef\xbb\xbf") and opts.start_offset == 0:
+        data = data[3:]  # a UTF-8 byte order mark (Windows tools write one); not JSON
     data, bad = as_utf8(data, source)
     issues.extend(bad)
+    data, deep = _drop_deep_lines(data, source)
+    issues.extend(deep)
 
     # the last line without a newline may be a record still being written
     end = data.rfind(b"\n") + 1
@@ -132,6 +172,34 @@ def _read_bytes(
     return df, line_numbers, issues, cursor
 
 
+def _drop_deep_lines(data: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
+    """``data`` with every line nested deeper than MAX_DEPTH replaced by ``{}`` (so
+    line numbers hold), and a note naming them; see :mod:`trainlens.readers._nesting`."""
+    candidates = lines_with_many_opens(data)
+    if not candidates:
+        return data, []
+    lines = data.split(b"\n")
+    deep = [n for n in candidates if n < len(lines) and max_depth(lines[n]) > MAX_DEPTH]
+    if not deep:
+        return data, []
+    for n in deep:
+        lines[n] = b"{}"
+    numbers = [n + 1 for n in deep]
+    shown = ", ".join(map(str, numbers[:5])) + ("…" if len(numbers) > 5 else "")
+    issue = DataIssue(
+        kind="too-deep",
+        source=source,
+        location=f"line {numbers[0]}",
+        message=(
+            f"{len(numbers)} line(s) nest deeper than {MAX_DEPTH} levels and were skipped "
+            f"(lines {shown})"
+        ),
+        count=len(numbers),
+        details={"lines": numbers[:100], "max_depth": MAX_DEPTH},
+    )
+    return b"\n".join(lines), [issue]
+
+
 def _parse(
     body: bytes, source: str, *, fast: bool = True
 ) -> tuple[pl.DataFrame | None, pl.Series, list[DataIssue]]:
@@ -144,17 +212,18 @@ def _parse(
             return df, pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64), []
     issues: list[DataIssue] = []
     has_blank = body.startswith(b"\n") or b"\n\n" in body or b"\n\r\n" in body
-    fixed = body
-    if b"NaN" in body or b"Infinity" in body:
-        fixed = _NONFINITE.sub(_sub_nonfinite, body)
     if not has_blank:
         try:
-            df = pl.read_ndjson(io.BytesIO(fixed), infer_schema_length=None)
+            df = pl.read_ndjson(io.BytesIO(_swap_nonfinite(body)), infer_schema_length=None)
+            repeating = lines_repeating_a_key(body, df, large=len(body) >= FAST_MIN_BYTES)
+            if repeating:  # rare: those lines rewritten, the whole read again
+                body, issues = last_key_wins(body, repeating, source)
+                df = pl.read_ndjson(io.BytesIO(_swap_nonfinite(body)), infer_schema_length=None)
             df = _first_appearance_order(df, lambda row: _nth_line(body, row))
             lines = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
             return df, lines, issues
         except Exception:  # polars refuses: find the bad lines below
-            pass
+            issues = []
 
     # slow path: check each line, keep the good ones, report the bad
     raw_lines = body.split(b"\n")
@@ -162,20 +231,26 @@ def _parse(
     good_numbers: list[int] = []
     bad_numbers: list[int] = []
     not_objects: list[int] = []
+    repeated: list[int] = []
     for i, line in enumerate(raw_lines, start=1):
         s = line.strip()
         if not s:
             continue
         try:
-            obj = json.loads(s)
+            obj, repeats = load_last_wins(s)
         except ValueError:
             bad_numbers.append(i)
             continue
         if not isinstance(obj, dict):
             not_objects.append(i)
             continue
-        good.append(_NONFINITE.sub(_sub_nonfinite, s))
+        if repeats:
+            repeated.append(i - 1)
+            s = json.dumps(obj).encode()
+        good.append(_swap_nonfinite(s))
         good_numbers.append(i)
+    if repeated:
+        issues.append(repeated_key_issue(repeated, source))
     if bad_numbers:
         issues.append(
             DataIssue(
@@ -335,6 +410,10 @@ def _sample(body: bytes | mmap.mmap) -> bytes:
 def _read_sampled(source: bytes | Path, sample: bytes, newlines: int, colons: int) -> pl.DataFrame:
     """Read ``source`` with the schema of ``sample``; raise _NotProven unless every line
     gave a row and every ':' (one per key) is a non-null cell read."""
+    if lines_with_many_opens(sample):
+        # polars infers a schema by building nested types, which crashes the process on
+        # a line 700 deep: deep lines are left to the general path, which drops them
+        raise _NotProven
     try:
         sampled = pl.read_ndjson(sample, infer_schema_length=None)
     except Exception:
@@ -393,7 +472,8 @@ def _first_appearance_order(df: pl.DataFrame, line_of_row: Callable[[int], bytes
     first = df.select(pl.all().is_not_null().arg_max()).row(0)
     has = df.select(pl.all().is_not_null().any()).row(0)
     rows = [r if ok else df.height for r, ok in zip(first, has, strict=True)]
-    tied_rows = {r for r in rows if rows.count(r) > 1 and r < df.height}
+    per_row = Counter(rows)  # (rows.count per column was quadratic in the width)
+    tied_rows = {r for r, n in per_row.items() if n > 1 and r < df.height}
     position: dict[tuple[int, str], int] = {}
     for r in tied_rows:
         try:
@@ -402,13 +482,14 @@ def _first_appearance_order(df: pl.DataFrame, line_of_row: Callable[[int], bytes
             keys = []
         for i, k in enumerate(keys):
             position[(r, k)] = i
+    columns = df.columns  # (a new list on every call)
     order = sorted(
         range(df.width),
-        key=lambda j: (rows[j], position.get((rows[j], df.columns[j]), len(position)), j),
+        key=lambda j: (rows[j], position.get((rows[j], columns[j]), len(position)), j),
     )
     if order == list(range(df.width)):
         return df
-    return df.select([df.columns[j] for j in order])
+    return df.select([columns[j] for j in order])
 
 
 def _nth_line(body: bytes | mmap.mmap, n: int) -> bytes:
@@ -432,12 +513,26 @@ def _nth_line(body: bytes | mmap.mmap, n: int) -> bytes:
     return bytes(body[start : stop if stop >= 0 else len(body)])
 
 
+_STEP_KEYS_LOWER = frozenset(k.lower() for k in STEP_KEYS)
+
+
+def _big_int(v: int) -> float:
+    try:
+        return float(v)
+    except OverflowError:  # beyond a float too
+        return math.inf if v > 0 else -math.inf
+
+
 def _flat(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
     for k, v in obj.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
             out.update(_flat(v, key + "/"))
+        elif isinstance(v, bool) and key.lower() in _STEP_KEYS_LOWER:
+            out[key] = None  # true is no step (polars would make it 1 beside integers)
+        elif isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
+            out[key] = _big_int(v)  # polars builds no column from a 128-bit integer
         elif isinstance(v, (int, float)) or v is None:
             out[key] = v
         else:

@@ -643,9 +643,12 @@ def _mlflow_parse(line: bytes, *, legacy: bool) -> tuple[int, float, int] | None
     if len(parts) not in (3, 5) and not (legacy and len(parts) == 2):
         return None
     try:
-        return int(parts[0]), float(parts[1]), int(parts[2]) if len(parts) > 2 else 0
+        got = int(parts[0]), float(parts[1]), int(parts[2]) if len(parts) > 2 else 0
     except ValueError:
         return None
+    # MLflow's columns are 64-bit: a 20-digit step or timestamp is a bad line, reported
+    # as one (polars builds no Int64 column from it)
+    return got if all(-(2**63) <= x < 2**63 for x in (got[0], got[2])) else None
 
 
 def _repair(path: str, df: pl.DataFrame) -> tuple[pl.DataFrame, list[DataIssue]]:

@@ -213,8 +213,9 @@ def _read_compiled(path: Path, name: str, source: str, base: Path, opts: ReadOpt
     if scanned is None:
         return None
     (records, version, tags, counts, grouped, step, wall, value, code), size = scanned
-    names = [t.decode("utf-8", "replace") for t in tags]
-    if len(set(names)) < len(names):  # tags that differ only in invalid UTF-8
+    try:
+        names = [t.decode("utf-8") for t in tags]
+    except UnicodeDecodeError:  # a tag that is not UTF-8: the numpy reader says so
         return None
     if grouped:
         metric = enum_runs(names, counts)
@@ -261,10 +262,12 @@ def _no_scalars(path: Path, files: list[FileInfo]) -> UnreadableInputError:
 def _numpy_run(
     name: str, source: str, parts: _RunParts, tags: _Tags, base: Path, opts: ReadOptions
 ) -> Run:
-    from trainlens.readers._tbdecode import _frame_of
+    from trainlens.readers._tbdecode import _frame_of, tag_issues
 
     frame, blocks = _frame_of(parts, tags)
-    return _build(name, source, list(parts.files), frame, blocks, base, opts)
+    run = _build(name, source, list(parts.files), frame, blocks, base, opts)
+    run.data_quality.extend(tag_issues(frame, tags, source))
+    return run
 
 
 def read(path: Path, opts: ReadOptions) -> list[Run]:

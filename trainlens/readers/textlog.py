@@ -384,6 +384,7 @@ def _parse_builtin(
     if total is not None:
         meta["max_steps"] = total
     out = pl.concat(parts, how="vertical").sort("lineno", "field", maintain_order=True)
+    out = _drop_huge_steps(out, source, where, issues)
     return _with_deepspeed(df, out, source, issues, meta)
 
 
@@ -475,6 +476,32 @@ def _note_deepspeed(counts: dict[str, int], source: str, issues: list[DataIssue]
         )
 
 
+def _drop_huge_steps(
+    long: pl.DataFrame, source: str, where: _Where, issues: list[DataIssue]
+) -> pl.DataFrame:
+    """Values whose line's step does not fit 64 bits (a 20-digit ``s:N``) are left out
+    with a note; the rest of the log is kept."""
+    bad = long.filter(pl.col("step").is_null())
+    if bad.height == 0:
+        return long
+    lines = bad.get_column("lineno").unique(maintain_order=True)
+    shown = ", ".join(str(where.line(int(n))) for n in lines.head(5).to_list())
+    issues.append(
+        DataIssue(
+            kind="bad-step",
+            source=source,
+            location=where.line(int(lines[0])),
+            message=(
+                f"{bad.height} value(s) on {lines.len()} line(s) whose step does not fit in "
+                f"64 bits were skipped ({shown}{'…' if lines.len() > 5 else ''})"
+            ),
+            count=bad.height,
+            details={"lines": lines.head(100).to_list()},
+        )
+    )
+    return long.filter(pl.col("step").is_not_null())
+
+
 def _n_lines(df: pl.DataFrame) -> int:
     return int(df.get_column("lineno").n_unique()) if df.height else 0
 
@@ -541,11 +568,12 @@ def _megatron_iterations(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
         .unnest("_g")
         .select(
             "lineno",
-            pl.col("1").cast(pl.Int64).alias("step"),
-            pl.col("2").cast(pl.Int64).alias("_total"),
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").cast(pl.Int64, strict=False).alias("_total"),
             pl.col("3").alias("_rest"),
+            pl.col("1").is_null().alias("_unmatched"),
         )
-        .filter(pl.col("step").is_not_null())
+        .filter(~pl.col("_unmatched"))
     )
     total = hits.get_column("_total").drop_nulls()
     long = _fields(hits, "_rest").select(
@@ -561,10 +589,11 @@ def _megatron_validation(df: pl.DataFrame) -> pl.DataFrame:
     hits = hits.select(
         "lineno",
         pl.col("line").str.extract(_MEG_VAL, 1).alias("_set"),
-        pl.col("line").str.extract(_MEG_VAL, 2).cast(pl.Int64).alias("step"),
+        pl.col("line").str.extract(_MEG_VAL, 2).cast(pl.Int64, strict=False).alias("step"),
         pl.col("line").str.extract(_MEG_VAL, 3).alias("_suffix"),
         pl.col("line").str.extract(_MEG_VAL, 4).alias("_rest"),
-    ).filter(pl.col("step").is_not_null())
+        pl.col("line").str.extract(_MEG_VAL, 2).is_null().alias("_unmatched"),
+    ).filter(~pl.col("_unmatched"))
     word = pl.col("_set").str.to_lowercase()
     suffix = pl.col("_suffix").str.to_lowercase()
     setname = (
@@ -601,8 +630,8 @@ def _kv_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
         .unnest("_g")
         .select(
             "lineno",
-            pl.col("1").cast(pl.Int64).alias("step"),
-            pl.col("2").cast(pl.Int64).alias("_total"),
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").cast(pl.Int64, strict=False).alias("_total"),
             pl.col("3").str.extract_all(_KV_TOKEN).alias("_tok"),
         )
     )
@@ -734,7 +763,8 @@ def _parse_user_regex(
     )
     step_f = pl.col("_step").str.strip_chars().cast(pl.Float64, strict=False)
     wide = wide.with_columns(
-        pl.when(step_f.is_finite() & (step_f == step_f.round(0)))
+        # (within 64 bits: a 20-digit step skips its line, with the note below)
+        pl.when(step_f.is_finite() & (step_f == step_f.round(0)) & (step_f.abs() < 2.0**63))
         .then(step_f)
         .otherwise(None)
         .cast(pl.Int64)
@@ -749,7 +779,8 @@ def _parse_user_regex(
                 location=where.line(int(bad.get_column("lineno")[0])),
                 message=(
                     f"{bad.height} matched line(s) have a step that is not a whole number "
-                    f"(first: {bad.get_column('_step')[0]!r}); their values were skipped"
+                    f"within 64 bits (first: {bad.get_column('_step')[0]!r}); their values "
+                    "were skipped"
                 ),
                 count=bad.height,
             )
