@@ -564,3 +564,16 @@ def test_progress_bar_on_a_terminal_only(
     monkeypatch.setenv("CI", "true")
     code, _, err = gate([str(root), "-j", "1"], capsys)
     assert code == 0 and "gate [" not in err
+
+
+def test_a_run_config_it_cannot_understand_is_a_note_in_the_gate_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The note build_context adds for a run's own config reaches the gate report too."""
+    write_run(tmp_path / "odd" / "metrics.jsonl")
+    (tmp_path / "odd" / "config.json").write_text(
+        json.dumps({"lr_schedule": "linear warmup + cosine to 0.1*lr", "lr": 1e-3})
+    )
+    _, doc, _ = gate_json([str(tmp_path)], capsys)
+    [run] = doc["runs"]
+    assert [d for d in run["data_quality"] if d["kind"] == "bad-config"], run["data_quality"]

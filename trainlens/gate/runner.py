@@ -66,9 +66,10 @@ def gate_run(run: Run, name: str, job: GateJob) -> RunReport:
     t0 = time.perf_counter()
     cfg, checks = job.rules.for_run(name, job.cfg)
     report = RunReport(name=name, source=run.source, format=run.format, verdict=PASS)
-    report.data_quality = [d.to_dict() for d in run.data_quality]
     if not job.detect:
         ctx = build_context(run, cfg)
+        # after build_context: a run config it could not understand is a note on the run
+        report.data_quality = [d.to_dict() for d in run.data_quality]
         report.summary = summarize(run, perplexity=cfg.perplexity)
         from trainlens.gate.outcomes import outcome_metrics
 
@@ -77,6 +78,7 @@ def gate_run(run: Run, name: str, job: GateJob) -> RunReport:
         return report
 
     analysis = analyze_run(run, cfg)
+    report.data_quality = [d.to_dict() for d in run.data_quality]
     from trainlens.gate.outcomes import outcome_metrics
 
     report.summary = analysis.summary
