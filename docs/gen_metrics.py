@@ -4,19 +4,42 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainlens.core.names import CANONICAL_METRICS, EXACT_ALIASES, PATTERN_ALIASES
+from trainlens.core.names import (
+    CANONICAL_METRICS,
+    EXACT_ALIASES,
+    MEMORY_NAMESPACES,
+    NAMESPACES,
+    PATTERN_ALIASES,
+    SPLIT_NAMESPACES,
+)
 
 HEADER = """# Metric names
 
 Every reader maps what the run logged to these canonical names through one alias table
 (`trainlens/core/names.py`). Matching is on the name in lower case with surrounding
 white space removed: the user's own aliases first (`[tool.trainlens.aliases]` or
-`--alias logged=canonical`), then the exact table, then the patterns. A name that matches
-nothing keeps its own spelling. When two logged names claim one canonical name, the one
-already spelled canonically wins (else the first seen) and the other keeps its own name:
-nothing is merged silently. `summary.metrics[...].logged_as` in the JSON output says what
-each canonical metric was called in the file.
+`--alias logged=canonical`), then the exact table, then the patterns, then the namespace
+rule below. A name that matches nothing keeps its own spelling. When two logged names
+claim one canonical name, the one already spelled canonically wins (else the first seen)
+and the other keeps its own name: nothing is merged silently.
+`summary.metrics[...].logged_as` in the JSON output says what each canonical metric was
+called in the file.
 """
+
+NAMESPACE_RULE = """## Namespaces (a rule, not a list of spellings)
+
+A name that is still unmatched and has a folder in front is looked up again without it
+(up to four folders deep), so every spelling above also works under a folder:
+
+- kind-of-signal folders — {folders} — are dropped: `perf/tokens_per_sec` is
+  `tokens_per_sec`, `optim/grad_norm` is `grad_norm`, `train/update_to_weight` is
+  `update_ratio`, `time/step_time_ms` is `step_time` (scaled ×0.001). Under {memory} the
+  rest is also tried as `mem_<rest>` (`sys/mem_bytes`, `memory/allocated` are
+  `mem/allocated`). When the rest matches nothing the whole name is kept
+  (`train/accuracy`, `train/loss_epoch` stay as logged).
+- split folders — {splits} — move the rest to the validation split, never to training:
+  `eval/loss` is `val/loss`, `eval/ppl` is `val/perplexity`, `test/accuracy` is
+  `val/accuracy`, `validation/loss_epoch` is `val/loss_epoch`."""
 
 FOOTER = """
 Sources of the spellings: HF Trainer's `log_history` keys (loss, learning_rate,
@@ -38,6 +61,14 @@ def render() -> str:
         lines.append(f"| `{key}` | `{alias.canonical}` | {scale} |")
     lines += ["", "## Patterns", "", "| pattern | becomes |", "|---|---|"]
     lines += [f"| `{p.pattern}` | `{t}` |" for p, t in PATTERN_ALIASES]
+    lines += [
+        "",
+        NAMESPACE_RULE.format(
+            folders=", ".join(f"`{n}/`" for n in sorted(NAMESPACES)),
+            memory=", ".join(f"`{n}/`" for n in sorted(MEMORY_NAMESPACES)),
+            splits=", ".join(f"`{n}/`" for n in sorted(SPLIT_NAMESPACES)),
+        ),
+    ]
     return "\n".join(lines) + "\n" + FOOTER
 
 

@@ -58,53 +58,39 @@ EXACT_ALIASES: dict[str, Alias] = {
     # plain keys written by hand-rolled loops
     "loss": _a("train/loss"),
     "train_loss": _a("train/loss"),
-    "train/loss": _a("train/loss"),
     "training_loss": _a("train/loss"),
     "train/loss_step": _a("train/loss"),
     "train_loss_step": _a("train/loss"),
     "loss/train": _a("train/loss"),
-    "train/lm_loss": _a("train/loss"),
     "lm_loss": _a("train/loss"),
     "val_loss": _a("val/loss"),
     "valid_loss": _a("val/loss"),
     "validation_loss": _a("val/loss"),
     "eval_loss": _a("val/loss"),
-    "val/loss": _a("val/loss"),
-    "eval/loss": _a("val/loss"),
-    "valid/loss": _a("val/loss"),
-    "validation/loss": _a("val/loss"),
     "loss/val": _a("val/loss"),
     "loss/validation": _a("val/loss"),
     "loss/eval": _a("val/loss"),
     "lr": _a("lr"),
     "learning_rate": _a("lr"),
     "learning-rate": _a("lr"),
-    "train/lr": _a("lr"),
-    "train/learning_rate": _a("lr"),
-    "optim/lr": _a("lr"),
     "grad_norm": _a("grad_norm"),
     "gnorm": _a("grad_norm"),
     "grad-norm": _a("grad_norm"),
     "gradnorm": _a("grad_norm"),
-    "train/grad_norm": _a("grad_norm"),
     "total_norm": _a("grad_norm"),
     "norm": _a("grad_norm"),  # llm.c: "norm:" is the pre-clip global grad norm
     "update_ratio": _a("update_ratio"),
     "update_to_weight": _a("update_ratio"),
     "entropy": _a("entropy"),
-    "train/entropy": _a("entropy"),
     "output_entropy": _a("entropy"),
     "tokens_per_sec": _a("tokens_per_sec"),
     "tokens_per_second": _a("tokens_per_sec"),
     "tok/s": _a("tokens_per_sec"),
     "tok_per_sec": _a("tokens_per_sec"),
     "tokens/s": _a("tokens_per_sec"),
-    "throughput/tokens_per_sec": _a("tokens_per_sec"),
-    "train/tokens_per_sec": _a("tokens_per_sec"),
     "samples_per_sec": _a("samples_per_sec"),
     "samples_per_second": _a("samples_per_sec"),
     "train_samples_per_second": _a("samples_per_sec"),
-    "throughput/samples_per_sec": _a("samples_per_sec"),
     "step_time": _a("step_time"),
     "step_time_s": _a("step_time"),
     "iter_time": _a("step_time"),
@@ -115,14 +101,11 @@ EXACT_ALIASES: dict[str, Alias] = {
     "train_time": _a("train_time"),
     "mem_allocated": _a("mem/allocated"),
     "memory_allocated": _a("mem/allocated"),
-    "mem/allocated": _a("mem/allocated"),
     "mem_bytes": _a("mem/allocated"),
     "mem_reserved": _a("mem/reserved"),
     "memory_reserved": _a("mem/reserved"),
-    "mem/reserved": _a("mem/reserved"),
     "mem_rss": _a("mem/rss"),
     "rss": _a("mem/rss"),
-    "mem/rss": _a("mem/rss"),
     "padding_frac": _a("padding_frac"),
     "padding_fraction": _a("padding_frac"),
     "dataloader_wait": _a("dataloader_wait"),
@@ -158,7 +141,6 @@ EXACT_ALIASES: dict[str, Alias] = {
     # TensorBoard tags people use
     "loss/train_step": _a("train/loss"),
     "train/loss_iter": _a("train/loss"),
-    "charts/learning_rate": _a("lr"),
 }
 
 # Patterns, tried in order after the exact table. ``\1`` keeps a suffix.
@@ -167,7 +149,11 @@ PATTERN_ALIASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^lr-[a-z0-9_]+$"), "lr"),
     (re.compile(r"^lr-[a-z0-9_]+/pg(\d+)$"), r"lr/pg\1"),
     # per-domain validation losses
-    (re.compile(r"^(?:val|valid|validation|eval)[/_]loss[/_](.+)$"), r"val/loss/\1"),
+    # (not `_epoch` / `_step`: Lightning's per-epoch and per-step aggregates of one loss)
+    (
+        re.compile(r"^(?:val|valid|validation|eval)[/_]loss[/_](?!(?:epoch|step)$)(.+)$"),
+        r"val/loss/\1",
+    ),
     # per-tensor signals
     (re.compile(r"^(?:grad_norm|grad_norms|gradnorm|grad-norm)/(.+)$"), r"grad_norm/\1"),
     (re.compile(r"^(?:update_ratio|update_to_weight)/(.+)$"), r"update_ratio/\1"),
@@ -177,8 +163,58 @@ PATTERN_ALIASES: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
+# Namespaces by rule (after the exact table and the patterns): a name under one of these
+# folders is the rest of it looked up again, so `perf/tokens_per_sec`, `optim/grad_norm`,
+# `sys/mem_bytes`, `train/update_to_weight` or `time/step_time_ms` need no entry each.
+# W&B, TensorBoard and hand-rolled loggers group tags this way; the folder names what
+# kind of signal it is, never which split. A rest that maps to nothing keeps the whole
+# name (`train/accuracy` stays `train/accuracy`).
+NAMESPACES = frozenset(
+    {
+        "perf",
+        "performance",
+        "sys",
+        "system",
+        "train",
+        "training",
+        "optim",
+        "optimizer",
+        "opt",
+        "throughput",
+        "speed",
+        "charts",
+        "time",
+        "timing",
+        "timers",
+        "metrics",
+        "stats",
+        "losses",
+        "trainer",
+        "gpu",
+        "cuda",
+        "memory",
+        "mem",
+    }
+)
+# memory folders: `memory/allocated` is `mem_allocated` looked up
+MEMORY_NAMESPACES = frozenset({"memory", "mem", "gpu", "cuda", "sys", "system"})
+# split folders: the rest's canonical name moved to the validation split (`eval/loss` ->
+# `val/loss`, `eval/ppl` -> `val/perplexity`, `test/accuracy` -> `val/accuracy`); a value
+# under these is never a training metric, even when the rest alone would be one.
+SPLIT_NAMESPACES = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev"})
+_MAX_NAMESPACE_DEPTH = 4  # `train/optim/lr` is two; deeper is a per-tensor path, not folders
+
+
 def normalize_key(name: str) -> str:
     return name.strip().lower()
+
+
+def _as_val(canonical: str) -> str:
+    if canonical.startswith("val/"):
+        return canonical
+    if canonical.startswith("train/"):
+        return "val/" + canonical[len("train/") :]
+    return "val/" + canonical
 
 
 class AliasTable:
@@ -188,7 +224,9 @@ class AliasTable:
         self.user: dict[str, Alias] = {normalize_key(k): Alias(v) for k, v in (user or {}).items()}
 
     def lookup(self, raw: str) -> Alias | None:
-        key = normalize_key(raw)
+        return self._lookup(normalize_key(raw), _MAX_NAMESPACE_DEPTH)
+
+    def _lookup(self, key: str, depth: int) -> Alias | None:
         hit = self.user.get(key) or EXACT_ALIASES.get(key)
         if hit is not None:
             return hit
@@ -196,7 +234,23 @@ class AliasTable:
             m = pattern.match(key)
             if m:
                 return Alias(m.expand(template))
-        return None
+        return self._namespaced(key, depth)
+
+    def _namespaced(self, key: str, depth: int) -> Alias | None:
+        """The namespace rule (see NAMESPACES): ``<folder>/<rest>`` is ``<rest>``'s
+        alias, moved to the validation split under a split folder."""
+        folder, sep, rest = key.partition("/")
+        if not sep or not rest or depth <= 0:
+            return None
+        if folder in SPLIT_NAMESPACES:
+            inner = self._lookup(rest, depth - 1)
+            return Alias(_as_val(inner.canonical if inner else rest), inner.scale if inner else 1.0)
+        if folder not in NAMESPACES:
+            return None
+        inner = self._lookup(rest, depth - 1)
+        if inner is None and folder in MEMORY_NAMESPACES and "/" not in rest:
+            inner = self._lookup("mem_" + rest, depth - 1)
+        return inner
 
     def resolve(self, raw_names: Iterable[str]) -> dict[str, Alias]:
         """Canonical alias for each raw name. When two raw names claim one canonical
