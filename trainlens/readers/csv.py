@@ -1,8 +1,10 @@
 """CSV / TSV: wide tables with empty cells.
 
 Covers Lightning's sparse metrics.csv (train and val rows interleaved, most cells empty),
-W&B's CSV download (``<run> - <metric>`` columns, ``__MIN``/``__MAX`` companions) and
-TensorBoard's CSV download (``Wall time,Step,Value``: one metric, named after the file).
+W&B's CSV downloads (a chart's ``<run> - <metric>`` columns with ``__MIN``/``__MAX``
+companions: one run per W&B run; a runs table: one run per row, final values only — see
+:mod:`trainlens.readers._wandb`) and TensorBoard's CSV download (``Wall time,Step,Value``:
+one metric, named after the file).
 A cell that is not a number is reported with its line and skipped; the rest is kept.
 """
 
@@ -11,19 +13,17 @@ from __future__ import annotations
 import io
 import mmap
 import os
-import re
 from pathlib import Path
 
 import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers import _wandb
 from trainlens.readers._wide import wide_to_long
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
 FORMAT = "csv"
-
-_WANDB_COL = re.compile(r"^(?P<run>.+?) - (?P<metric>.+)$")
 
 
 def _delimiter(header: bytes) -> str | None:
@@ -66,29 +66,50 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         # TensorBoard's CSV download: one metric per file, named after the file
         value_col = next(c for c in cols if c.lower() == "value")
         df = df.rename({value_col: name})
+    elif _wandb.is_runs_table(cols):
+        runs = _wandb.runs_table(df, source=source, opts=opts, issues=issues)
+        for run in runs:
+            run.cursor[source] = size
+        return runs
     else:
-        runs_named = {m.group("run") for c in cols if (m := _WANDB_COL.match(c))}
-        if len(runs_named) == 1:
-            run_label = runs_named.pop()
-            df = df.rename({c: m.group("metric") for c in cols if (m := _WANDB_COL.match(c))})
-            name = run_label
+        charts = _wandb.chart_runs(df, opts, source)
+        if charts:
+            runs = []
+            for label, sub, notes in charts:
+                try:
+                    runs.append(_one_run(sub, label, source, opts, [*issues, *notes], size))
+                except UnreadableInputError:
+                    continue  # a W&B run with no value in this chart: nothing to show
+            if not runs:
+                raise UnreadableInputError(f"{path}: no numeric metric columns found")
+            return runs
+    return [_one_run(df, name, source, opts, issues, size)]
+
+
+def _one_run(
+    df: pl.DataFrame,
+    name: str,
+    source: str,
+    opts: ReadOptions,
+    issues: list[DataIssue],
+    size: int,
+) -> Run:
     # data lines are numbered from 2 (line 1 is the header)
     line_numbers = pl.Series("_line", range(2, df.height + 2), dtype=pl.Int64)
     long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
-    issues.extend(more)
     if long.height == 0:
-        raise UnreadableInputError(f"{path}: no numeric metric columns found")
+        raise UnreadableInputError(f"{source}: no numeric metric columns found")
     run = build_run(
         long,
         name=name,
         source=source,
         fmt=FORMAT,
         aliases=opts.aliases,
-        issues=issues,
+        issues=[*issues, *more],
         blocks=counts,
     )
     run.cursor[source] = size
-    return [run]
+    return run
 
 
 FAST_MIN_BYTES = 1 << 20  # smaller files are read into memory first

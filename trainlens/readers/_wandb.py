@@ -1,0 +1,255 @@
+"""The two CSV files W&B's web page downloads, told apart from a plain metrics table.
+
+- **A chart's export** (`Step`, then `"<run> - <metric>"` columns, each maybe with
+  `__MIN` / `__MAX` companions): one run per W&B run, named after it. The companions are
+  the minimum and maximum of the points W&B drew as one (a downsampled or grouped chart);
+  where they equal the value on every row (the usual case: nothing was merged) they say
+  nothing and are dropped; where they differ they are kept as `<metric>__min` /
+  `<metric>__max` (the metric's canonical name), never as the metric itself. Empty cells
+  are a run with no point at that step, not a NaN.
+- **A runs table** (`Name`, `State`, `Notes`, `User`, `Tags`, `Created`, `Runtime`,
+  `Sweep`, then config columns, then summary columns): one run per row, named after
+  `Name`, holding only the run's final (summary) values — one value per metric, at the
+  step the row gives (`_step`, `step` or `iter`), else 0, with a note saying it is no
+  history. The fixed columns go to ``metadata["wandb"]`` and the config columns to
+  ``metadata["params"]`` (where a run's own configuration is kept, as for MLflow).
+  W&B lists the config columns and then the summary columns, each block sorted by name;
+  the place where the order starts again is the boundary. When it cannot be seen (no
+  restart, or several), a column is a summary metric when its name maps to a canonical
+  metric, holds a `/`, or is a step column.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import polars as pl
+
+from trainlens.core.names import AliasTable
+from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers._wide import STEP_KEYS, TIME_KEYS, find_key, wide_to_long
+from trainlens.readers.base import ReadOptions
+
+CHART_COLUMN = re.compile(r"^(?P<run>.+?) - (?P<metric>.+)$")
+COMPANION = re.compile(r"^(?P<base>.+)__(?P<kind>MIN|MAX)$")
+# the columns W&B's runs table writes before the config (the visible defaults and the
+# ones a user can add from the column picker)
+FIXED_COLUMNS = frozenset(
+    {
+        "Name",
+        "State",
+        "Notes",
+        "User",
+        "Tags",
+        "Created",
+        "Runtime",
+        "Sweep",
+        "ID",
+        "Group",
+        "Job Type",
+        "Hostname",
+        "Description",
+        "Commit",
+        "GitHub",
+        "GPU Type",
+        "GPU Count",
+        "Updated",
+        "End Time",
+        "Heartbeat",
+    }
+)
+RUN_STEP_KEYS = ("_step", "step", "iter", "global_step", "trainer/global_step", "iteration")
+_AXIS_WORDS = ("step", "time", "epoch")
+
+
+# ---- chart export ---------------------------------------------------------------------------
+
+
+def _is_axis(column: str) -> bool:
+    low = column.lower()
+    in_keys = find_key([column], STEP_KEYS) or find_key([column], TIME_KEYS)
+    return bool(in_keys) or any(w in low for w in _AXIS_WORDS)
+
+
+def _same(a: pl.Series, b: pl.Series) -> bool:
+    fa, fb = a.cast(pl.Float64, strict=False), b.cast(pl.Float64, strict=False)
+    return bool(((fa == fb) | (fa.is_null() & fb.is_null())).fill_null(False).all())
+
+
+def chart_runs(
+    df: pl.DataFrame, opts: ReadOptions, source: str
+) -> list[tuple[str, pl.DataFrame, list[DataIssue]]]:
+    """(run name, its own table, notes) per W&B run of a chart export; [] when ``df`` is
+    not one (no ``<run> - <metric>`` column, or a column that is neither one nor an axis)."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    shared: list[str] = []
+    for col in df.columns:
+        m = CHART_COLUMN.match(col)
+        if m:
+            groups.setdefault(m.group("run"), []).append((col, m.group("metric")))
+        else:
+            shared.append(col)
+    if not groups or not all(_is_axis(c) for c in shared):
+        return []
+    return [
+        _chart_run(df, run, pairs, shared, opts.aliases, source) for run, pairs in groups.items()
+    ]
+
+
+def _chart_run(
+    df: pl.DataFrame,
+    run: str,
+    pairs: list[tuple[str, str]],
+    shared: list[str],
+    aliases: AliasTable,
+    source: str,
+) -> tuple[str, pl.DataFrame, list[DataIssue]]:
+    bases = {metric: col for col, metric in pairs if not COMPANION.match(metric)}
+    columns: list[pl.Series] = [df.get_column(c) for c in shared]
+    dropped: list[str] = []
+    kept: list[str] = []
+    for col, metric in pairs:
+        m = COMPANION.match(metric)
+        if m is None:
+            columns.append(df.get_column(col).alias(metric))
+            continue
+        base = m.group("base")
+        if base in bases and _same(df.get_column(col), df.get_column(bases[base])):
+            dropped.append(metric)
+            continue
+        alias = aliases.lookup(base)
+        name = f"{alias.canonical if alias else base}__{m.group('kind').lower()}"
+        series = df.get_column(col)
+        if alias is not None and alias.scale != 1.0:  # in the canonical metric's unit
+            series = series.cast(pl.Float64, strict=False) * alias.scale
+        columns.append(series.alias(name))
+        kept.append(name)
+    notes: list[DataIssue] = []
+    if dropped:
+        notes.append(
+            DataIssue(
+                kind="wandb-companions",
+                source=source,
+                message=(
+                    f"W&B's __MIN/__MAX columns equal the value on every row and are not "
+                    f"kept as metrics ({', '.join(sorted(set(dropped)))})"
+                ),
+                count=len(dropped),
+                severity="info",
+            )
+        )
+    if kept:
+        notes.append(
+            DataIssue(
+                kind="wandb-companions",
+                source=source,
+                message=(
+                    "W&B's __MIN/__MAX columns differ from the value (a downsampled or "
+                    f"grouped chart): kept as {', '.join(kept)}"
+                ),
+                count=len(kept),
+                severity="info",
+            )
+        )
+    return run, pl.DataFrame(columns), notes
+
+
+# ---- runs table -----------------------------------------------------------------------------
+
+
+def is_runs_table(columns: list[str]) -> bool:
+    return "Name" in columns and "State" in columns and len(FIXED_COLUMNS & set(columns)) >= 4
+
+
+def split_config_summary(columns: list[str], aliases: AliasTable) -> tuple[list[str], list[str]]:
+    """(config columns, summary columns) of a runs table, fixed columns left out."""
+    keys = [c.lower() for c in columns]
+    restarts = [i for i in range(1, len(keys)) if keys[i] < keys[i - 1]]
+    if len(restarts) == 1:
+        return columns[: restarts[0]], columns[restarts[0] :]
+    summary = [
+        c
+        for c in columns
+        if "/" in c or c.startswith("_") or aliases.lookup(c) is not None or c in RUN_STEP_KEYS
+    ]
+    return [c for c in columns if c not in summary], summary
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool)) else str(value)
+
+
+def runs_table(
+    df: pl.DataFrame, *, source: str, opts: ReadOptions, issues: list[DataIssue]
+) -> list[Run]:
+    """One Run per row of a W&B runs table (see the module docstring)."""
+    from trainlens.core.errors import UnreadableInputError
+
+    rest = [c for c in df.columns if c not in FIXED_COLUMNS]
+    config, summary = split_config_summary(rest, opts.aliases)
+    step_col = find_key(summary, RUN_STEP_KEYS)
+    time_col = "_timestamp" if "_timestamp" in summary else None
+    metrics = [c for c in summary if c not in (step_col, time_col) and not c.startswith("_")]
+    step = (
+        df.get_column(step_col).cast(pl.Float64, strict=False).fill_null(0.0).alias("step")
+        if step_col is not None
+        else pl.Series("step", [0] * df.height, dtype=pl.Int64)
+    )
+    parts = [step, *(df.get_column(c) for c in metrics)]
+    if time_col is not None:
+        parts.append(df.get_column(time_col).alias("wall_time"))
+    lines = pl.Series("_line", range(2, df.height + 2), dtype=pl.Int64)
+    long, more, _ = wide_to_long(pl.DataFrame(parts), source=source, line_numbers=lines)
+    by_line = long.partition_by("_line", as_dict=True, maintain_order=True)
+
+    runs: list[Run] = []
+    empty: list[str] = []
+    for i, row in enumerate(df.iter_rows(named=True)):
+        name = str(row.get("Name") or f"row {i + 2}")
+        rows = by_line.get((i + 2,))
+        if rows is None:
+            empty.append(name)
+            continue
+        at = int(rows.get_column("step")[0])
+        note = DataIssue(
+            kind="summary-only",
+            source=source,
+            location=f"line {i + 2}",
+            message=(
+                "a W&B runs table holds each run's final (summary) values, not its "
+                f"history: one value per metric, at step {at}"
+            ),
+            severity="info",
+        )
+        metadata = {
+            "wandb": {c: _plain(row[c]) for c in df.columns if c in FIXED_COLUMNS and row[c]},
+            "params": {c: _plain(row[c]) for c in config if row[c] not in (None, "")},
+        }
+        file_notes = [*issues, *more] if not runs else []
+        runs.append(
+            build_run(
+                rows,
+                name=name,
+                source=source,
+                fmt="csv",
+                aliases=opts.aliases,
+                metadata=metadata,
+                issues=[*file_notes, note],
+            )
+        )
+    if not runs:
+        raise UnreadableInputError(f"{source}: a W&B runs table with no metric values")
+    if empty:
+        runs[0].data_quality.append(
+            DataIssue(
+                kind="summary-only",
+                source=source,
+                message=(
+                    f"{len(empty)} run(s) of the table have no metric value and are left "
+                    f"out: {', '.join(empty[:8])}{'…' if len(empty) > 8 else ''}"
+                ),
+                count=len(empty),
+            )
+        )
+    return runs
