@@ -11,9 +11,12 @@ files is a run named by its path relative to the given directory (the directory'
 for the top). Sub-directories written by ``add_scalars(main_tag, {k: v})`` belong to their
 parent run: torch writes them as ``<main_tag with / as _>_<k>``, tensorboardX 2.6 as
 ``<main_tag>/<k>``, each holding the single tag ``main_tag``; they come back as metric
-``main_tag/k``. Several event files of one run (a resumed job writes a new file) are read in
-the order of the timestamp in their names and concatenated, so a step going back becomes a
-restart (see :func:`trainlens.core.run.build_run`).
+``main_tag/k``. Keras' callback writes one run as ``<logdir>/train`` and
+``<logdir>/validation``: those two folders are one run at ``<logdir>``, the validation
+metrics under ``val/``, Keras' tag names mapped with epoch- and batch-indexed series kept
+apart (see :func:`_keras_label`). Several event files of one run (a resumed job writes a
+new file) are read in the order of the timestamp in their names and concatenated, so a step
+going back becomes a restart (see :func:`trainlens.core.run.build_run`).
 
 Speed. A run held in one events file, read from its start, goes first to the compiled lane
 (``_tbscan``, built from C at install when a compiler is there): one pass frames each
@@ -125,10 +128,78 @@ def _scalars_parent(
     return None
 
 
+# Keras' TensorBoard callback writes one run as two folders, ``train/`` and
+# ``validation/``; they are read as one run at their parent, the validation folder's
+# metrics under ``val/``.
+SPLIT_DIRS = {"train": "train", "validation": "val"}
+_KERAS_EVAL = re.compile(r"^evaluation_(.+)_vs_iterations$")
+
+
+def _keras_label(split: str, tag: str, batch_axis: bool) -> str:
+    """The name a tag of a Keras split folder is read as (then mapped by the alias table).
+
+    Keras logs per epoch (``epoch_loss``: step = epoch) and, with ``update_freq``, per
+    batch (``batch_loss``, and ``evaluation_loss_vs_iterations`` in validation/: step =
+    optimizer iteration). The two axes must not meet in one series (epoch 3 beside
+    iteration 3000 reads as a stall or a gap): when a run has batch-level tags they are
+    ``train/loss`` / ``val/loss`` and the epoch-level ones get Lightning's ``_epoch``
+    suffix; otherwise the epoch-level ones are ``train/loss`` / ``val/loss``."""
+    m = _KERAS_EVAL.match(tag)
+    if m:
+        name = m.group(1)
+    elif tag.startswith("batch_"):
+        name = tag[len("batch_") :]
+    elif tag.startswith("epoch_"):
+        name = tag[len("epoch_") :] + ("_epoch" if batch_axis else "")
+    else:
+        name = tag
+    return f"{SPLIT_DIRS[split]}/{name}"
+
+
+def _split_groups(dirs: dict[Path, list[Path]]) -> dict[Path, Path]:
+    """Each ``train/`` or ``validation/`` events folder -> the run folder it belongs to."""
+    return {d: d.parent for d in dirs if d.name in SPLIT_DIRS}
+
+
+def _split_renames(
+    group: dict[Path, list[FileData]], tags: _Tags
+) -> tuple[list[FileData], list[dict[int, str] | None], dict[str, str]]:
+    """The files of one Keras run, a tag-id -> label map for each, and label -> the tag
+    as logged (``validation/epoch_loss``) for ``Run.raw_names``."""
+    import numpy as np
+
+    ids = {
+        d: sorted(set().union(*(set(np.unique(fd.rows.tag).tolist()) for fd in fds)))
+        for d, fds in group.items()
+    }
+    names = {
+        d: {t: tags.names[t].decode("utf-8", "replace") for t in tids} for d, tids in ids.items()
+    }
+    batch_axis = any(
+        n.startswith("batch_") or _KERAS_EVAL.match(n) for m in names.values() for n in m.values()
+    )
+    files: list[FileData] = []
+    renames: list[dict[int, str] | None] = []
+    logged: dict[str, str] = {}
+    for d, fds in group.items():
+        labels = {t: _keras_label(d.name, n, batch_axis) for t, n in names[d].items()}
+        logged.update({lab: f"{d.name}/{names[d][t]}" for t, lab in labels.items()})
+        files.extend(fds)
+        renames.extend([labels] * len(fds))
+    return files, renames, logged
+
+
+def _run_name(d: Path, root: Path) -> str:
+    if d == root or root not in d.parents:
+        return d.resolve().name
+    return d.relative_to(root).as_posix()
+
+
 @dataclass
 class _RunParts:
     files: list[FileData] = field(default_factory=list)
     renames: list[dict[int, str] | None] = field(default_factory=list)  # tag id -> metric
+    logged: dict[str, str] = field(default_factory=dict)  # renamed label -> tag as logged
 
 
 def _skipped_issue(files: list[FileInfo], source: str) -> list[DataIssue]:
@@ -264,7 +335,10 @@ def _numpy_run(
     from trainlens.readers._tbdecode import _frame_of
 
     frame, blocks = _frame_of(parts, tags)
-    return _build(name, source, list(parts.files), frame, blocks, base, opts)
+    run = _build(name, source, list(parts.files), frame, blocks, base, opts)
+    if parts.logged:
+        run.raw_names = {c: parts.logged.get(r, r) for c, r in run.raw_names.items()}
+    return run
 
 
 def read(path: Path, opts: ReadOptions) -> list[Run]:
@@ -294,7 +368,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         raise UnreadableInputError(f"{path}: no TensorBoard event files (events.out.tfevents.*)")
     if len(dirs) == 1:  # one run in one file: the compiled lane may take it
         ((d, files),) = dirs.items()
-        if len(files) == 1:
+        if len(files) == 1 and d.name not in SPLIT_DIRS:
             name = path.resolve().name if d == path else d.relative_to(path).as_posix()
             run = _read_compiled(files[0], name, str(d), d, opts)
             if run is not None:
@@ -319,10 +393,23 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         hit = _scalars_parent(d, tag, dirs, path)
         if hit is not None:
             folded[d] = (hit[0], f"{tag}/{hit[1]}", tid)
+    # (tensorboardX writes add_scalars("loss", {"train": …}) to loss/train: folded above,
+    # not a Keras split; one under a Keras split folder is left a run of its own)
+    splits = {d: p for d, p in _split_groups(dirs).items() if d not in folded}
+    folded = {d: f for d, f in folded.items() if f[0] not in splits}
+    by_parent: dict[Path, dict[Path, list[FileData]]] = {}
     for d, fds in data.items():
-        if d in folded:
-            continue
-        runs[d] = _RunParts(list(fds), [None] * len(fds))
+        if d in splits:
+            by_parent.setdefault(splits[d], {})[d] = fds
+            runs.setdefault(splits[d], _RunParts())
+        elif d not in folded:
+            runs.setdefault(d, _RunParts()).files.extend(fds)
+            runs[d].renames.extend([None] * len(fds))
+    for parent, group in by_parent.items():
+        split_files, renames, logged = _split_renames(group, tags)
+        runs[parent].files.extend(split_files)
+        runs[parent].renames.extend(renames)
+        runs[parent].logged.update(logged)
     for d, (parent, metric, tid) in folded.items():
         target = parent
         while target in folded:  # never expected, but keep the chain finite
@@ -336,8 +423,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         has_warnings = any(i.severity != "info" for fd in parts.files for i in fd.issues)
         if not has_values and not has_warnings:
             continue
-        name = path.resolve().name if d == path else d.relative_to(path).as_posix()
-        out.append(_numpy_run(name, str(d), parts, tags, d, opts))
+        out.append(_numpy_run(_run_name(d, path), str(d), parts, tags, d, opts))
     if not any(r.frame.height for r in out):
         raise _no_scalars(path, [fd for fds in data.values() for fd in fds])
     return out
