@@ -2,7 +2,9 @@
 
 - a file is one run source (whatever its name);
 - a directory that is itself a run store (an MLflow store, a Hugging Face output
-  directory, a folder holding TensorBoard event files) is one source;
+  directory, a folder holding TensorBoard event files, a Keras logdir with ``train/`` and
+  ``validation/``) is one source; a Lightning ``version_N/`` folder is found by its
+  ``metrics.csv`` (named ``version_N``);
 - any other directory is walked: each run-store sub-directory and each file that holds
   metrics becomes a source. Hidden entries and run-configuration files (config.json,
   hparams.yaml, meta.yaml, labels.json, ...) are skipped. A ``.jsonl``/``.csv`` file
@@ -78,13 +80,15 @@ def _has_event_files(path: Path) -> bool:
 
 
 def is_run_store(path: Path) -> bool:
-    """An MLflow store, a Hugging Face output dir, or a folder with TensorBoard events.
+    """An MLflow store, a Hugging Face output dir, a folder with TensorBoard events, or a
+    Keras logdir (its events in ``train/`` and ``validation/``: one run).
 
     (A folder with event files only deeper down is walked instead, so a tree of several
     TensorBoard runs beside JSONL runs yields each of them.)"""
     from trainlens.readers import hf_trainer, mlflow
+    from trainlens.readers.tensorboard import SPLIT_DIRS
 
-    if _has_event_files(path):
+    if _has_event_files(path) or any(_has_event_files(path / s) for s in SPLIT_DIRS):
         return True
     try:
         return bool(mlflow.sniff(path, b"") or hf_trainer.sniff(path, b""))

@@ -38,6 +38,29 @@ def masked_length_crc(length: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+LFS_POINTER_MAX = 1024  # git-lfs: a pointer file is "less than 1024 bytes" (spec v1)
+
+
+def is_lfs_pointer(head: bytes) -> bool:
+    """A Git LFS pointer: the small text file git keeps where the content was not pulled."""
+    return head.lstrip(b"\xef\xbb\xbf").startswith(LFS_POINTER)
+
+
+def is_lfs_pointer_file(path: Path) -> bool:
+    try:
+        if path.stat().st_size >= LFS_POINTER_MAX:
+            return False
+        with path.open("rb") as fh:
+            return is_lfs_pointer(fh.read(len(LFS_POINTER) + 3))
+    except OSError:
+        return False
+
+
+def lfs_message(path: Path) -> str:
+    return f"{path}: this is a Git LFS pointer, not the log itself; run `git lfs pull`"
+
+
 def is_event_file_name(name: str) -> bool:
     return "tfevents" in name
 

@@ -20,7 +20,7 @@ import polars as pl
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _wandb
-from trainlens.readers._wide import wide_to_long
+from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
 FORMAT = "csv"
@@ -94,6 +94,8 @@ def _one_run(
     issues: list[DataIssue],
     size: int,
 ) -> Run:
+    df, note = _epoch_as_step(df, source)
+    issues = [*issues, *note]
     # data lines are numbered from 2 (line 1 is the header)
     line_numbers = pl.Series("_line", range(2, df.height + 2), dtype=pl.Int64)
     long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
@@ -110,6 +112,27 @@ def _one_run(
     )
     run.cursor[source] = size
     return run
+
+
+def _epoch_as_step(df: pl.DataFrame, source: str) -> tuple[pl.DataFrame, list[DataIssue]]:
+    """Keras' CSVLogger writes one row per epoch and no step column: its whole-number,
+    rising ``epoch`` is then the step (the row number would be off by one from the epoch
+    every message names). ``epoch`` stays a metric too."""
+    if find_key(df.columns, STEP_KEYS) is not None:
+        return df, []
+    col = find_key(df.columns, ("epoch",))
+    if col is None or not df.schema[col].is_integer():
+        return df, []
+    epoch = df.get_column(col)
+    if epoch.null_count() or epoch.len() < 1 or not bool((epoch.diff().drop_nulls() > 0).all()):
+        return df, []
+    note = DataIssue(
+        kind="no-step",
+        source=source,
+        message=f"no step column; {col!r} (one row per epoch) is used as the step",
+        severity="info",
+    )
+    return df.with_columns(epoch.cast(pl.Int64).alias("step")), [note]
 
 
 FAST_MIN_BYTES = 1 << 20  # smaller files are read into memory first

@@ -113,6 +113,19 @@ def _event_dirs(root: Path) -> dict[Path, list[Path]]:
     return found
 
 
+def _without_lfs_pointers(
+    dirs: dict[Path, list[Path]],
+) -> tuple[dict[Path, list[Path]], list[Path]]:
+    """The event files that are not Git LFS pointers (a clone without ``git lfs pull``
+    holds 130-byte text files where the logs should be), and the pointers."""
+    pointers = [f for files in dirs.values() for f in files if _sniff.is_lfs_pointer_file(f)]
+    if not pointers:
+        return dirs, []
+    left = set(pointers)
+    kept = {d: [f for f in files if f not in left] for d, files in dirs.items()}
+    return {d: files for d, files in kept.items() if files}, pointers
+
+
 def _scalars_parent(
     child: Path, tag: str, dirs: dict[Path, list[Path]], root: Path
 ) -> tuple[Path, str] | None:
@@ -366,13 +379,22 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     dirs = _event_dirs(path)
     if not dirs:
         raise UnreadableInputError(f"{path}: no TensorBoard event files (events.out.tfevents.*)")
+    dirs, pointers = _without_lfs_pointers(dirs)
+    if not dirs:
+        where = pointers[0] if len(pointers) == 1 else path
+        raise UnreadableInputError(
+            _sniff.lfs_message(where)
+            if len(pointers) == 1
+            else f"{where}: its {len(pointers)} event files are Git LFS pointers, not the logs "
+            "themselves; run `git lfs pull`"
+        )
     if len(dirs) == 1:  # one run in one file: the compiled lane may take it
         ((d, files),) = dirs.items()
         if len(files) == 1 and d.name not in SPLIT_DIRS:
             name = path.resolve().name if d == path else d.relative_to(path).as_posix()
             run = _read_compiled(files[0], name, str(d), d, opts)
             if run is not None:
-                return [run]
+                return _note_pointers([run], pointers, path)
 
     import numpy as np
 
@@ -426,4 +448,21 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         out.append(_numpy_run(_run_name(d, path), str(d), parts, tags, d, opts))
     if not any(r.frame.height for r in out):
         raise _no_scalars(path, [fd for fds in data.values() for fd in fds])
-    return out
+    return _note_pointers(out, pointers, path)
+
+
+def _note_pointers(runs: list[Run], pointers: list[Path], path: Path) -> list[Run]:
+    """Some files were pulled, some not: say so on the first run."""
+    if pointers:
+        runs[0].data_quality.append(
+            DataIssue(
+                kind="lfs-pointer",
+                source=str(path),
+                message=(
+                    f"{len(pointers)} event file(s) are Git LFS pointers, not the logs "
+                    f"themselves, and were left out (first: {pointers[0]}); run `git lfs pull`"
+                ),
+                count=len(pointers),
+            )
+        )
+    return runs
