@@ -38,13 +38,22 @@ def masked_length_crc(length: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def text_head(head: bytes) -> bytes:
+    """The first bytes of a text file without the UTF-8 byte-order mark some Windows
+    tools write (a JSONL file starting with one is still JSONL, not CSV)."""
+    return head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
+
+
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 LFS_POINTER_MAX = 1024  # git-lfs: a pointer file is "less than 1024 bytes" (spec v1)
 
 
 def is_lfs_pointer(head: bytes) -> bool:
     """A Git LFS pointer: the small text file git keeps where the content was not pulled."""
-    return head.lstrip(b"\xef\xbb\xbf").startswith(LFS_POINTER)
+    return text_head(head).startswith(LFS_POINTER)
 
 
 def is_lfs_pointer_file(path: Path) -> bool:

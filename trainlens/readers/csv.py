@@ -19,7 +19,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _wandb
+from trainlens.readers import _sniff, _wandb
 from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
@@ -35,6 +35,7 @@ def _delimiter(header: bytes) -> str | None:
 def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir():
         return False
+    head = _sniff.text_head(head)
     lines = [ln for ln in head.splitlines() if ln.strip()]
     if not lines or lines[0].lstrip().startswith((b"{", b"[")):
         return False
@@ -172,8 +173,47 @@ def _read_bytes(path: Path, source: str) -> tuple[pl.DataFrame, int, list[DataIs
     issues.extend(bad)
     end = data.find(b"\n")
     header = data[: end if end >= 0 else len(data)]
-    df = _polars_csv(io.BytesIO(data), _delimiter(header) or ",")
+    delim = _delimiter(header) or ","
+    try:
+        df = _polars_csv(io.BytesIO(data), delim)
+    except Exception:  # polars gives up on the whole file for one malformed field
+        df, bad = _without_unbalanced_quotes(data, delim, source)
+        issues.extend(bad)
     return df, len(data), issues
+
+
+def _without_unbalanced_quotes(
+    data: bytes, delim: str, source: str
+) -> tuple[pl.DataFrame, list[DataIssue]]:
+    """The table with every data line holding an odd number of quote characters blanked
+    (a stray ``"`` opens a field that never closes, and polars then refuses the whole
+    file); one note names those lines. A blanked line keeps its place, so later line
+    numbers stay right; its cells are read as absent, the file's other rows are kept."""
+    lines = data.split(b"\n")
+    n_fields = lines[0].count(delim.encode()) + 1 if lines else 1
+    blank = delim.encode() * (n_fields - 1)
+    bad: list[int] = []
+    for i in range(1, len(lines)):
+        if lines[i].count(b'"') % 2:
+            lines[i] = blank
+            bad.append(i + 1)
+    if not bad:
+        raise UnreadableInputError(f"{source}: not a CSV file polars can parse")
+    try:
+        df = _polars_csv(io.BytesIO(b"\n".join(lines)), delim)
+    except Exception as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnreadableInputError(f"{source}: not a CSV file polars can parse ({why})") from None
+    shown = ", ".join(map(str, bad[:5])) + ("…" if len(bad) > 5 else "")
+    issue = DataIssue(
+        kind="bad-line",
+        source=source,
+        location=f"line {bad[0]}",
+        message=(f'{len(bad)} line(s) with an unbalanced quote (") were skipped (lines {shown})'),
+        count=len(bad),
+        details={"lines": bad[:100]},
+    )
+    return df, [issue]
 
 
 def _polars_csv(source: Path | io.BytesIO, delim: str) -> pl.DataFrame:
