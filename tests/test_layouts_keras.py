@@ -18,7 +18,9 @@ import trainlens
 STEPS_PER_EPOCH = 50
 
 
-def _keras_logdir(root: Path, epochs: int = 4, batch_level: bool = False) -> Path:
+def _keras_logdir(
+    root: Path, epochs: int = 4, batch_level: bool = False, eval_vs_iterations: bool = False
+) -> Path:
     tb = pytest.importorskip("torch.utils.tensorboard")
     train = tb.SummaryWriter(str(root / "train"), filename_suffix=".v2")
     val = tb.SummaryWriter(str(root / "validation"), filename_suffix=".v2")
@@ -34,7 +36,7 @@ def _keras_logdir(root: Path, epochs: int = 4, batch_level: bool = False) -> Pat
         train.add_histogram("dense/kernel_0", np.linspace(-1, 1, 64), epoch)
         val.add_scalar("epoch_loss", 2.1 - 0.15 * epoch, epoch)
         val.add_scalar("epoch_accuracy", 0.28 + 0.04 * epoch, epoch)
-        if batch_level:
+        if batch_level or eval_vs_iterations:
             it = (epoch + 1) * STEPS_PER_EPOCH
             val.add_scalar("evaluation_loss_vs_iterations", 2.1 - 0.15 * epoch, it)
             val.add_scalar("evaluation_accuracy_vs_iterations", 0.28 + 0.04 * epoch, it)
@@ -75,6 +77,17 @@ def test_batch_level_tags_keep_their_own_axis(tmp_path: Path) -> None:
     assert not [d for d in run.data_quality if d.kind in ("restart", "duplicate-step")]
     [analysis] = trainlens.analyze(logdir)
     assert not [f for f in analysis.findings if f.code.startswith("DATA")]
+
+
+def test_evaluation_vs_iterations_alone_keeps_the_epoch_axis(tmp_path: Path) -> None:
+    """TF 2.6+ Keras writes evaluation_*_vs_iterations at every validation even with
+    update_freq="epoch": train/loss is then per epoch, and val/loss must be too."""
+    logdir = _keras_logdir(tmp_path / "logs", eval_vs_iterations=True)
+    [run] = trainlens.read(logdir)
+    assert run.series("train/loss")[0].tolist() == [0, 1, 2, 3]
+    assert run.series("val/loss")[0].tolist() == [0, 1, 2, 3]
+    assert run.series("val/loss_vs_iterations")[0].tolist() == [50, 100, 150, 200]
+    assert not run.has("train/loss_epoch")
 
 
 def test_several_keras_runs_under_one_folder(tmp_path: Path) -> None:

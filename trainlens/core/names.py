@@ -149,9 +149,12 @@ PATTERN_ALIASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^lr-[a-z0-9_]+$"), "lr"),
     (re.compile(r"^lr-[a-z0-9_]+/pg(\d+)$"), r"lr/pg\1"),
     # per-domain validation losses
-    # (not `_epoch` / `_step`: Lightning's per-epoch and per-step aggregates of one loss)
+    # (not `_epoch` / `_step`: Lightning's per-epoch and per-step aggregates of one loss;
+    # not `_vs_iterations`: Keras' iteration-indexed evaluation, see readers/tensorboard)
     (
-        re.compile(r"^(?:val|valid|validation|eval)[/_]loss[/_](?!(?:epoch|step)$)(.+)$"),
+        re.compile(
+            r"^(?:val|valid|validation|eval)[/_]loss[/_](?!(?:epoch|step|vs_iterations)$)(.+)$"
+        ),
         r"val/loss/\1",
     ),
     # per-tensor signals

@@ -152,14 +152,17 @@ def _keras_label(split: str, tag: str, batch_axis: bool) -> str:
     """The name a tag of a Keras split folder is read as (then mapped by the alias table).
 
     Keras logs per epoch (``epoch_loss``: step = epoch) and, with ``update_freq``, per
-    batch (``batch_loss``, and ``evaluation_loss_vs_iterations`` in validation/: step =
-    optimizer iteration). The two axes must not meet in one series (epoch 3 beside
-    iteration 3000 reads as a stall or a gap): when a run has batch-level tags they are
-    ``train/loss`` / ``val/loss`` and the epoch-level ones get Lightning's ``_epoch``
-    suffix; otherwise the epoch-level ones are ``train/loss`` / ``val/loss``."""
+    batch (``batch_loss``: step = optimizer iteration); at each validation it also writes
+    ``evaluation_loss_vs_iterations`` (step = iteration), whatever ``update_freq`` is.
+    The two axes must not meet in one series (epoch 3 beside iteration 3000 reads as a
+    stall or a gap), and train/loss and val/loss must share one, so the run's axis is
+    chosen once: when training logged per batch, ``batch_*`` is ``train/*`` and
+    ``evaluation_*_vs_iterations`` is ``val/*``, the per-epoch series get Lightning's
+    ``_epoch`` suffix; otherwise ``epoch_*`` is ``train/*`` / ``val/*`` and the
+    iteration-indexed evaluation keeps a ``_vs_iterations`` suffix."""
     m = _KERAS_EVAL.match(tag)
     if m:
-        name = m.group(1)
+        name = m.group(1) + ("" if batch_axis else "_vs_iterations")
     elif tag.startswith("batch_"):
         name = tag[len("batch_") :]
     elif tag.startswith("epoch_"):
@@ -189,7 +192,7 @@ def _split_renames(
         d: {t: tags.names[t].decode("utf-8", "replace") for t in tids} for d, tids in ids.items()
     }
     batch_axis = any(
-        n.startswith("batch_") or _KERAS_EVAL.match(n) for m in names.values() for n in m.values()
+        n.startswith("batch_") for d, m in names.items() if d.name == "train" for n in m.values()
     )
     files: list[FileData] = []
     renames: list[dict[int, str] | None] = []
