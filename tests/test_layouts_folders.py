@@ -147,3 +147,15 @@ def test_real_keras_csvlogger_folder(shared_dir: Path) -> None:
 def test_real_lfs_pointer(shared_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["analyze", str(shared_dir / "real-logs/yx-lim_mjlab-trained/logs")]) == 2
     assert "Git LFS pointer, not the log itself; run `git lfs pull`" in capsys.readouterr().err
+
+
+def test_folder_with_one_text_log_beside_other_files(tmp_path: Path) -> None:
+    (tmp_path / "README.txt").write_text("how this run was made\n")
+    (tmp_path / "LICENSE").write_text("MIT\n")
+    log = tmp_path / "main.log"
+    log.write_text("".join(f"s:{i} trl:{3.0 - 0.01 * i:.4f}\n" for i in range(30)))
+    [run] = trainlens.read(tmp_path)
+    assert run.name == "main" and run.series("train/loss")[0].size == 30
+    (tmp_path / "second.log").write_text(log.read_text())
+    with pytest.raises(UnreadableInputError, match="2 metrics files"):
+        trainlens.read(tmp_path)

@@ -35,6 +35,8 @@ def _module(fmt: str) -> ModuleType:
 
 # a folder of metrics files that is no run store of its own (see folder_runs)
 FOLDER_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson")
+# text logs count only when they sniff as one (a README.txt or requirements.txt does not)
+FOLDER_TEXT_SUFFIXES = (".log", ".txt", ".out")
 LIGHTNING_METRICS = "metrics.csv"
 
 
@@ -45,7 +47,8 @@ def folder_runs(path: Path) -> list[tuple[Path, str]]:
       ``lightning_logs/`` holding many, or at the ``save_dir`` above ``<name>/version_N``),
       each a run named after its folder (``version_13``, ``exp/version_0``);
     - otherwise a folder holding exactly one metrics file (``.csv``, ``.tsv``, ``.jsonl``,
-      ``.ndjson``: a Keras CSVLogger's ``logs/training_log.csv``), named as that file.
+      ``.ndjson``: a Keras CSVLogger's ``logs/training_log.csv``; failing those, one
+      ``.log``/``.txt``/``.out`` that sniffs as a log), named as that file.
 
     Empty when neither holds (several loose files are ambiguous: the caller says so)."""
     if (path / LIGHTNING_METRICS).is_file():
@@ -73,16 +76,23 @@ def _subdirs(path: Path) -> list[Path]:
 
 
 def _loose_metrics_files(path: Path) -> list[Path]:
+    """The metrics files directly in ``path``: tables first; text logs only when there is
+    no table and they sniff as a log (a Megatron stdout beside its LICENSE)."""
     try:
-        return sorted(
-            p
-            for p in path.iterdir()
-            if p.is_file()
-            and not p.name.startswith(".")
-            and p.name.lower().endswith(FOLDER_SUFFIXES)
-        )
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
     except OSError:
         return []
+    tables = [p for p in files if p.name.lower().endswith(FOLDER_SUFFIXES)]
+    if tables:
+        return tables
+    return [p for p in files if p.name.lower().endswith(FOLDER_TEXT_SUFFIXES) and _is_log(p)]
+
+
+def _is_log(path: Path) -> bool:
+    try:
+        return detect_format(path) in ("text", "jsonl", "csv")
+    except (UnreadableInputError, OSError):
+        return False
 
 
 def _no_run_in_folder(path: Path) -> UnreadableInputError:
