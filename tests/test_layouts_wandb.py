@@ -138,3 +138,16 @@ def test_real_runs_table(shared_dir: Path) -> None:
         assert 2.0 <= r.series("val/loss")[1][0] <= 2.03
     best = min(runs, key=lambda r: r.series("val/loss")[1][0])
     assert best.name.split("#")[0] == "G1_ternary_weights"
+
+
+def test_runs_table_with_columns_hidden_and_flags(tmp_path: Path) -> None:
+    """The user picks the visible columns (no "State" here); a true/false summary is a
+    flag kept with the params, never a metric."""
+    fixed = ["Name", "Runtime", "End Time", "Hostname", "Notes", "Tags"]
+    rows: list[list[object]] = [[*fixed, "batch", "seed", "offload", "tokens_per_sec"]]
+    rows.append(["a", 300, "2026-05-29T08:53:32.000Z", "nid1", "-", "x", 240, 1, "true", 1e5])
+    rows.append(["b", 310, "2026-05-29T08:54:32.000Z", "nid2", "-", "x", 240, 2, "false", 9e4])
+    runs = trainlens.read(_write(tmp_path / "table.csv", rows))
+    assert [r.name for r in runs] == ["a", "b"]
+    assert runs[0].metrics == ["tokens_per_sec"]
+    assert runs[1].metadata["params"] == {"batch": 240, "seed": 2, "offload": False}

@@ -159,7 +159,8 @@ def _chart_run(
 
 
 def is_runs_table(columns: list[str]) -> bool:
-    return "Name" in columns and "State" in columns and len(FIXED_COLUMNS & set(columns)) >= 4
+    # (the user picks the visible columns: "State" or "Created" may be hidden)
+    return "Name" in columns and len(FIXED_COLUMNS & set(columns)) >= 4
 
 
 def split_config_summary(columns: list[str], aliases: AliasTable) -> tuple[list[str], list[str]]:
@@ -176,6 +177,13 @@ def split_config_summary(columns: list[str], aliases: AliasTable) -> tuple[list[
     return [c for c in columns if c not in summary], summary
 
 
+def _is_flag_text(col: pl.Series) -> bool:
+    if col.dtype != pl.String:
+        return False
+    values = col.drop_nulls().str.to_lowercase()
+    return values.len() > 0 and bool(values.is_in(["true", "false", ""]).all())
+
+
 def _plain(value: Any) -> Any:
     return value if isinstance(value, (str, int, float, bool)) else str(value)
 
@@ -190,7 +198,14 @@ def runs_table(
     config, summary = split_config_summary(rest, opts.aliases)
     step_col = find_key(summary, RUN_STEP_KEYS)
     time_col = "_timestamp" if "_timestamp" in summary else None
-    metrics = [c for c in summary if c not in (step_col, time_col) and not c.startswith("_")]
+    # (a true/false summary is a flag, never a training metric: kept with the params)
+    flags = [c for c in summary if df.schema[c] == pl.Boolean or _is_flag_text(df.get_column(c))]
+    config = [*config, *flags]
+    metrics = [
+        c
+        for c in summary
+        if c not in (step_col, time_col) and not c.startswith("_") and c not in flags
+    ]
     step = (
         df.get_column(step_col).cast(pl.Float64, strict=False).fill_null(0.0).alias("step")
         if step_col is not None
