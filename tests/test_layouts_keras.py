@@ -110,6 +110,13 @@ def test_only_a_train_folder_is_named_after_its_run(tmp_path: Path) -> None:
     assert same.name == "exp1" and same.metrics == ["train/loss"]
 
 
+def test_one_events_file_of_a_keras_logdir(tmp_path: Path) -> None:
+    logdir = _keras_logdir(tmp_path / "logs")
+    [val_file] = (logdir / "validation").glob("events.out.tfevents.*")
+    [run] = trainlens.read(val_file)
+    assert run.name == "logs" and sorted(run.metrics) == ["val/accuracy", "val/loss"]
+
+
 def test_real_keras_logdir(shared_dir: Path) -> None:
     [run] = trainlens.read(shared_dir / "real-logs/mrdbourke_tensorflow-deep-learning/logs")
     assert sorted(run.metrics) == ["train/accuracy", "train/loss", "val/accuracy", "val/loss"]

@@ -366,8 +366,9 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if not path.exists():
         raise UnreadableInputError(f"{path}: no such file or directory")
     if path.is_file():
+        split = _is_event_file(path.name) and path.resolve().parent.name in SPLIT_DIRS
         name = path.resolve().parent.name if _is_event_file(path.name) else path.stem
-        if opts.start_offset == 0:
+        if opts.start_offset == 0 and not split:
             run = _read_compiled(path, name, str(path), path.parent, opts)
             if run is not None:
                 return [run]
@@ -377,7 +378,11 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         fd = read_events_file(path, tags, start_offset=opts.start_offset)
         if not len(fd.rows.record) and opts.start_offset == 0:
             raise _no_scalars(path, [fd])
-        return [_numpy_run(name, str(path), _RunParts([fd], [None]), tags, path.parent, opts)]
+        parts = _RunParts([fd], [None])
+        if split:  # one file of a Keras logdir: named and mapped as its run would be
+            parts = _RunParts(*_split_renames({path.resolve().parent: [fd]}, tags))
+            name = path.resolve().parent.parent.name
+        return [_numpy_run(name, str(path), parts, tags, path.parent, opts)]
 
     dirs = _event_dirs(path)
     if not dirs:
