@@ -51,6 +51,13 @@ def test_chart_export_companions_that_differ_are_kept_apart(tmp_path: Path) -> N
     assert mins[3] == pytest.approx(0.09) and mins[0] == pytest.approx(0.1)
 
 
+def test_chart_run_name_with_a_dash(tmp_path: Path) -> None:
+    rows: list[list[object]] = [["Step", "lr 1e-3 - bs 64 - val_loss"]]
+    rows += [[i, 2.0 - 0.1 * i] for i in range(4)]
+    [run] = trainlens.read(_write(tmp_path / "export.csv", rows))
+    assert run.name == "lr 1e-3 - bs 64" and run.metrics == ["val/loss"]
+
+
 def test_plain_csv_with_a_dash_in_a_column_is_not_a_chart(tmp_path: Path) -> None:
     rows: list[list[object]] = [["step", "loss", "lr - group 0"]]
     rows += [[i, 1.0 / (i + 1), 0.1] for i in range(5)]

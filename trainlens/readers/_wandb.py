@@ -31,7 +31,9 @@ from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers._wide import STEP_KEYS, TIME_KEYS, find_key, wide_to_long
 from trainlens.readers.base import ReadOptions
 
-CHART_COLUMN = re.compile(r"^(?P<run>.+?) - (?P<metric>.+)$")
+# split at the last " - ": a run's display name may hold one ("lr 1e-3 - bs 64"), a
+# logged key has no spaces around a dash
+CHART_COLUMN = re.compile(r"^(?P<run>.+) - (?P<metric>.+)$")
 COMPANION = re.compile(r"^(?P<base>.+)__(?P<kind>MIN|MAX)$")
 # the columns W&B's runs table writes before the config (the visible defaults and the
 # ones a user can add from the column picker)
