@@ -48,3 +48,10 @@ def test_stray_quote_is_a_note_and_other_rows_are_kept(
     assert main(["analyze", str(path)]) == 0
     out = capsys.readouterr()
     assert "Traceback" not in out.err and "line 5" in out.out
+
+
+def test_trainer_state_with_bom_is_hf_trainer(tmp_path: Path) -> None:
+    state = {"log_history": [{"step": i, "loss": 1.0 - 0.1 * i} for i in range(1, 4)]}
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(BOM + json.dumps(state).encode())
+    assert detect_format(path) == "hf-trainer"

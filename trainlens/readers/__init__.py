@@ -26,6 +26,8 @@ FORMATS: dict[str, str] = {
     "text": "trainlens.readers.textlog",
 }
 
+BINARY_FORMATS = frozenset({"tensorboard", "mlflow"})  # (an MLflow sqlite database)
+
 __all__ = ["FORMATS", "ReadOptions", "detect_format", "folder_runs", "read_runs"]
 
 
@@ -123,8 +125,12 @@ def detect_format(path: Path) -> str:
         raise UnreadableInputError(f"{path}: the file is empty")
     if _sniff.is_lfs_pointer(head):
         raise UnreadableInputError(_sniff.lfs_message(path))
+    # text formats are sniffed without a UTF-8 byte-order mark (Windows tools write one:
+    # a JSONL file starting with it is JSONL, not CSV); binary ones see the bytes as they are
+    text = _sniff.text_head(head)
     for fmt in FORMATS:
-        if _sniff.may_be(fmt, path, head) and _module(fmt).sniff(path, head):
+        h = head if fmt in BINARY_FORMATS else text
+        if _sniff.may_be(fmt, path, h) and _module(fmt).sniff(path, h):
             return fmt
     raise UnreadableInputError(
         f"{path}: not a format trainlens knows (JSONL, CSV/TSV, TensorBoard events, MLflow, "

@@ -19,7 +19,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _sniff, _wandb
+from trainlens.readers import _wandb
 from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
@@ -35,7 +35,6 @@ def _delimiter(header: bytes) -> str | None:
 def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir():
         return False
-    head = _sniff.text_head(head)
     lines = [ln for ln in head.splitlines() if ln.strip()]
     if not lines or lines[0].lstrip().startswith((b"{", b"[")):
         return False

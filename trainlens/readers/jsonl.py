@@ -32,7 +32,6 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _sniff
 from trainlens.readers._wide import STEP_KEYS, find_key, flatten_structs, wide_to_long
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
@@ -47,7 +46,7 @@ _REPLACE = {b"NaN": b'"nan"', b"Infinity": b'"inf"', b"-Infinity": b'"-inf"'}
 def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir():
         return False
-    for line in _sniff.text_head(head).splitlines():
+    for line in head.splitlines():
         s = line.strip()
         if not s:
             continue
