@@ -126,6 +126,17 @@ def test_folder_of_lfs_pointer_event_files(
     assert "git lfs pull" in note.message
 
 
+def test_gate_reports_an_lfs_pointer_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "train.log").write_text(LFS_POINTER)
+    (tmp_path / "runs" / "README.txt").write_text("notes\n")
+    assert [s.name for s in discover([str(tmp_path / "runs")])] == ["runs"]
+    assert main(["gate", str(tmp_path / "runs")]) == 2
+    assert "run `git lfs pull`" in capsys.readouterr().out
+
+
 def test_real_lightning_logs(shared_dir: Path) -> None:
     store = shared_dir / "real-logs/Arshya-Guru_deepmind-research/lightning_logs"
     runs = trainlens.read(store)

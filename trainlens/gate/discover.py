@@ -107,7 +107,10 @@ def _file_is_run(path: Path) -> bool:
         return True
     if not lower.endswith(MAYBE_SUFFIXES):
         return False
-    from trainlens.readers import detect_format
+    from trainlens.readers import _sniff, detect_format
+
+    if _sniff.is_lfs_pointer_file(path):
+        return True  # a log not pulled yet: reported unreadable ("run git lfs pull"), not hidden
 
     try:
         fmt = detect_format(path)
