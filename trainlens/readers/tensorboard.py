@@ -366,23 +366,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if not path.exists():
         raise UnreadableInputError(f"{path}: no such file or directory")
     if path.is_file():
-        split = _is_event_file(path.name) and path.resolve().parent.name in SPLIT_DIRS
-        name = path.resolve().parent.name if _is_event_file(path.name) else path.stem
-        if opts.start_offset == 0 and not split:
-            run = _read_compiled(path, name, str(path), path.parent, opts)
-            if run is not None:
-                return [run]
-        from trainlens.readers._tbdecode import _Tags, read_events_file
-
-        tags = _Tags()
-        fd = read_events_file(path, tags, start_offset=opts.start_offset)
-        if not len(fd.rows.record) and opts.start_offset == 0:
-            raise _no_scalars(path, [fd])
-        parts = _RunParts([fd], [None])
-        if split:  # one file of a Keras logdir: named and mapped as its run would be
-            parts = _RunParts(*_split_renames({path.resolve().parent: [fd]}, tags))
-            name = path.resolve().parent.parent.name
-        return [_numpy_run(name, str(path), parts, tags, path.parent, opts)]
+        return _read_file(path, opts)
 
     dirs = _event_dirs(path)
     if not dirs:
@@ -404,29 +388,74 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             if run is not None:
                 return _note_pointers([run], pointers, path)
 
-    import numpy as np
-
     from trainlens.readers._tbdecode import _Tags, read_events_file
 
     tags = _Tags()
     data = {d: [read_events_file(f, tags) for f in files] for d, files in dirs.items()}
-    runs: dict[Path, _RunParts] = {}
+    out: list[Run] = []
+    for d, parts in _group_runs(path, dirs, data, tags).items():
+        has_values = any(len(fd.rows.record) for fd in parts.files)
+        has_warnings = any(i.severity != "info" for fd in parts.files for i in fd.issues)
+        if not has_values and not has_warnings:
+            continue
+        out.append(_numpy_run(_run_name(d, path), str(d), parts, tags, d, opts))
+    if not any(r.frame.height for r in out):
+        raise _no_scalars(path, [fd for fds in data.values() for fd in fds])
+    return _note_pointers(out, pointers, path)
+
+
+def _read_file(path: Path, opts: ReadOptions) -> list[Run]:
+    split = _is_event_file(path.name) and path.resolve().parent.name in SPLIT_DIRS
+    name = path.resolve().parent.name if _is_event_file(path.name) else path.stem
+    if opts.start_offset == 0 and not split:
+        run = _read_compiled(path, name, str(path), path.parent, opts)
+        if run is not None:
+            return [run]
+    from trainlens.readers._tbdecode import _Tags, read_events_file
+
+    tags = _Tags()
+    fd = read_events_file(path, tags, start_offset=opts.start_offset)
+    if not len(fd.rows.record) and opts.start_offset == 0:
+        raise _no_scalars(path, [fd])
+    parts = _RunParts([fd], [None])
+    if split:  # one file of a Keras logdir: named and mapped as its run would be
+        parts = _RunParts(*_split_renames({path.resolve().parent: [fd]}, tags))
+        name = path.resolve().parent.parent.name
+    return [_numpy_run(name, str(path), parts, tags, path.parent, opts)]
+
+
+def _folded_scalars(
+    root: Path, dirs: dict[Path, list[Path]], data: dict[Path, list[FileData]], tags: _Tags
+) -> dict[Path, tuple[Path, str, int]]:
+    """add_scalars sub-directories: folder -> (its run's folder, metric, tag id)."""
+    import numpy as np
+
     folded: dict[Path, tuple[Path, str, int]] = {}
     for d, fds in data.items():
-        if d == path:
+        if d == root:
             continue
         tag_ids = set().union(*(set(np.unique(fd.rows.tag).tolist()) for fd in fds))
         if len(tag_ids) != 1 or any(fd.skipped for fd in fds):
             continue
         (tid,) = tag_ids
         tag = tags.names[tid].decode("utf-8", "replace")
-        hit = _scalars_parent(d, tag, dirs, path)
+        hit = _scalars_parent(d, tag, dirs, root)
         if hit is not None:
             folded[d] = (hit[0], f"{tag}/{hit[1]}", tid)
+    return folded
+
+
+def _group_runs(
+    root: Path, dirs: dict[Path, list[Path]], data: dict[Path, list[FileData]], tags: _Tags
+) -> dict[Path, _RunParts]:
+    """The runs of a tree: each events folder, with add_scalars folders folded into their
+    run and a Keras logdir's split folders into one."""
+    folded = _folded_scalars(root, dirs, data, tags)
     # (tensorboardX writes add_scalars("loss", {"train": …}) to loss/train: folded above,
     # not a Keras split; one under a Keras split folder is left a run of its own)
     splits = {d: p for d, p in _split_groups(dirs).items() if d not in folded}
     folded = {d: f for d, f in folded.items() if f[0] not in splits}
+    runs: dict[Path, _RunParts] = {}
     by_parent: dict[Path, dict[Path, list[FileData]]] = {}
     for d, fds in data.items():
         if d in splits:
@@ -446,17 +475,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             target = folded[target][0]
         runs[target].files.extend(data[d])
         runs[target].renames.extend([{tid: metric}] * len(data[d]))
-
-    out: list[Run] = []
-    for d, parts in runs.items():
-        has_values = any(len(fd.rows.record) for fd in parts.files)
-        has_warnings = any(i.severity != "info" for fd in parts.files for i in fd.issues)
-        if not has_values and not has_warnings:
-            continue
-        out.append(_numpy_run(_run_name(d, path), str(d), parts, tags, d, opts))
-    if not any(r.frame.height for r in out):
-        raise _no_scalars(path, [fd for fds in data.values() for fd in fds])
-    return _note_pointers(out, pointers, path)
+    return runs
 
 
 def _note_pointers(runs: list[Run], pointers: list[Path], path: Path) -> list[Run]:
