@@ -47,7 +47,9 @@ grad_norm, eval_*), Lightning's `self.log` names and LearningRateMonitor (`lr-<O
 `lr-<Optimizer>/pg<N>`), Megatron-LM / Megatron-DeepSpeed iteration lines ('lm loss',
 'grad norm', 'learning rate', 'samples per second', 'TFLOPs', 'loss scale', 'elapsed time
 per iteration (ms)'), llm.c and modded-nanogpt logs (`trl`, `tel`, `norm`, `lr`,
-`train_loss`, `val_loss`, `step_avg`, `train_time`), and common TensorBoard tags.
+`train_loss`, `val_loss`, `step_avg`, `train_time`), torchtitan's metric logger
+(`loss_metrics/global_avg_loss`, `throughput(tps)`, `mfu(%)`, `memory/max_active(GiB)`,
+`time_metrics/end_to_end(s)`), and common TensorBoard tags.
 This page is generated from the table: `python docs/gen_metrics.py`.
 """
 

@@ -110,6 +110,12 @@ def test_namespaced_tensorboard_equals_plain_jsonl(
         ("val/loss_epoch", "val/loss_epoch", 1.0),
         ("val_loss_epoch", "val/loss_epoch", 1.0),  # an aggregate, not a domain
         ("val_loss_code", "val/loss/code", 1.0),  # a domain
+        # torchtitan
+        ("loss_metrics/global_avg_loss", "train/loss", 1.0),
+        ("validation_metrics/loss", "val/loss", 1.0),
+        ("mfu(%)", "mfu", 0.01),
+        ("memory/max_reserved(GiB)", "mem/reserved", float(1 << 30)),
+        ("time_metrics/end_to_end(s)", "step_time", 1.0),
     ],
 )
 def test_namespace_rule(raw: str, canonical: str, scale: float) -> None:

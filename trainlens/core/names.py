@@ -141,6 +141,16 @@ EXACT_ALIASES: dict[str, Alias] = {
     # TensorBoard tags people use
     "loss/train_step": _a("train/loss"),
     "train/loss_iter": _a("train/loss"),
+    # torchtitan's metric logger (under loss_metrics/, memory/, time_metrics/ folders)
+    "global_avg_loss": _a("train/loss"),
+    "throughput(tps)": _a("tokens_per_sec"),
+    "tps": _a("tokens_per_sec"),
+    "mfu(%)": _a("mfu", 0.01),
+    "n_tokens_seen": _a("tokens"),
+    "end_to_end(s)": _a("step_time"),
+    "data_loading(s)": _a("dataloader_wait"),
+    "max_active(gib)": _a("mem/allocated", float(1 << 30)),
+    "max_reserved(gib)": _a("mem/reserved", float(1 << 30)),
 }
 
 # Patterns, tried in order after the exact table. ``\1`` keeps a suffix.
@@ -192,6 +202,8 @@ NAMESPACES = frozenset(
         "metrics",
         "stats",
         "losses",
+        "loss_metrics",
+        "time_metrics",
         "trainer",
         "gpu",
         "cuda",
@@ -204,7 +216,9 @@ MEMORY_NAMESPACES = frozenset({"memory", "mem", "gpu", "cuda", "sys", "system"})
 # split folders: the rest's canonical name moved to the validation split (`eval/loss` ->
 # `val/loss`, `eval/ppl` -> `val/perplexity`, `test/accuracy` -> `val/accuracy`); a value
 # under these is never a training metric, even when the rest alone would be one.
-SPLIT_NAMESPACES = frozenset({"val", "valid", "validation", "eval", "evaluation", "test", "dev"})
+SPLIT_NAMESPACES = frozenset(
+    {"val", "valid", "validation", "eval", "evaluation", "test", "dev", "validation_metrics"}
+)
 _MAX_NAMESPACE_DEPTH = 4  # `train/optim/lr` is two; deeper is a per-tensor path, not folders
 
 
