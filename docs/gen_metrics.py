@@ -39,7 +39,11 @@ A name that is still unmatched and has a folder in front is looked up again with
   (`train/accuracy`, `train/loss_epoch` stay as logged).
 - split folders — {splits} — move the rest to the validation split, never to training:
   `eval/loss` is `val/loss`, `eval/ppl` is `val/perplexity`, `test/accuracy` is
-  `val/accuracy`, `validation/loss_epoch` is `val/loss_epoch`."""
+  `val/accuracy`, `validation/loss_epoch` is `val/loss_epoch`.
+
+Last, words joined by `-` or a space are looked up joined by `_` (the separator rule):
+Megatron's `grad norm`, `learning-rate`, `loss-scale`, `iteration-time`, NeMo's
+`train_step_timing in s`."""
 
 FOOTER = """
 Sources of the spellings: HF Trainer's `log_history` keys (loss, learning_rate,

@@ -138,6 +138,24 @@ def test_exact_table_holds_no_spelling_the_rule_covers() -> None:
     covered = [
         key
         for key, alias in EXACT_ALIASES.items()
-        if "/" in key and table._namespaced(key, 4) == alias
+        if table._namespaced(key, 4) == alias or table._separated(key, 4) == alias
     ]
     assert covered == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "canonical"),
+    [
+        ("grad norm", "grad_norm"),  # Megatron's log lines
+        ("learning-rate", "lr"),  # Megatron's TensorBoard tags
+        ("loss-scale", "loss_scale"),
+        ("iteration-time", "step_time"),
+        ("params-norm", "weight_norm"),
+        ("train_step_timing in s", "step_time"),  # NeMo
+        ("eval/lm loss", "val/loss"),  # with the namespace rule
+        ("lr-AdamW", "lr"),  # Lightning's pattern still comes first
+    ],
+)
+def test_separator_rule(raw: str, canonical: str) -> None:
+    alias = AliasTable().lookup(raw)
+    assert alias is not None and alias.canonical == canonical

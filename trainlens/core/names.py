@@ -72,10 +72,8 @@ EXACT_ALIASES: dict[str, Alias] = {
     "loss/eval": _a("val/loss"),
     "lr": _a("lr"),
     "learning_rate": _a("lr"),
-    "learning-rate": _a("lr"),
     "grad_norm": _a("grad_norm"),
     "gnorm": _a("grad_norm"),
-    "grad-norm": _a("grad_norm"),
     "gradnorm": _a("grad_norm"),
     "total_norm": _a("grad_norm"),
     "norm": _a("grad_norm"),  # llm.c: "norm:" is the pre-clip global grad norm
@@ -126,21 +124,24 @@ EXACT_ALIASES: dict[str, Alias] = {
     "trl": _a("train/loss"),
     "tel": _a("val/loss"),
     # Megatron-LM / Megatron-DeepSpeed iteration lines
-    "lm loss": _a("train/loss"),
-    "grad norm": _a("grad_norm"),
-    "learning rate": _a("lr"),
-    "samples per second": _a("samples_per_sec"),
     "tflops": _a("tflops_per_gpu"),
-    "loss scale": _a("loss_scale"),
     "elapsed time per iteration (ms)": _a("step_time", 1e-3),
     "elapsed time per iteration (s)": _a("step_time"),
-    "tokens per second": _a("tokens_per_sec"),
     # Megatron validation lines, named like Megatron's own TensorBoard tags
     "lm loss validation": _a("val/loss"),
     "lm loss validation ppl": _a("val/perplexity"),
     # TensorBoard tags people use
     "loss/train_step": _a("train/loss"),
     "train/loss_iter": _a("train/loss"),
+    # Megatron-LM's TensorBoard tags (`iteration-time`, `params-norm`, …: see the
+    # separator rule) and NeMo's
+    "iteration_time": _a("step_time"),
+    "params_norm": _a("weight_norm"),
+    "mem_allocated_bytes": _a("mem/allocated"),
+    "mem_reserved_bytes": _a("mem/reserved"),
+    "reduced_train_loss": _a("train/loss"),
+    "train_step_timing": _a("step_time"),
+    "train_step_timing_in_s": _a("step_time"),
     # torchtitan's metric logger (under loss_metrics/, memory/, time_metrics/ folders)
     "global_avg_loss": _a("train/loss"),
     "throughput(tps)": _a("tokens_per_sec"),
@@ -219,6 +220,7 @@ MEMORY_NAMESPACES = frozenset({"memory", "mem", "gpu", "cuda", "sys", "system"})
 SPLIT_NAMESPACES = frozenset(
     {"val", "valid", "validation", "eval", "evaluation", "test", "dev", "validation_metrics"}
 )
+_SEPARATORS = re.compile(r"[- ]+")
 _MAX_NAMESPACE_DEPTH = 4  # `train/optim/lr` is two; deeper is a per-tensor path, not folders
 
 
@@ -251,7 +253,13 @@ class AliasTable:
             m = pattern.match(key)
             if m:
                 return Alias(m.expand(template))
-        return self._namespaced(key, depth)
+        return self._namespaced(key, depth) or self._separated(key, depth)
+
+    def _separated(self, key: str, depth: int) -> Alias | None:
+        """The separator rule: words joined by `-` or a space are the same name joined by
+        `_` (Megatron's `grad norm` and `learning-rate`, NeMo's `train_step_timing in s`)."""
+        flat = _SEPARATORS.sub("_", key)
+        return self._lookup(flat, depth - 1) if flat != key and depth > 0 else None
 
     def _namespaced(self, key: str, depth: int) -> Alias | None:
         """The namespace rule (see NAMESPACES): ``<folder>/<rest>`` is ``<rest>``'s
