@@ -52,6 +52,16 @@ def test_lightning_logs_is_a_run_store(tmp_path: Path) -> None:
     ]
 
 
+def test_lightning_version_without_rows_is_a_note(tmp_path: Path) -> None:
+    store = _lightning_store(tmp_path, versions=1)
+    (store / "version_1").mkdir()
+    (store / "version_1" / "metrics.csv").write_text("epoch,step,train/loss\n")  # just started
+    [run] = trainlens.read(store)
+    assert run.name == "version_0"
+    [note] = [d for d in run.data_quality if d.kind == "unreadable-run"]
+    assert "version_1" in note.message and "no rows" in note.message
+
+
 def test_lightning_run_config_found_beside_metrics(tmp_path: Path) -> None:
     from trainlens.runconfig import find_run_config
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 from trainlens.core.errors import UnreadableInputError, UsageError
-from trainlens.core.run import Run
+from trainlens.core.run import DataIssue, Run
 from trainlens.readers import _sniff
 from trainlens.readers.base import ReadOptions, read_head, run_name_for
 
@@ -180,11 +180,27 @@ def _read_folder(path: Path, format: str | None, opts: ReadOptions) -> list[Run]
     if not found:
         raise _no_run_in_folder(path)
     runs: list[Run] = []
+    unreadable: list[UnreadableInputError] = []
     for file, name in found:
-        for run in _read_one(file, format, opts):
+        # (Lightning's metrics.csv is CSV even with a header only: no body to sniff)
+        fmt = format or ("csv" if file.name == LIGHTNING_METRICS else None)
+        try:
+            got = _read_one(file, fmt, opts)
+        except UnreadableInputError as exc:
+            if len(found) == 1:
+                raise
+            unreadable.append(exc)  # one version just started (a header only): not all
+            continue
+        for run in got:
             if run.name == run_name_for(file):  # (a W&B export names its own runs)
                 run.name = name
             runs.append(run)
+    if not runs:
+        raise unreadable[0]
+    for err in unreadable:
+        runs[0].data_quality.append(
+            DataIssue(kind="unreadable-run", source=str(path), message=f"left out: {err}")
+        )
     return runs
 
 
