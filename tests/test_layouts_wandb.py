@@ -158,3 +158,14 @@ def test_runs_table_with_columns_hidden_and_flags(tmp_path: Path) -> None:
     assert [r.name for r in runs] == ["a", "b"]
     assert runs[0].metrics == ["tokens_per_sec"]
     assert runs[1].metadata["params"] == {"batch": 240, "seed": 2, "offload": False}
+
+
+def test_runs_table_step_that_is_no_step(tmp_path: Path) -> None:
+    rows: list[list[object]] = [[*FIXED, "_step", "loss"]]
+    rows.append(["x", "finished", "", "", "", "", 1, "", "abc", 0.5])
+    rows.append(["y", "finished", "", "", "", "", 1, "", "1e30", 0.4])
+    rows.append(["z", "finished", "", "", "", "", 1, "", "7", 0.3])
+    runs = trainlens.read(_write(tmp_path / "runs.csv", rows))
+    assert [r.series("train/loss")[0].tolist() for r in runs] == [[0], [0], [7]]
+    [note] = [d for d in runs[0].data_quality if d.kind == "non-numeric"]
+    assert note.count == 2 and note.location == "line 2"

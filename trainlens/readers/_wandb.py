@@ -179,6 +179,37 @@ def split_config_summary(columns: list[str], aliases: AliasTable) -> tuple[list[
     return [c for c in columns if c not in summary], summary
 
 
+_MAX_STEP = float(1 << 62)  # beyond this a float step is no iteration count
+
+
+def _row_steps(
+    df: pl.DataFrame, step_col: str | None, source: str
+) -> tuple[pl.Series, list[DataIssue]]:
+    """Each row's step (Int64): its step column, 0 where there is none; a cell that is no
+    usable step (text, NaN, beyond int64) is 0 too, and said in a note."""
+    if step_col is None:
+        return pl.Series("step", [0] * df.height, dtype=pl.Int64), []
+    raw = df.get_column(step_col)
+    as_float = raw.cast(pl.Float64, strict=False)
+    bad = (as_float.is_null() & raw.is_not_null()) | ~as_float.is_finite().fill_null(True)
+    bad = bad | (as_float.abs() > _MAX_STEP).fill_null(False)
+    step = as_float.set(bad, None).fill_null(0.0).round(0).cast(pl.Int64).alias("step")
+    if not bad.any():
+        return step, []
+    lines = [i + 2 for i in bad.arg_true().head(5).to_list()]
+    note = DataIssue(
+        kind="non-numeric",
+        source=source,
+        location=f"line {lines[0]}",
+        message=(
+            f"{int(bad.sum())} run(s) have a {step_col!r} that is no step; their final "
+            f"values are put at step 0 (lines {', '.join(map(str, lines))})"
+        ),
+        count=int(bad.sum()),
+    )
+    return step, [note]
+
+
 def _is_flag_text(col: pl.Series) -> bool:
     if col.dtype != pl.String:
         return False
@@ -208,11 +239,8 @@ def runs_table(
         for c in summary
         if c not in (step_col, time_col) and not c.startswith("_") and c not in flags
     ]
-    step = (
-        df.get_column(step_col).cast(pl.Float64, strict=False).fill_null(0.0).alias("step")
-        if step_col is not None
-        else pl.Series("step", [0] * df.height, dtype=pl.Int64)
-    )
+    step, step_notes = _row_steps(df, step_col, source)
+    issues = [*issues, *step_notes]
     parts = [step, *(df.get_column(c) for c in metrics)]
     if time_col is not None:
         parts.append(df.get_column(time_col).alias("wall_time"))
