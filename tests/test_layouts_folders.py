@@ -180,3 +180,14 @@ def test_folder_with_one_text_log_beside_other_files(tmp_path: Path) -> None:
     (tmp_path / "second.log").write_text(log.read_text())
     with pytest.raises(UnreadableInputError, match="2 metrics files"):
         trainlens.read(tmp_path)
+
+
+def test_symlink_loop_in_a_run_folder(tmp_path: Path) -> None:
+    version = tmp_path / "logs" / "lightning_logs" / "version_0"
+    version.mkdir(parents=True)
+    (version / "metrics.csv").write_text("step,loss\n0,1.0\n1,0.9\n2,0.8\n")
+    (tmp_path / "logs" / "loop").symlink_to("loop")  # points at itself: ELOOP
+    (version / "up").symlink_to("../..")  # a cycle through the tree
+    [run] = trainlens.read(tmp_path / "logs")
+    assert run.name == "lightning_logs/version_0"
+    assert [s.name for s in discover([str(tmp_path / "logs")])] == ["lightning_logs/version_0"]

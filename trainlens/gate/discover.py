@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainlens.core.errors import TrainlensError, UsageError
+from trainlens.readers._sniff import entry_is_dir, entry_is_file
 
 SKIP_NAMES = frozenset(
     {
@@ -74,7 +75,7 @@ def _hidden(name: str) -> bool:
 
 def _has_event_files(path: Path) -> bool:
     try:
-        return any(_EVENT_FILE.search(e.name) and e.is_file() for e in os.scandir(path))
+        return any(_EVENT_FILE.search(e.name) and entry_is_file(e) for e in os.scandir(path))
     except OSError:
         return False
 
@@ -132,12 +133,12 @@ def _walk(top: Path) -> Iterator[Path]:
         if _hidden(e.name):
             continue
         p = Path(e.path)
-        if e.is_dir():
+        if entry_is_dir(e):
             if is_run_store(p):
                 yield p
             else:
                 yield from _walk(p)
-        elif e.is_file() and _file_is_run(p):
+        elif entry_is_file(e) and _file_is_run(p):
             yield p
 
 

@@ -97,6 +97,22 @@ def mlflow_file(path: Path, head: bytes) -> bool | None:
     return path.suffix == ".json" and is_mlflow_export_head(head)
 
 
+def entry_is_dir(entry: os.DirEntry[str]) -> bool:
+    """``entry.is_dir()``, False for a symlink loop (ELOOP: DirEntry raises where Path
+    returns False)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def entry_is_file(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
 def mlflow_dir_maybe(path: Path) -> bool:
     """False when ``path`` surely is no MLflow file store or export (no meta.yaml,
     metrics/, run.json or experiment.json in it or in a folder just below it); True
@@ -111,7 +127,7 @@ def mlflow_dir_maybe(path: Path) -> bool:
         return False
     if any(e.name in names for e in entries):
         return True
-    for e in sorted((e for e in entries if e.is_dir()), key=lambda e: e.name)[:200]:
+    for e in sorted((e for e in entries if entry_is_dir(e)), key=lambda e: e.name)[:200]:
         try:
             with os.scandir(e.path) as sub:
                 if any(s.name in names for s in sub):
