@@ -238,6 +238,47 @@ def _skipped_issue(files: list[FileInfo], source: str) -> list[DataIssue]:
     ]
 
 
+# Megatron-LM logs every scalar twice: `lm loss` at the iteration and `lm loss vs samples`
+# (Megatron-DeepSpeed also `… vs tokens`) at the consumed-sample count. The second is the
+# same series on another x-axis; kept beside the first it would stretch the run's steps to
+# millions and read as huge gaps.
+_OTHER_AXIS = re.compile(r"^(?P<base>.+) vs (?:samples|tokens)$")
+
+
+def _without_other_axes(
+    frame: pl.DataFrame, blocks: list[int] | None, source: str
+) -> tuple[pl.DataFrame, list[int] | None, list[DataIssue]]:
+    """The frame without the ``<tag> vs samples`` / ``vs tokens`` series whose ``<tag>``
+    is logged against the step too (counted in one info note)."""
+    dtype = frame.schema["metric"]
+    if not isinstance(dtype, pl.Enum):
+        return frame, blocks, []
+    names = [str(c) for c in dtype.categories.to_list()]
+    present = set(names)
+    drop = [
+        i for i, n in enumerate(names) if (m := _OTHER_AXIS.match(n)) and m.group("base") in present
+    ]
+    if not drop:
+        return frame, blocks, []
+    gone = frame.get_column("metric").to_physical().is_in(drop)
+    n = int(gone.sum())
+    if not n:
+        return frame, blocks, []
+    shown = ", ".join(repr(names[i]) for i in drop[:4]) + ("…" if len(drop) > 4 else "")
+    note = DataIssue(
+        kind="other-axis",
+        source=source,
+        message=(
+            f"{n} values of {len(drop)} tag(s) logged against samples or tokens rather than "
+            f"the step ({shown}) are left out: the same series is there against the step"
+        ),
+        count=n,
+        severity="info",
+    )
+    # (the per-metric block lengths no longer match the Enum: build_run regroups)
+    return frame.filter(~gone), None, [note]
+
+
 def _build(
     name: str,
     source: str,
@@ -249,6 +290,8 @@ def _build(
 ) -> Run:
     issues = [i for fd in files for i in fd.issues]
     issues.extend(_skipped_issue(files, source))
+    frame, blocks, off_axis = _without_other_axes(frame, blocks, source)
+    issues.extend(off_axis)
     rel = []
     for fd in files:
         try:
