@@ -169,3 +169,29 @@ def test_runs_table_step_that_is_no_step(tmp_path: Path) -> None:
     assert [r.series("train/loss")[0].tolist() for r in runs] == [[0], [0], [7]]
     [note] = [d for d in runs[0].data_quality if d.kind == "non-numeric"]
     assert note.count == 2 and note.location == "line 2"
+
+
+def test_api_runs_export_summary_and_history(tmp_path: Path) -> None:
+    """W&B's API export (config, then the sorted summary with _runtime/_step/_timestamp/
+    _wandb, then name and id): one run per id; several rows of one id are its history."""
+    header = ["epochs", "optimizer", "learning_rate", "_runtime", "_step", "_timestamp"]
+    header += ["_wandb", "train_loss", "val_loss", "name", "id"]
+    rows: list[list[object]] = [header]
+    rows.append([30, "Adam", 0.005, 353.5, 35, 1748551479.7, "{'runtime': 353}", 0.05, 0.12])
+    rows[-1] += ["trainsample_3404", "s4221lzx"]
+    rows.append([30, "Adam", 0.005, 336.0, 36, 1748554436.0, "{'runtime': 336}", 0.04, 0.11])
+    rows[-1] += ["trainsample_3404", "pxhphayy"]  # same name, another run (a seed)
+    for step in (0, 10, 20):  # a history: three rows of one id
+        rows.append([30, "SGD", 0.1, 10.0 + step, step, 1748556000.0 + step, "{}", 1.0, 1.1])
+        rows[-1] += ["hist", "abc123"]
+    runs = trainlens.read(_write(tmp_path / "export.csv", rows))
+    assert [r.name for r in runs] == ["trainsample_3404", "trainsample_3404#2", "hist"]
+    first, _, hist = runs
+    assert sorted(first.metrics) == ["train/loss", "val/loss"]
+    assert first.series("val/loss")[0].tolist() == [35]
+    assert first.metadata["params"] == {"epochs": 30, "optimizer": "Adam", "learning_rate": 0.005}
+    assert first.metadata["wandb"]["id"] == "s4221lzx"
+    assert any(d.kind == "summary-only" for d in first.data_quality)
+    assert hist.series("train/loss")[0].tolist() == [0, 10, 20]
+    assert not any(d.kind == "summary-only" for d in hist.data_quality)
+    assert hist.frame.get_column("wall_time").drop_nulls().len() == 6

@@ -17,6 +17,10 @@
   the place where the order starts again is the boundary. When it cannot be seen (no
   restart, or several), a column is a summary metric when its name maps to a canonical
   metric, holds a `/`, or is a step column.
+- **The API's runs export** (W&B's docs: each run's config, its summary — sorted, with
+  W&B's own `_runtime`, `_step`, `_timestamp`, `_wandb` — then `name` and `id`): read
+  like the runs table, the summary being the sorted block around W&B's own keys; rows
+  that share an `id` are one run's history.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ COMPANION = re.compile(r"^(?P<base>.+)__(?P<kind>MIN|MAX)$")
 # ones a user can add from the column picker)
 FIXED_COLUMNS = frozenset(
     {
+        "name",  # the API export's own two: name, id
+        "id",
         "Name",
         "State",
         "Notes",
@@ -61,6 +67,8 @@ FIXED_COLUMNS = frozenset(
         "Heartbeat",
     }
 )
+# keys W&B puts in every run's summary: they mark the summary block of an export
+INTERNAL_SUMMARY = frozenset({"_runtime", "_step", "_timestamp", "_wandb"})
 RUN_STEP_KEYS = ("_step", "step", "iter", "global_step", "trainer/global_step", "iteration")
 _AXIS_WORDS = ("step", "time", "epoch")
 
@@ -162,12 +170,24 @@ def _chart_run(
 
 def is_runs_table(columns: list[str]) -> bool:
     # (the user picks the visible columns: "State" or "Created" may be hidden)
-    return "Name" in columns and len(FIXED_COLUMNS & set(columns)) >= 4
+    if "Name" in columns and len(FIXED_COLUMNS & set(columns)) >= 4:
+        return True
+    # the API's runs export (W&B's docs: a run's config, its summary, `name`, `id`)
+    return ("name" in columns or "Name" in columns) and bool(set(columns) & INTERNAL_SUMMARY)
 
 
 def split_config_summary(columns: list[str], aliases: AliasTable) -> tuple[list[str], list[str]]:
     """(config columns, summary columns) of a runs table, fixed columns left out."""
     keys = [c.lower() for c in columns]
+    internal = [i for i, c in enumerate(columns) if c in INTERNAL_SUMMARY]
+    if internal:  # the sorted block around W&B's own summary keys (_runtime, _step, …)
+        lo = hi = internal[0]
+        while lo > 0 and keys[lo - 1] <= keys[lo]:
+            lo -= 1
+        while hi + 1 < len(keys) and keys[hi + 1] >= keys[hi]:
+            hi += 1
+        if lo <= internal[-1] <= hi:
+            return columns[:lo] + columns[hi + 1 :], columns[lo : hi + 1]
     restarts = [i for i in range(1, len(keys)) if keys[i] < keys[i - 1]]
     if len(restarts) == 1:
         return columns[: restarts[0]], columns[restarts[0] :]
@@ -221,10 +241,36 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (str, int, float, bool)) else str(value)
 
 
+def _row_groups(df: pl.DataFrame) -> list[list[int]]:
+    """Row indices of each run, in order of first appearance. The web page's table has
+    one row per run (two rows of one name are two runs: seeds); the API's export may hold
+    a run's history, several rows of one ``id`` (a name alone does not tell a run's
+    history from its seeds)."""
+    if "id" not in df.columns or "Name" in df.columns:
+        return [[i] for i in range(df.height)]
+    groups: dict[object, list[int]] = {}
+    for i, k in enumerate(df.get_column("id").to_list()):
+        groups.setdefault(("row", i) if k in (None, "") else k, []).append(i)
+    return list(groups.values())
+
+
+def _summary_note(source: str, line: int, step: int) -> DataIssue:
+    return DataIssue(
+        kind="summary-only",
+        source=source,
+        location=f"line {line}",
+        message=(
+            "a W&B runs table holds each run's final (summary) values, not its "
+            f"history: one value per metric, at step {step}"
+        ),
+        severity="info",
+    )
+
+
 def runs_table(
     df: pl.DataFrame, *, source: str, opts: ReadOptions, issues: list[DataIssue]
 ) -> list[Run]:
-    """One Run per row of a W&B runs table (see the module docstring)."""
+    """One Run per run of a W&B runs table (see the module docstring)."""
     from trainlens.core.errors import UnreadableInputError
 
     rest = [c for c in df.columns if c not in FIXED_COLUMNS]
@@ -250,28 +296,21 @@ def runs_table(
 
     runs: list[Run] = []
     empty: list[str] = []
-    for i, row in enumerate(df.iter_rows(named=True)):
-        name = str(row.get("Name") or f"row {i + 2}")
-        rows = by_line.get((i + 2,))
-        if rows is None:
+    for group in _row_groups(df):
+        row = df.row(group[0], named=True)
+        name = str(row.get("Name") or row.get("name") or f"row {group[0] + 2}")
+        got = [by_line[(i + 2,)] for i in group if (i + 2,) in by_line]
+        if not got:
             empty.append(name)
             continue
-        at = int(rows.get_column("step")[0])
-        note = DataIssue(
-            kind="summary-only",
-            source=source,
-            location=f"line {i + 2}",
-            message=(
-                "a W&B runs table holds each run's final (summary) values, not its "
-                f"history: one value per metric, at step {at}"
-            ),
-            severity="info",
-        )
+        rows = pl.concat(got) if len(got) > 1 else got[0]
+        notes = [*issues, *more] if not runs else []  # the file's notes, once
+        if len(group) == 1:
+            notes.append(_summary_note(source, group[0] + 2, int(rows.get_column("step")[0])))
         metadata = {
             "wandb": {c: _plain(row[c]) for c in df.columns if c in FIXED_COLUMNS and row[c]},
             "params": {c: _plain(row[c]) for c in config if row[c] not in (None, "")},
         }
-        file_notes = [*issues, *more] if not runs else []
         runs.append(
             build_run(
                 rows,
@@ -280,7 +319,7 @@ def runs_table(
                 fmt="csv",
                 aliases=opts.aliases,
                 metadata=metadata,
-                issues=[*file_notes, note],
+                issues=notes,
             )
         )
     if not runs:
