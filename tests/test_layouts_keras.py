@@ -123,3 +123,46 @@ def test_real_keras_logdir(shared_dir: Path) -> None:
     assert run.series("train/loss")[1].tolist() == pytest.approx([1.7525, 1.3681], abs=1e-4)
     assert run.series("val/loss")[1].tolist() == pytest.approx([1.4710, 1.2541], abs=1e-4)
     assert run.series("val/accuracy")[1].tolist() == pytest.approx([0.4816, 0.5680], abs=1e-4)
+
+
+# ---- Keras' History saved as JSON ------------------------------------------------------
+
+
+def test_keras_history_json(tmp_path: Path) -> None:
+    import json
+
+    from trainlens.gate.discover import discover
+    from trainlens.readers import detect_format
+
+    history = {
+        "loss": [1.33, 0.79, 0.61, 0.52],
+        "accuracy": [0.52, 0.71, 0.78, 0.81],
+        "val_loss": [0.95, 0.79, None, 0.83],  # an epoch without validation
+        "val_accuracy": [0.66, 0.70, None, 0.69],
+        "note": "lr 1e-3",  # not a metric
+    }
+    path = tmp_path / "history.json"
+    path.write_text(json.dumps(history, indent=2))  # as json.dump(model.fit(...).history)
+    assert detect_format(path) == "keras-history"
+    [run] = trainlens.read(path)
+    assert sorted(run.metrics) == ["accuracy", "train/loss", "val/accuracy", "val/loss"]
+    assert run.series("train/loss")[0].tolist() == [0, 1, 2, 3]
+    assert run.series("val/loss")[0].tolist() == [0, 1, 3]
+    assert any("note" in d.message for d in run.data_quality if d.kind == "non-metric-column")
+    assert [s.name for s in discover([str(tmp_path)])] == ["history"]
+    # a JSONL whose first object holds no list is still JSONL
+    jsonl = tmp_path / "m.json"
+    jsonl.write_text('{"step": 0, "loss": 1.0}\n{"step": 1, "loss": 0.9}\n')
+    assert detect_format(jsonl) == "jsonl"
+
+
+def test_keras_history_nested_too_deep_is_one_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainlens.cli import main
+
+    path = tmp_path / "history.json"
+    path.write_text('{"loss": [1.0, ' + "[" * 5000 + "]" * 5000 + "]}")
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "history.json" in err

@@ -119,7 +119,7 @@ def _file_is_run(path: Path) -> bool:
         return False
     if lower.endswith(".json"):
         # a compact JSON object sniffs as JSONL; only run formats count here
-        return fmt in ("hf-trainer", "mlflow")
+        return fmt in ("hf-trainer", "mlflow", "keras-history")
     return True
 
 

@@ -21,6 +21,7 @@ FORMATS: dict[str, str] = {
     "tensorboard": "trainlens.readers.tensorboard",
     "mlflow": "trainlens.readers.mlflow",
     "hf-trainer": "trainlens.readers.hf_trainer",
+    "keras-history": "trainlens.readers.keras_history",  # one JSON object: before jsonl
     "jsonl": "trainlens.readers.jsonl",
     "csv": "trainlens.readers.csv",
     "text": "trainlens.readers.textlog",
