@@ -36,7 +36,7 @@ A name that is still unmatched and has a folder in front is looked up again with
   `update_ratio`, `time/step_time_ms` is `step_time` (scaled ×0.001). Under {memory} the
   rest is also tried as `mem_<rest>` (`sys/mem_bytes`, `memory/allocated` are
   `mem/allocated`). When the rest matches nothing the whole name is kept
-  (`train/accuracy`, `train/loss_epoch` stay as logged).
+  (`train/f1`, `train/loss_epoch` stay as logged).
 - split folders — {splits} — move the rest to the validation split, never to training:
   `eval/loss` is `val/loss`, `eval/ppl` is `val/perplexity`, `test/accuracy` is
   `val/accuracy`, `validation/loss_epoch` is `val/loss_epoch`.

@@ -145,7 +145,7 @@ def test_keras_history_json(tmp_path: Path) -> None:
     path.write_text(json.dumps(history, indent=2))  # as json.dump(model.fit(...).history)
     assert detect_format(path) == "keras-history"
     [run] = trainlens.read(path)
-    assert sorted(run.metrics) == ["accuracy", "train/loss", "val/accuracy", "val/loss"]
+    assert sorted(run.metrics) == ["train/accuracy", "train/loss", "val/accuracy", "val/loss"]
     assert run.series("train/loss")[0].tolist() == [0, 1, 2, 3]
     assert run.series("val/loss")[0].tolist() == [0, 1, 3]
     assert any("note" in d.message for d in run.data_quality if d.kind == "non-metric-column")

@@ -35,6 +35,7 @@ CANONICAL_METRICS: dict[str, str] = {
     "loss_scale": "mixed-precision loss scale",
     "tflops_per_gpu": "achieved TFLOP/s per GPU as the framework reports it",
     "mfu": "model FLOPs utilization (0..1)",
+    "train/accuracy": "training accuracy",
     "val/accuracy": "validation accuracy",
     "val/perplexity": "validation perplexity as logged",
     "train/perplexity": "training perplexity as logged",
@@ -112,6 +113,11 @@ EXACT_ALIASES: dict[str, Alias] = {
     "epoch": _a("epoch"),
     "loss_scale": _a("loss_scale"),
     "mfu": _a("mfu"),
+    # Keras names the training metric plainly (`accuracy`) and the validation one
+    # `val_accuracy`; its TensorBoard logdir gives train/accuracy
+    "accuracy": _a("train/accuracy"),
+    "train_accuracy": _a("train/accuracy"),
+    "train_acc": _a("train/accuracy"),
     "val_accuracy": _a("val/accuracy"),
     "val_acc": _a("val/accuracy"),
     "eval_accuracy": _a("val/accuracy"),
