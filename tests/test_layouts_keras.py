@@ -24,22 +24,25 @@ def _keras_logdir(
     tb = pytest.importorskip("torch.utils.tensorboard")
     train = tb.SummaryWriter(str(root / "train"), filename_suffix=".v2")
     val = tb.SummaryWriter(str(root / "validation"), filename_suffix=".v2")
+    # Keras (TF2 summaries) writes scalars as tensors: new_style=True writes the same
     train.add_text("keras", "model config")  # Keras writes the model config as text
     for epoch in range(epochs):
         if batch_level:
             for b in range(STEPS_PER_EPOCH):
                 it = epoch * STEPS_PER_EPOCH + b
-                train.add_scalar("batch_loss", 2.0 - 0.004 * it, it)
-                train.add_scalar("batch_accuracy", 0.3 + 0.001 * it, it)
-        train.add_scalar("epoch_loss", 2.0 - 0.2 * epoch, epoch)
-        train.add_scalar("epoch_accuracy", 0.3 + 0.05 * epoch, epoch)
+                train.add_scalar("batch_loss", 2.0 - 0.004 * it, it, new_style=True)
+                train.add_scalar("batch_accuracy", 0.3 + 0.001 * it, it, new_style=True)
+        train.add_scalar("epoch_loss", 2.0 - 0.2 * epoch, epoch, new_style=True)
+        train.add_scalar("epoch_accuracy", 0.3 + 0.05 * epoch, epoch, new_style=True)
         train.add_histogram("dense/kernel_0", np.linspace(-1, 1, 64), epoch)
-        val.add_scalar("epoch_loss", 2.1 - 0.15 * epoch, epoch)
-        val.add_scalar("epoch_accuracy", 0.28 + 0.04 * epoch, epoch)
+        val.add_scalar("epoch_loss", 2.1 - 0.15 * epoch, epoch, new_style=True)
+        val.add_scalar("epoch_accuracy", 0.28 + 0.04 * epoch, epoch, new_style=True)
         if batch_level or eval_vs_iterations:
             it = (epoch + 1) * STEPS_PER_EPOCH
-            val.add_scalar("evaluation_loss_vs_iterations", 2.1 - 0.15 * epoch, it)
-            val.add_scalar("evaluation_accuracy_vs_iterations", 0.28 + 0.04 * epoch, it)
+            val.add_scalar("evaluation_loss_vs_iterations", 2.1 - 0.15 * epoch, it, new_style=True)
+            val.add_scalar(
+                "evaluation_accuracy_vs_iterations", 0.28 + 0.04 * epoch, it, new_style=True
+            )
     train.close()
     val.close()
     return root
