@@ -4,19 +4,46 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainlens.core.names import CANONICAL_METRICS, EXACT_ALIASES, PATTERN_ALIASES
+from trainlens.core.names import (
+    CANONICAL_METRICS,
+    EXACT_ALIASES,
+    MEMORY_NAMESPACES,
+    NAMESPACES,
+    PATTERN_ALIASES,
+    SPLIT_NAMESPACES,
+)
 
 HEADER = """# Metric names
 
 Every reader maps what the run logged to these canonical names through one alias table
 (`trainlens/core/names.py`). Matching is on the name in lower case with surrounding
 white space removed: the user's own aliases first (`[tool.trainlens.aliases]` or
-`--alias logged=canonical`), then the exact table, then the patterns. A name that matches
-nothing keeps its own spelling. When two logged names claim one canonical name, the one
-already spelled canonically wins (else the first seen) and the other keeps its own name:
-nothing is merged silently. `summary.metrics[...].logged_as` in the JSON output says what
-each canonical metric was called in the file.
+`--alias logged=canonical`), then the exact table, then the patterns, then the namespace
+rule below. A name that matches nothing keeps its own spelling. When two logged names
+claim one canonical name, the one already spelled canonically wins (else the first seen)
+and the other keeps its own name: nothing is merged silently.
+`summary.metrics[...].logged_as` in the JSON output says what each canonical metric was
+called in the file.
 """
+
+NAMESPACE_RULE = """## Namespaces (a rule, not a list of spellings)
+
+A name that is still unmatched and has a folder in front is looked up again without it
+(up to four folders deep), so every spelling above also works under a folder:
+
+- kind-of-signal folders — {folders} — are dropped: `perf/tokens_per_sec` is
+  `tokens_per_sec`, `optim/grad_norm` is `grad_norm`, `train/update_to_weight` is
+  `update_ratio`, `time/step_time_ms` is `step_time` (scaled ×0.001). Under {memory} the
+  rest is also tried as `mem_<rest>` (`sys/mem_bytes`, `memory/allocated` are
+  `mem/allocated`). When the rest matches nothing the whole name is kept
+  (`train/f1`, `train/loss_epoch` stay as logged).
+- split folders — {splits} — move the rest to the validation split, never to training:
+  `eval/loss` is `val/loss`, `eval/ppl` is `val/perplexity`, `test/accuracy` is
+  `val/accuracy`, `validation/loss_epoch` is `val/loss_epoch`.
+
+Last, words joined by `-` or a space are looked up joined by `_` (the separator rule):
+Megatron's `grad norm`, `learning-rate`, `loss-scale`, `iteration-time`, NeMo's
+`train_step_timing in s`."""
 
 FOOTER = """
 Sources of the spellings: HF Trainer's `log_history` keys (loss, learning_rate,
@@ -24,7 +51,9 @@ grad_norm, eval_*), Lightning's `self.log` names and LearningRateMonitor (`lr-<O
 `lr-<Optimizer>/pg<N>`), Megatron-LM / Megatron-DeepSpeed iteration lines ('lm loss',
 'grad norm', 'learning rate', 'samples per second', 'TFLOPs', 'loss scale', 'elapsed time
 per iteration (ms)'), llm.c and modded-nanogpt logs (`trl`, `tel`, `norm`, `lr`,
-`train_loss`, `val_loss`, `step_avg`, `train_time`), and common TensorBoard tags.
+`train_loss`, `val_loss`, `step_avg`, `train_time`), torchtitan's metric logger
+(`loss_metrics/global_avg_loss`, `throughput(tps)`, `mfu(%)`, `memory/max_active(GiB)`,
+`time_metrics/end_to_end(s)`), and common TensorBoard tags.
 This page is generated from the table: `python docs/gen_metrics.py`.
 """
 
@@ -38,6 +67,14 @@ def render() -> str:
         lines.append(f"| `{key}` | `{alias.canonical}` | {scale} |")
     lines += ["", "## Patterns", "", "| pattern | becomes |", "|---|---|"]
     lines += [f"| `{p.pattern}` | `{t}` |" for p, t in PATTERN_ALIASES]
+    lines += [
+        "",
+        NAMESPACE_RULE.format(
+            folders=", ".join(f"`{n}/`" for n in sorted(NAMESPACES)),
+            memory=", ".join(f"`{n}/`" for n in sorted(MEMORY_NAMESPACES)),
+            splits=", ".join(f"`{n}/`" for n in sorted(SPLIT_NAMESPACES)),
+        ),
+    ]
     return "\n".join(lines) + "\n" + FOOTER
 
 

@@ -44,10 +44,11 @@ def test_round_trip_nested_and_nonfinite(tmp_path: Path) -> None:
     assert steps.tolist() == list(range(100))
     assert math.isnan(loss[50]) and loss[60] == math.inf and loss[70] == -math.inf
     assert loss[10] == pytest.approx(2.9)
-    assert run.series("optim/grad_norm")[1][3] == 4.0  # nested objects flattened with '/'
+    # nested objects flattened with "/": optim/grad_norm, which the namespace rule maps
+    assert run.series("grad_norm")[1][3] == 4.0
     assert run.series("val/loss")[1].tolist() == [2.5]
     assert run.frame.filter(run.frame["metric"] == "lr")["wall_time"][5] == 1e9 + 5
-    assert run.frame.height == 100 * 3 + 1  # loss, lr, optim/grad_norm; time is wall_time
+    assert run.frame.height == 100 * 3 + 1  # loss, lr, grad_norm; time is wall_time
     assert run.data_quality == []
 
 
@@ -170,7 +171,7 @@ def test_a_repeated_key_keeps_the_last_value_with_a_note(tmp_path: Path, lines: 
     path.write_text("\n".join(recs) + "\n")
     [run] = trainlens.read(path)
     assert run.series("train/loss")[1][7] == 6.0
-    assert run.series("opt/lr")[1].tolist() == [2.0]
+    assert run.series("lr")[1].tolist() == [2.0]  # opt/lr: lr by the namespace rule
     [note] = [d for d in run.data_quality if d.kind == "duplicate-key"]
     assert note.details["lines"] == [8]
 

@@ -982,3 +982,27 @@ def test_compiled_lane_cursor_stops_where_the_scan_did(
     monkeypatch.setattr(tb, "_tbscan", real)
     (tail,) = _read(path, start_offset=scanned)
     assert tail.frame.select("step", "value").rows() == [(40, 123.0)]
+
+
+# ---- Megatron-LM's tags -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_histogram", [False, True])  # compiled lane, numpy reader
+def test_megatron_vs_samples_tags_stay_off_the_step_axis(
+    tmp_path: Path, with_histogram: bool
+) -> None:
+    w = torch_tb.SummaryWriter(str(tmp_path / "tb"))
+    for it in range(1, 51):
+        w.add_scalar("lm loss", 8.0 / it, it)
+        w.add_scalar("lm loss vs samples", 8.0 / it, it * 512)  # Megatron writes both
+        w.add_scalar("learning-rate", 3e-4, it)
+        w.add_scalar("learning-rate vs samples", 3e-4, it * 512)
+        w.add_scalar("entropy vs tokens", 1.0, it * 4096)  # no step twin: kept
+        if with_histogram and it == 1:
+            w.add_histogram("weights", np.linspace(-1, 1, 16), it)
+    w.close()
+    [run] = _read(tmp_path / "tb")
+    assert sorted(run.metrics) == ["entropy vs tokens", "lr", "train/loss"]
+    assert run.series("train/loss")[0].tolist() == list(range(1, 51))
+    [note] = [d for d in run.data_quality if d.kind == "other-axis"]
+    assert note.count == 100 and "'lm loss vs samples'" in note.message

@@ -26,7 +26,7 @@ def _percent(message: str) -> float:
 @pytest.mark.parametrize(
     ("path", "best_step", "best"),
     [
-        ("Althea80_DM2025-Lab2-Exercise/logs/training_log.csv", 4, 0.7876),  # epoch 3, 1-based row
+        ("Althea80_DM2025-Lab2-Exercise/logs/training_log.csv", 3, 0.7876),  # epoch 3: the step
         ("fabiom91_ConvNeXt_AI_Competition_Platform/trainer_state.json", 1280, 0.9216),
     ],
 )

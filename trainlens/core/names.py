@@ -35,6 +35,7 @@ CANONICAL_METRICS: dict[str, str] = {
     "loss_scale": "mixed-precision loss scale",
     "tflops_per_gpu": "achieved TFLOP/s per GPU as the framework reports it",
     "mfu": "model FLOPs utilization (0..1)",
+    "train/accuracy": "training accuracy",
     "val/accuracy": "validation accuracy",
     "val/perplexity": "validation perplexity as logged",
     "train/perplexity": "training perplexity as logged",
@@ -58,53 +59,37 @@ EXACT_ALIASES: dict[str, Alias] = {
     # plain keys written by hand-rolled loops
     "loss": _a("train/loss"),
     "train_loss": _a("train/loss"),
-    "train/loss": _a("train/loss"),
     "training_loss": _a("train/loss"),
     "train/loss_step": _a("train/loss"),
     "train_loss_step": _a("train/loss"),
     "loss/train": _a("train/loss"),
-    "train/lm_loss": _a("train/loss"),
     "lm_loss": _a("train/loss"),
     "val_loss": _a("val/loss"),
     "valid_loss": _a("val/loss"),
     "validation_loss": _a("val/loss"),
     "eval_loss": _a("val/loss"),
-    "val/loss": _a("val/loss"),
-    "eval/loss": _a("val/loss"),
-    "valid/loss": _a("val/loss"),
-    "validation/loss": _a("val/loss"),
     "loss/val": _a("val/loss"),
     "loss/validation": _a("val/loss"),
     "loss/eval": _a("val/loss"),
     "lr": _a("lr"),
     "learning_rate": _a("lr"),
-    "learning-rate": _a("lr"),
-    "train/lr": _a("lr"),
-    "train/learning_rate": _a("lr"),
-    "optim/lr": _a("lr"),
     "grad_norm": _a("grad_norm"),
     "gnorm": _a("grad_norm"),
-    "grad-norm": _a("grad_norm"),
     "gradnorm": _a("grad_norm"),
-    "train/grad_norm": _a("grad_norm"),
     "total_norm": _a("grad_norm"),
     "norm": _a("grad_norm"),  # llm.c: "norm:" is the pre-clip global grad norm
     "update_ratio": _a("update_ratio"),
     "update_to_weight": _a("update_ratio"),
     "entropy": _a("entropy"),
-    "train/entropy": _a("entropy"),
     "output_entropy": _a("entropy"),
     "tokens_per_sec": _a("tokens_per_sec"),
     "tokens_per_second": _a("tokens_per_sec"),
     "tok/s": _a("tokens_per_sec"),
     "tok_per_sec": _a("tokens_per_sec"),
     "tokens/s": _a("tokens_per_sec"),
-    "throughput/tokens_per_sec": _a("tokens_per_sec"),
-    "train/tokens_per_sec": _a("tokens_per_sec"),
     "samples_per_sec": _a("samples_per_sec"),
     "samples_per_second": _a("samples_per_sec"),
     "train_samples_per_second": _a("samples_per_sec"),
-    "throughput/samples_per_sec": _a("samples_per_sec"),
     "step_time": _a("step_time"),
     "step_time_s": _a("step_time"),
     "iter_time": _a("step_time"),
@@ -115,14 +100,11 @@ EXACT_ALIASES: dict[str, Alias] = {
     "train_time": _a("train_time"),
     "mem_allocated": _a("mem/allocated"),
     "memory_allocated": _a("mem/allocated"),
-    "mem/allocated": _a("mem/allocated"),
     "mem_bytes": _a("mem/allocated"),
     "mem_reserved": _a("mem/reserved"),
     "memory_reserved": _a("mem/reserved"),
-    "mem/reserved": _a("mem/reserved"),
     "mem_rss": _a("mem/rss"),
     "rss": _a("mem/rss"),
-    "mem/rss": _a("mem/rss"),
     "padding_frac": _a("padding_frac"),
     "padding_fraction": _a("padding_frac"),
     "dataloader_wait": _a("dataloader_wait"),
@@ -131,6 +113,11 @@ EXACT_ALIASES: dict[str, Alias] = {
     "epoch": _a("epoch"),
     "loss_scale": _a("loss_scale"),
     "mfu": _a("mfu"),
+    # Keras names the training metric plainly (`accuracy`) and the validation one
+    # `val_accuracy`; its TensorBoard logdir gives train/accuracy
+    "accuracy": _a("train/accuracy"),
+    "train_accuracy": _a("train/accuracy"),
+    "train_acc": _a("train/accuracy"),
     "val_accuracy": _a("val/accuracy"),
     "val_acc": _a("val/accuracy"),
     "eval_accuracy": _a("val/accuracy"),
@@ -143,22 +130,34 @@ EXACT_ALIASES: dict[str, Alias] = {
     "trl": _a("train/loss"),
     "tel": _a("val/loss"),
     # Megatron-LM / Megatron-DeepSpeed iteration lines
-    "lm loss": _a("train/loss"),
-    "grad norm": _a("grad_norm"),
-    "learning rate": _a("lr"),
-    "samples per second": _a("samples_per_sec"),
     "tflops": _a("tflops_per_gpu"),
-    "loss scale": _a("loss_scale"),
     "elapsed time per iteration (ms)": _a("step_time", 1e-3),
     "elapsed time per iteration (s)": _a("step_time"),
-    "tokens per second": _a("tokens_per_sec"),
     # Megatron validation lines, named like Megatron's own TensorBoard tags
     "lm loss validation": _a("val/loss"),
     "lm loss validation ppl": _a("val/perplexity"),
     # TensorBoard tags people use
     "loss/train_step": _a("train/loss"),
     "train/loss_iter": _a("train/loss"),
-    "charts/learning_rate": _a("lr"),
+    # Megatron-LM's TensorBoard tags (`iteration-time`, `params-norm`, …: see the
+    # separator rule) and NeMo's
+    "iteration_time": _a("step_time"),
+    "params_norm": _a("weight_norm"),
+    "mem_allocated_bytes": _a("mem/allocated"),
+    "mem_reserved_bytes": _a("mem/reserved"),
+    "reduced_train_loss": _a("train/loss"),
+    "train_step_timing": _a("step_time"),
+    "train_step_timing_in_s": _a("step_time"),
+    # torchtitan's metric logger (under loss_metrics/, memory/, time_metrics/ folders)
+    "global_avg_loss": _a("train/loss"),
+    "throughput(tps)": _a("tokens_per_sec"),
+    "tps": _a("tokens_per_sec"),
+    "mfu(%)": _a("mfu", 0.01),
+    "n_tokens_seen": _a("tokens"),
+    "end_to_end(s)": _a("step_time"),
+    "data_loading(s)": _a("dataloader_wait"),
+    "max_active(gib)": _a("mem/allocated", float(1 << 30)),
+    "max_reserved(gib)": _a("mem/reserved", float(1 << 30)),
 }
 
 # Patterns, tried in order after the exact table. ``\1`` keeps a suffix.
@@ -167,7 +166,14 @@ PATTERN_ALIASES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^lr-[a-z0-9_]+$"), "lr"),
     (re.compile(r"^lr-[a-z0-9_]+/pg(\d+)$"), r"lr/pg\1"),
     # per-domain validation losses
-    (re.compile(r"^(?:val|valid|validation|eval)[/_]loss[/_](.+)$"), r"val/loss/\1"),
+    # (not `_epoch` / `_step`: Lightning's per-epoch and per-step aggregates of one loss;
+    # not `_vs_iterations`: Keras' iteration-indexed evaluation, see readers/tensorboard)
+    (
+        re.compile(
+            r"^(?:val|valid|validation|eval)[/_]loss[/_](?!(?:epoch|step|vs_iterations)$)(.+)$"
+        ),
+        r"val/loss/\1",
+    ),
     # per-tensor signals
     (re.compile(r"^(?:grad_norm|grad_norms|gradnorm|grad-norm)/(.+)$"), r"grad_norm/\1"),
     (re.compile(r"^(?:update_ratio|update_to_weight)/(.+)$"), r"update_ratio/\1"),
@@ -177,8 +183,63 @@ PATTERN_ALIASES: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
+# Namespaces by rule (after the exact table and the patterns): a name under one of these
+# folders is the rest of it looked up again, so `perf/tokens_per_sec`, `optim/grad_norm`,
+# `sys/mem_bytes`, `train/update_to_weight` or `time/step_time_ms` need no entry each.
+# W&B, TensorBoard and hand-rolled loggers group tags this way; the folder names what
+# kind of signal it is, never which split. A rest that maps to nothing keeps the whole
+# name (`train/accuracy` stays `train/accuracy`).
+NAMESPACES = frozenset(
+    {
+        "perf",
+        "performance",
+        "sys",
+        "system",
+        "train",
+        "training",
+        "optim",
+        "optimizer",
+        "opt",
+        "throughput",
+        "speed",
+        "charts",
+        "time",
+        "timing",
+        "timers",
+        "metrics",
+        "stats",
+        "losses",
+        "loss_metrics",
+        "time_metrics",
+        "trainer",
+        "gpu",
+        "cuda",
+        "memory",
+        "mem",
+    }
+)
+# memory folders: `memory/allocated` is `mem_allocated` looked up
+MEMORY_NAMESPACES = frozenset({"memory", "mem", "gpu", "cuda", "sys", "system"})
+# split folders: the rest's canonical name moved to the validation split (`eval/loss` ->
+# `val/loss`, `eval/ppl` -> `val/perplexity`, `test/accuracy` -> `val/accuracy`); a value
+# under these is never a training metric, even when the rest alone would be one.
+SPLIT_NAMESPACES = frozenset(
+    {"val", "valid", "validation", "eval", "evaluation", "test", "dev", "validation_metrics"}
+)
+_SEPARATORS = re.compile(r"[- ]+")
+_MAX_NAMESPACE_DEPTH = 4  # `train/optim/lr` is two; deeper is a per-tensor path, not folders
+
+
 def normalize_key(name: str) -> str:
     return name.strip().lower()
+
+
+def _as_val(canonical: str) -> str:
+    if canonical.startswith("val/"):
+        return canonical
+    if canonical.startswith("train/"):
+        return "val/" + canonical[len("train/") :]
+    return "val/" + canonical
 
 
 class AliasTable:
@@ -188,7 +249,9 @@ class AliasTable:
         self.user: dict[str, Alias] = {normalize_key(k): Alias(v) for k, v in (user or {}).items()}
 
     def lookup(self, raw: str) -> Alias | None:
-        key = normalize_key(raw)
+        return self._lookup(normalize_key(raw), _MAX_NAMESPACE_DEPTH)
+
+    def _lookup(self, key: str, depth: int) -> Alias | None:
         hit = self.user.get(key) or EXACT_ALIASES.get(key)
         if hit is not None:
             return hit
@@ -196,7 +259,29 @@ class AliasTable:
             m = pattern.match(key)
             if m:
                 return Alias(m.expand(template))
-        return None
+        return self._namespaced(key, depth) or self._separated(key, depth)
+
+    def _separated(self, key: str, depth: int) -> Alias | None:
+        """The separator rule: words joined by `-` or a space are the same name joined by
+        `_` (Megatron's `grad norm` and `learning-rate`, NeMo's `train_step_timing in s`)."""
+        flat = _SEPARATORS.sub("_", key)
+        return self._lookup(flat, depth - 1) if flat != key and depth > 0 else None
+
+    def _namespaced(self, key: str, depth: int) -> Alias | None:
+        """The namespace rule (see NAMESPACES): ``<folder>/<rest>`` is ``<rest>``'s
+        alias, moved to the validation split under a split folder."""
+        folder, sep, rest = key.partition("/")
+        if not sep or not rest or depth <= 0:
+            return None
+        if folder in SPLIT_NAMESPACES:
+            inner = self._lookup(rest, depth - 1)
+            return Alias(_as_val(inner.canonical if inner else rest), inner.scale if inner else 1.0)
+        if folder not in NAMESPACES:
+            return None
+        inner = self._lookup(rest, depth - 1)
+        if inner is None and folder in MEMORY_NAMESPACES and "/" not in rest:
+            inner = self._lookup("mem_" + rest, depth - 1)
+        return inner
 
     def resolve(self, raw_names: Iterable[str]) -> dict[str, Alias]:
         """Canonical alias for each raw name. When two raw names claim one canonical

@@ -2,7 +2,9 @@
 
 - a file is one run source (whatever its name);
 - a directory that is itself a run store (an MLflow store, a Hugging Face output
-  directory, a folder holding TensorBoard event files) is one source;
+  directory, a folder holding TensorBoard event files, a Keras logdir with ``train/`` and
+  ``validation/``) is one source; a Lightning ``version_N/`` folder is found by its
+  ``metrics.csv`` (named ``version_N``);
 - any other directory is walked: each run-store sub-directory and each file that holds
   metrics becomes a source. Hidden entries and run-configuration files (config.json,
   hparams.yaml, meta.yaml, labels.json, ...) are skipped. A ``.jsonl``/``.csv`` file
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainlens.core.errors import TrainlensError, UsageError
+from trainlens.readers._sniff import entry_is_dir, entry_is_file
 
 SKIP_NAMES = frozenset(
     {
@@ -72,19 +75,21 @@ def _hidden(name: str) -> bool:
 
 def _has_event_files(path: Path) -> bool:
     try:
-        return any(_EVENT_FILE.search(e.name) and e.is_file() for e in os.scandir(path))
+        return any(_EVENT_FILE.search(e.name) and entry_is_file(e) for e in os.scandir(path))
     except OSError:
         return False
 
 
 def is_run_store(path: Path) -> bool:
-    """An MLflow store, a Hugging Face output dir, or a folder with TensorBoard events.
+    """An MLflow store, a Hugging Face output dir, a folder with TensorBoard events, or a
+    Keras logdir (its events in ``train/`` and ``validation/``: one run).
 
     (A folder with event files only deeper down is walked instead, so a tree of several
     TensorBoard runs beside JSONL runs yields each of them.)"""
     from trainlens.readers import hf_trainer, mlflow
+    from trainlens.readers.tensorboard import SPLIT_DIRS
 
-    if _has_event_files(path):
+    if _has_event_files(path) or any(_has_event_files(path / s) for s in SPLIT_DIRS):
         return True
     try:
         return bool(mlflow.sniff(path, b"") or hf_trainer.sniff(path, b""))
@@ -103,7 +108,10 @@ def _file_is_run(path: Path) -> bool:
         return True
     if not lower.endswith(MAYBE_SUFFIXES):
         return False
-    from trainlens.readers import detect_format
+    from trainlens.readers import _sniff, detect_format
+
+    if _sniff.is_lfs_pointer_file(path):
+        return True  # a log not pulled yet: reported unreadable ("run git lfs pull"), not hidden
 
     try:
         fmt = detect_format(path)
@@ -111,7 +119,7 @@ def _file_is_run(path: Path) -> bool:
         return False
     if lower.endswith(".json"):
         # a compact JSON object sniffs as JSONL; only run formats count here
-        return fmt in ("hf-trainer", "mlflow")
+        return fmt in ("hf-trainer", "mlflow", "keras-history")
     return True
 
 
@@ -142,16 +150,12 @@ def _walk(top: Path, visited: set[str] | None = None) -> Iterator[Path]:
         if _hidden(e.name):
             continue
         p = Path(e.path)
-        try:
-            is_dir, is_file = e.is_dir(), e.is_file()
-        except OSError:  # a link that loops on itself, a file gone meanwhile
-            continue
-        if is_dir:
+        if entry_is_dir(e):
             if is_run_store(p):
                 yield p
             else:
                 yield from _walk(p, visited)
-        elif is_file and _file_is_run(p):
+        elif entry_is_file(e) and _file_is_run(p):
             yield p
 
 

@@ -12,25 +12,106 @@ from pathlib import Path
 from types import ModuleType
 
 from trainlens.core.errors import UnreadableInputError, UsageError
-from trainlens.core.run import Run
+from trainlens.core.run import DataIssue, Run
 from trainlens.readers import _sniff
-from trainlens.readers.base import ReadOptions, read_head
+from trainlens.readers.base import ReadOptions, read_head, run_name_for
 
 # sniffing order: most specific first
 FORMATS: dict[str, str] = {
     "tensorboard": "trainlens.readers.tensorboard",
     "mlflow": "trainlens.readers.mlflow",
     "hf-trainer": "trainlens.readers.hf_trainer",
+    "keras-history": "trainlens.readers.keras_history",  # one JSON object: before jsonl
     "jsonl": "trainlens.readers.jsonl",
     "csv": "trainlens.readers.csv",
     "text": "trainlens.readers.textlog",
 }
 
-__all__ = ["FORMATS", "ReadOptions", "detect_format", "read_runs"]
+BINARY_FORMATS = frozenset({"tensorboard", "mlflow"})  # (an MLflow sqlite database)
+
+__all__ = ["FORMATS", "ReadOptions", "detect_format", "folder_runs", "read_runs"]
 
 
 def _module(fmt: str) -> ModuleType:
     return importlib.import_module(FORMATS[fmt])
+
+
+# a folder of metrics files that is no run store of its own (see folder_runs)
+FOLDER_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson")
+# text logs count only when they sniff as one (a README.txt or requirements.txt does not)
+FOLDER_TEXT_SUFFIXES = (".log", ".txt", ".out")
+LIGHTNING_METRICS = "metrics.csv"
+
+
+def folder_runs(path: Path) -> list[tuple[Path, str]]:
+    """(metrics file, run name) for a directory read as a store of CSV/JSONL runs:
+
+    - Lightning's CSVLogger: ``version_N/metrics.csv`` (pointed at one ``version_N/``, at
+      ``lightning_logs/`` holding many, or at the ``save_dir`` above ``<name>/version_N``),
+      each a run named after its folder (``version_13``, ``exp/version_0``);
+    - otherwise a folder holding exactly one metrics file (``.csv``, ``.tsv``, ``.jsonl``,
+      ``.ndjson``: a Keras CSVLogger's ``logs/training_log.csv``; failing those, one
+      ``.log``/``.txt``/``.out`` that sniffs as a log), named as that file.
+
+    Empty when neither holds (several loose files are ambiguous: the caller says so)."""
+    if (path / LIGHTNING_METRICS).is_file():
+        return [(path / LIGHTNING_METRICS, path.resolve().name)]
+    subdirs = _subdirs(path)
+    found = [(d / LIGHTNING_METRICS, d.name) for d in subdirs if (d / LIGHTNING_METRICS).is_file()]
+    if not found:
+        found = [
+            (v / LIGHTNING_METRICS, f"{d.name}/{v.name}")
+            for d in subdirs
+            for v in _subdirs(d)
+            if (v / LIGHTNING_METRICS).is_file()
+        ]
+    if found:
+        return found
+    loose = _loose_metrics_files(path)
+    return [(loose[0], run_name_for(loose[0]))] if len(loose) == 1 else []
+
+
+def _subdirs(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return []
+
+
+def _loose_metrics_files(path: Path) -> list[Path]:
+    """The metrics files directly in ``path``: tables first; text logs only when there is
+    no table and they sniff as a log (a Megatron stdout beside its LICENSE)."""
+    try:
+        files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    except OSError:
+        return []
+    tables = [p for p in files if p.name.lower().endswith(FOLDER_SUFFIXES)]
+    if tables:
+        return tables
+    return [p for p in files if p.name.lower().endswith(FOLDER_TEXT_SUFFIXES) and _is_log(p)]
+
+
+def _is_log(path: Path) -> bool:
+    try:
+        return detect_format(path) in ("text", "jsonl", "csv")
+    except (UnreadableInputError, OSError):
+        return False
+
+
+def _no_run_in_folder(path: Path) -> UnreadableInputError:
+    loose = _loose_metrics_files(path)
+    if len(loose) > 1:
+        names = ", ".join(p.name for p in loose[:5]) + ("…" if len(loose) > 5 else "")
+        return UnreadableInputError(
+            f"{path}: {len(loose)} metrics files in this directory ({names}); "
+            "which one is the run is not clear",
+            hint="point at one of them, or use `trainlens gate` to judge each",
+        )
+    return UnreadableInputError(
+        f"{path}: no TensorBoard event files, MLflow store, trainer_state.json, "
+        "Lightning metrics.csv or metrics file found in this directory",
+        hint="point at a metrics file, or use `trainlens gate` for a folder of runs",
+    )
 
 
 def detect_format(path: Path) -> str:
@@ -39,16 +120,18 @@ def detect_format(path: Path) -> str:
         for fmt in ("mlflow", "tensorboard", "hf-trainer"):
             if _sniff.may_be(fmt, path, b"") and _module(fmt).sniff(path, b""):
                 return fmt
-        raise UnreadableInputError(
-            f"{path}: no TensorBoard event files, MLflow store or trainer_state.json "
-            "found in this directory",
-            hint="point at a metrics file, or use `trainlens gate` for a folder of runs",
-        )
+        raise _no_run_in_folder(path)
     head = read_head(path)
     if not head.strip():
         raise UnreadableInputError(f"{path}: the file is empty")
+    if _sniff.is_lfs_pointer(head):
+        raise UnreadableInputError(_sniff.lfs_message(path))
+    # text formats are sniffed without a UTF-8 byte-order mark (Windows tools write one:
+    # a JSONL file starting with it is JSONL, not CSV); binary ones see the bytes as they are
+    text = _sniff.text_head(head)
     for fmt in FORMATS:
-        if _sniff.may_be(fmt, path, head) and _module(fmt).sniff(path, head):
+        h = head if fmt in BINARY_FORMATS else text
+        if _sniff.may_be(fmt, path, h) and _module(fmt).sniff(path, h):
             return fmt
     raise UnreadableInputError(
         f"{path}: not a format trainlens knows (JSONL, CSV/TSV, TensorBoard events, MLflow, "
@@ -74,19 +157,67 @@ def read_runs(
             raise UnreadableInputError(f"{path}: no such file or directory")
         if format is not None and format not in FORMATS:
             raise UsageError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-        if opts.regex and format is None and path.is_file():
-            fmt = "text"
-        else:
-            fmt = format or detect_format(path)
-        try:
-            got = _module(fmt).read(path, opts)
-        except (UnicodeDecodeError, ValueError) as exc:
-            if isinstance(exc, UnreadableInputError):
-                raise
-            raise UnreadableInputError(f"{path}: cannot be read as {fmt}: {exc}") from None
-        runs.extend(got)
+        runs.extend(_read_path(path, format, opts))
     _dedupe_names(runs)
     return runs
+
+
+def _read_path(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
+    if path.is_dir() and format in (None, "csv", "jsonl"):
+        store = None
+        if format is None:
+            try:
+                store = detect_format(path)  # a TensorBoard tree, an MLflow store, ...
+            except UnreadableInputError:
+                store = None
+        if store is None:
+            return _read_folder(path, format, opts)
+        format = store
+    return _read_one(path, format, opts)
+
+
+def _read_folder(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
+    found = folder_runs(path)
+    if not found:
+        raise _no_run_in_folder(path)
+    runs: list[Run] = []
+    unreadable: list[UnreadableInputError] = []
+    for file, name in found:
+        # (Lightning's metrics.csv is CSV even with a header only: no body to sniff)
+        fmt = format or ("csv" if file.name == LIGHTNING_METRICS else None)
+        try:
+            got = _read_one(file, fmt, opts)
+        except UnreadableInputError as exc:
+            if len(found) == 1:
+                raise
+            unreadable.append(exc)  # one version just started (a header only): not all
+            continue
+        for run in got:
+            if run.name == run_name_for(file):  # (a W&B export names its own runs)
+                run.name = name
+            runs.append(run)
+    if not runs:
+        raise unreadable[0]
+    for err in unreadable:
+        runs[0].data_quality.append(
+            DataIssue(kind="unreadable-run", source=str(path), message=f"left out: {err}")
+        )
+    return runs
+
+
+def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
+    if path.is_file() and _sniff.is_lfs_pointer_file(path):  # (whatever format is forced)
+        raise UnreadableInputError(_sniff.lfs_message(path))
+    if opts.regex and format is None and path.is_file():
+        fmt = "text"
+    else:
+        fmt = format or detect_format(path)
+    try:
+        return _module(fmt).read(path, opts)
+    except (UnicodeDecodeError, ValueError) as exc:
+        if isinstance(exc, UnreadableInputError):
+            raise
+        raise UnreadableInputError(f"{path}: cannot be read as {fmt}: {exc}") from None
 
 
 def _dedupe_names(runs: list[Run]) -> None:

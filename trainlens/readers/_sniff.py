@@ -38,6 +38,38 @@ def masked_length_crc(length: int) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def text_head(head: bytes) -> bytes:
+    """The first bytes of a text file without the UTF-8 byte-order mark some Windows
+    tools write (a JSONL file starting with one is still JSONL, not CSV)."""
+    return head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+LFS_POINTER_MAX = 1024  # git-lfs: a pointer file is "less than 1024 bytes" (spec v1)
+
+
+def is_lfs_pointer(head: bytes) -> bool:
+    """A Git LFS pointer: the small text file git keeps where the content was not pulled."""
+    return text_head(head).startswith(LFS_POINTER)
+
+
+def is_lfs_pointer_file(path: Path) -> bool:
+    try:
+        if path.stat().st_size >= LFS_POINTER_MAX:
+            return False
+        with path.open("rb") as fh:
+            return is_lfs_pointer(fh.read(len(LFS_POINTER) + 3))
+    except OSError:
+        return False
+
+
+def lfs_message(path: Path) -> str:
+    return f"{path}: this is a Git LFS pointer, not the log itself; run `git lfs pull`"
+
+
 def is_event_file_name(name: str) -> bool:
     return "tfevents" in name
 
@@ -65,6 +97,22 @@ def mlflow_file(path: Path, head: bytes) -> bool | None:
     return path.suffix == ".json" and is_mlflow_export_head(head)
 
 
+def entry_is_dir(entry: os.DirEntry[str]) -> bool:
+    """``entry.is_dir()``, False for a symlink loop (ELOOP: DirEntry raises where Path
+    returns False)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def entry_is_file(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file()
+    except OSError:
+        return False
+
+
 def mlflow_dir_maybe(path: Path) -> bool:
     """False when ``path`` surely is no MLflow file store or export (no meta.yaml,
     metrics/, run.json or experiment.json in it or in a folder just below it); True
@@ -79,7 +127,7 @@ def mlflow_dir_maybe(path: Path) -> bool:
         return False
     if any(e.name in names for e in entries):
         return True
-    for e in sorted((e for e in entries if e.is_dir()), key=lambda e: e.name)[:200]:
+    for e in sorted((e for e in entries if entry_is_dir(e)), key=lambda e: e.name)[:200]:
         try:
             with os.scandir(e.path) as sub:
                 if any(s.name in names for s in sub):

@@ -1,8 +1,10 @@
 """CSV / TSV: wide tables with empty cells.
 
 Covers Lightning's sparse metrics.csv (train and val rows interleaved, most cells empty),
-W&B's CSV download (``<run> - <metric>`` columns, ``__MIN``/``__MAX`` companions) and
-TensorBoard's CSV download (``Wall time,Step,Value``: one metric, named after the file).
+W&B's CSV downloads (a chart's ``<run> - <metric>`` columns with ``__MIN``/``__MAX``
+companions: one run per W&B run; a runs table: one run per row, final values only — see
+:mod:`trainlens.readers._wandb`) and TensorBoard's CSV download (``Wall time,Step,Value``:
+one metric, named after the file).
 A cell that is not a number is reported with its line and skipped; the rest is kept.
 """
 
@@ -11,19 +13,17 @@ from __future__ import annotations
 import io
 import mmap
 import os
-import re
 from pathlib import Path
 
 import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers._wide import wide_to_long
+from trainlens.readers import _wandb
+from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
 FORMAT = "csv"
-
-_WANDB_COL = re.compile(r"^(?P<run>.+?) - (?P<metric>.+)$")
 
 
 def _delimiter(header: bytes) -> str | None:
@@ -66,29 +66,73 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         # TensorBoard's CSV download: one metric per file, named after the file
         value_col = next(c for c in cols if c.lower() == "value")
         df = df.rename({value_col: name})
+    elif _wandb.is_runs_table(cols):
+        runs = _wandb.runs_table(df, source=source, opts=opts, issues=issues)
+        for run in runs:
+            run.cursor[source] = size
+        return runs
     else:
-        runs_named = {m.group("run") for c in cols if (m := _WANDB_COL.match(c))}
-        if len(runs_named) == 1:
-            run_label = runs_named.pop()
-            df = df.rename({c: m.group("metric") for c in cols if (m := _WANDB_COL.match(c))})
-            name = run_label
+        charts = _wandb.chart_runs(df, opts, source)
+        if charts:
+            runs = []
+            for label, sub, notes in charts:
+                try:
+                    runs.append(_one_run(sub, label, source, opts, [*issues, *notes], size))
+                except UnreadableInputError:
+                    continue  # a W&B run with no value in this chart: nothing to show
+            if not runs:
+                raise UnreadableInputError(f"{path}: no numeric metric columns found")
+            return runs
+    return [_one_run(df, name, source, opts, issues, size)]
+
+
+def _one_run(
+    df: pl.DataFrame,
+    name: str,
+    source: str,
+    opts: ReadOptions,
+    issues: list[DataIssue],
+    size: int,
+) -> Run:
+    df, note = _epoch_as_step(df, source)
+    issues = [*issues, *note]
     # data lines are numbered from 2 (line 1 is the header)
     line_numbers = pl.Series("_line", range(2, df.height + 2), dtype=pl.Int64)
     long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
-    issues.extend(more)
     if long.height == 0:
-        raise UnreadableInputError(f"{path}: no numeric metric columns found")
+        raise UnreadableInputError(f"{source}: no numeric metric columns found")
     run = build_run(
         long,
         name=name,
         source=source,
         fmt=FORMAT,
         aliases=opts.aliases,
-        issues=issues,
+        issues=[*issues, *more],
         blocks=counts,
     )
     run.cursor[source] = size
-    return [run]
+    return run
+
+
+def _epoch_as_step(df: pl.DataFrame, source: str) -> tuple[pl.DataFrame, list[DataIssue]]:
+    """Keras' CSVLogger writes one row per epoch and no step column: its whole-number,
+    rising ``epoch`` is then the step (the row number would be off by one from the epoch
+    every message names). ``epoch`` stays a metric too."""
+    if find_key(df.columns, STEP_KEYS) is not None:
+        return df, []
+    col = find_key(df.columns, ("epoch",))
+    if col is None or not df.schema[col].is_integer():
+        return df, []
+    epoch = df.get_column(col)
+    if epoch.null_count() or epoch.len() < 1 or not bool((epoch.diff().drop_nulls() > 0).all()):
+        return df, []
+    note = DataIssue(
+        kind="no-step",
+        source=source,
+        message=f"no step column; {col!r} (one row per epoch) is used as the step",
+        severity="info",
+    )
+    return df.with_columns(epoch.cast(pl.Int64).alias("step")), [note]
 
 
 FAST_MIN_BYTES = 1 << 20  # smaller files are read into memory first
@@ -128,8 +172,47 @@ def _read_bytes(path: Path, source: str) -> tuple[pl.DataFrame, int, list[DataIs
     issues.extend(bad)
     end = data.find(b"\n")
     header = data[: end if end >= 0 else len(data)]
-    df = _polars_csv(io.BytesIO(data), _delimiter(header) or ",")
+    delim = _delimiter(header) or ","
+    try:
+        df = _polars_csv(io.BytesIO(data), delim)
+    except Exception:  # polars gives up on the whole file for one malformed field
+        df, bad = _without_unbalanced_quotes(data, delim, source)
+        issues.extend(bad)
     return df, len(data), issues
+
+
+def _without_unbalanced_quotes(
+    data: bytes, delim: str, source: str
+) -> tuple[pl.DataFrame, list[DataIssue]]:
+    """The table with every data line holding an odd number of quote characters blanked
+    (a stray ``"`` opens a field that never closes, and polars then refuses the whole
+    file); one note names those lines. A blanked line keeps its place, so later line
+    numbers stay right; its cells are read as absent, the file's other rows are kept."""
+    lines = data.split(b"\n")
+    n_fields = lines[0].count(delim.encode()) + 1 if lines else 1
+    blank = delim.encode() * (n_fields - 1)
+    bad: list[int] = []
+    for i in range(1, len(lines)):
+        if lines[i].count(b'"') % 2:
+            lines[i] = blank
+            bad.append(i + 1)
+    if not bad:
+        raise UnreadableInputError(f"{source}: not a CSV file polars can parse")
+    try:
+        df = _polars_csv(io.BytesIO(b"\n".join(lines)), delim)
+    except Exception as exc:
+        why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnreadableInputError(f"{source}: not a CSV file polars can parse ({why})") from None
+    shown = ", ".join(map(str, bad[:5])) + ("…" if len(bad) > 5 else "")
+    issue = DataIssue(
+        kind="bad-line",
+        source=source,
+        location=f"line {bad[0]}",
+        message=(f'{len(bad)} line(s) with an unbalanced quote (") were skipped (lines {shown})'),
+        count=len(bad),
+        details={"lines": bad[:100]},
+    )
+    return df, [issue]
 
 
 def _polars_csv(source: Path | io.BytesIO, delim: str) -> pl.DataFrame:

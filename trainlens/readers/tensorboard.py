@@ -11,9 +11,12 @@ files is a run named by its path relative to the given directory (the directory'
 for the top). Sub-directories written by ``add_scalars(main_tag, {k: v})`` belong to their
 parent run: torch writes them as ``<main_tag with / as _>_<k>``, tensorboardX 2.6 as
 ``<main_tag>/<k>``, each holding the single tag ``main_tag``; they come back as metric
-``main_tag/k``. Several event files of one run (a resumed job writes a new file) are read in
-the order of the timestamp in their names and concatenated, so a step going back becomes a
-restart (see :func:`trainlens.core.run.build_run`).
+``main_tag/k``. Keras' callback writes one run as ``<logdir>/train`` and
+``<logdir>/validation``: those two folders are one run at ``<logdir>``, the validation
+metrics under ``val/``, Keras' tag names mapped with epoch- and batch-indexed series kept
+apart (see :func:`_keras_label`). Several event files of one run (a resumed job writes a
+new file) are read in the order of the timestamp in their names and concatenated, so a step
+going back becomes a restart (see :func:`trainlens.core.run.build_run`).
 
 Speed. A run held in one events file, read from its start, goes first to the compiled lane
 (``_tbscan``, built from C at install when a compiler is there): one pass frames each
@@ -110,6 +113,19 @@ def _event_dirs(root: Path) -> dict[Path, list[Path]]:
     return found
 
 
+def _without_lfs_pointers(
+    dirs: dict[Path, list[Path]],
+) -> tuple[dict[Path, list[Path]], list[Path]]:
+    """The event files that are not Git LFS pointers (a clone without ``git lfs pull``
+    holds 130-byte text files where the logs should be), and the pointers."""
+    pointers = [f for files in dirs.values() for f in files if _sniff.is_lfs_pointer_file(f)]
+    if not pointers:
+        return dirs, []
+    left = set(pointers)
+    kept = {d: [f for f in files if f not in left] for d, files in dirs.items()}
+    return {d: files for d, files in kept.items() if files}, pointers
+
+
 def _scalars_parent(
     child: Path, tag: str, dirs: dict[Path, list[Path]], root: Path
 ) -> tuple[Path, str] | None:
@@ -125,10 +141,81 @@ def _scalars_parent(
     return None
 
 
+# Keras' TensorBoard callback writes one run as two folders, ``train/`` and
+# ``validation/``; they are read as one run at their parent, the validation folder's
+# metrics under ``val/``.
+SPLIT_DIRS = {"train": "train", "validation": "val"}
+_KERAS_EVAL = re.compile(r"^evaluation_(.+)_vs_iterations$")
+
+
+def _keras_label(split: str, tag: str, batch_axis: bool) -> str:
+    """The name a tag of a Keras split folder is read as (then mapped by the alias table).
+
+    Keras logs per epoch (``epoch_loss``: step = epoch) and, with ``update_freq``, per
+    batch (``batch_loss``: step = optimizer iteration); at each validation it also writes
+    ``evaluation_loss_vs_iterations`` (step = iteration), whatever ``update_freq`` is.
+    The two axes must not meet in one series (epoch 3 beside iteration 3000 reads as a
+    stall or a gap), and train/loss and val/loss must share one, so the run's axis is
+    chosen once: when training logged per batch, ``batch_*`` is ``train/*`` and
+    ``evaluation_*_vs_iterations`` is ``val/*``, the per-epoch series get Lightning's
+    ``_epoch`` suffix; otherwise ``epoch_*`` is ``train/*`` / ``val/*`` and the
+    iteration-indexed evaluation keeps a ``_vs_iterations`` suffix."""
+    m = _KERAS_EVAL.match(tag)
+    if m:
+        name = m.group(1) + ("" if batch_axis else "_vs_iterations")
+    elif tag.startswith("batch_"):
+        name = tag[len("batch_") :]
+    elif tag.startswith("epoch_"):
+        name = tag[len("epoch_") :] + ("_epoch" if batch_axis else "")
+    else:
+        name = tag
+    return f"{SPLIT_DIRS[split]}/{name}"
+
+
+def _split_groups(dirs: dict[Path, list[Path]]) -> dict[Path, Path]:
+    """Each ``train/`` or ``validation/`` events folder -> the run folder it belongs to."""
+    return {d: d.parent for d in dirs if d.name in SPLIT_DIRS}
+
+
+def _split_renames(
+    group: dict[Path, list[FileData]], tags: _Tags
+) -> tuple[list[FileData], list[dict[int, str] | None], dict[str, str]]:
+    """The files of one Keras run, a tag-id -> label map for each, and label -> the tag
+    as logged (``validation/epoch_loss``) for ``Run.raw_names``."""
+    import numpy as np
+
+    ids = {
+        d: sorted(set().union(*(set(np.unique(fd.rows.tag).tolist()) for fd in fds)))
+        for d, fds in group.items()
+    }
+    names = {
+        d: {t: tags.names[t].decode("utf-8", "replace") for t in tids} for d, tids in ids.items()
+    }
+    batch_axis = any(
+        n.startswith("batch_") for d, m in names.items() if d.name == "train" for n in m.values()
+    )
+    files: list[FileData] = []
+    renames: list[dict[int, str] | None] = []
+    logged: dict[str, str] = {}
+    for d, fds in group.items():
+        labels = {t: _keras_label(d.name, n, batch_axis) for t, n in names[d].items()}
+        logged.update({lab: f"{d.name}/{names[d][t]}" for t, lab in labels.items()})
+        files.extend(fds)
+        renames.extend([labels] * len(fds))
+    return files, renames, logged
+
+
+def _run_name(d: Path, root: Path) -> str:
+    if d == root or root not in d.parents:
+        return d.resolve().name
+    return d.relative_to(root).as_posix()
+
+
 @dataclass
 class _RunParts:
     files: list[FileData] = field(default_factory=list)
     renames: list[dict[int, str] | None] = field(default_factory=list)  # tag id -> metric
+    logged: dict[str, str] = field(default_factory=dict)  # renamed label -> tag as logged
 
 
 def _skipped_issue(files: list[FileInfo], source: str) -> list[DataIssue]:
@@ -151,6 +238,47 @@ def _skipped_issue(files: list[FileInfo], source: str) -> list[DataIssue]:
     ]
 
 
+# Megatron-LM logs every scalar twice: `lm loss` at the iteration and `lm loss vs samples`
+# (Megatron-DeepSpeed also `… vs tokens`) at the consumed-sample count. The second is the
+# same series on another x-axis; kept beside the first it would stretch the run's steps to
+# millions and read as huge gaps.
+_OTHER_AXIS = re.compile(r"^(?P<base>.+) vs (?:samples|tokens)$")
+
+
+def _without_other_axes(
+    frame: pl.DataFrame, blocks: list[int] | None, source: str
+) -> tuple[pl.DataFrame, list[int] | None, list[DataIssue]]:
+    """The frame without the ``<tag> vs samples`` / ``vs tokens`` series whose ``<tag>``
+    is logged against the step too (counted in one info note)."""
+    dtype = frame.schema["metric"]
+    if not isinstance(dtype, pl.Enum):
+        return frame, blocks, []
+    names = [str(c) for c in dtype.categories.to_list()]
+    present = set(names)
+    drop = [
+        i for i, n in enumerate(names) if (m := _OTHER_AXIS.match(n)) and m.group("base") in present
+    ]
+    if not drop:
+        return frame, blocks, []
+    gone = frame.get_column("metric").to_physical().is_in(drop)
+    n = int(gone.sum())
+    if not n:
+        return frame, blocks, []
+    shown = ", ".join(repr(names[i]) for i in drop[:4]) + ("…" if len(drop) > 4 else "")
+    note = DataIssue(
+        kind="other-axis",
+        source=source,
+        message=(
+            f"{n} values of {len(drop)} tag(s) logged against samples or tokens rather than "
+            f"the step ({shown}) are left out: the same series is there against the step"
+        ),
+        count=n,
+        severity="info",
+    )
+    # (the per-metric block lengths no longer match the Enum: build_run regroups)
+    return frame.filter(~gone), None, [note]
+
+
 def _build(
     name: str,
     source: str,
@@ -162,6 +290,8 @@ def _build(
 ) -> Run:
     issues = [i for fd in files for i in fd.issues]
     issues.extend(_skipped_issue(files, source))
+    frame, blocks, off_axis = _without_other_axes(frame, blocks, source)
+    issues.extend(off_axis)
     rel = []
     for fd in files:
         try:
@@ -267,6 +397,8 @@ def _numpy_run(
     frame, blocks = _frame_of(parts, tags)
     run = _build(name, source, list(parts.files), frame, blocks, base, opts)
     run.data_quality.extend(tag_issues(frame, tags, source))
+    if parts.logged:
+        run.raw_names = {c: parts.logged.get(r, r) for c, r in run.raw_names.items()}
     return run
 
 
@@ -279,68 +411,130 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if not path.exists():
         raise UnreadableInputError(f"{path}: no such file or directory")
     if path.is_file():
-        name = path.resolve().parent.name if _is_event_file(path.name) else path.stem
-        if opts.start_offset == 0:
-            run = _read_compiled(path, name, str(path), path.parent, opts)
-            if run is not None:
-                return [run]
-        from trainlens.readers._tbdecode import _Tags, read_events_file
-
-        tags = _Tags()
-        fd = read_events_file(path, tags, start_offset=opts.start_offset)
-        if not len(fd.rows.record) and opts.start_offset == 0:
-            raise _no_scalars(path, [fd])
-        return [_numpy_run(name, str(path), _RunParts([fd], [None]), tags, path.parent, opts)]
+        return _read_file(path, opts)
 
     dirs = _event_dirs(path)
     if not dirs:
         raise UnreadableInputError(f"{path}: no TensorBoard event files (events.out.tfevents.*)")
+    dirs, pointers = _without_lfs_pointers(dirs)
+    if not dirs:
+        where = pointers[0] if len(pointers) == 1 else path
+        raise UnreadableInputError(
+            _sniff.lfs_message(where)
+            if len(pointers) == 1
+            else f"{where}: its {len(pointers)} event files are Git LFS pointers, not the logs "
+            "themselves; run `git lfs pull`"
+        )
     if len(dirs) == 1:  # one run in one file: the compiled lane may take it
         ((d, files),) = dirs.items()
-        if len(files) == 1:
+        if len(files) == 1 and d.name not in SPLIT_DIRS:
             name = path.resolve().name if d == path else d.relative_to(path).as_posix()
             run = _read_compiled(files[0], name, str(d), d, opts)
             if run is not None:
-                return [run]
-
-    import numpy as np
+                return _note_pointers([run], pointers, path)
 
     from trainlens.readers._tbdecode import _Tags, read_events_file
 
     tags = _Tags()
     data = {d: [read_events_file(f, tags) for f in files] for d, files in dirs.items()}
-    runs: dict[Path, _RunParts] = {}
+    out: list[Run] = []
+    for d, parts in _group_runs(path, dirs, data, tags).items():
+        has_values = any(len(fd.rows.record) for fd in parts.files)
+        has_warnings = any(i.severity != "info" for fd in parts.files for i in fd.issues)
+        if not has_values and not has_warnings:
+            continue
+        out.append(_numpy_run(_run_name(d, path), str(d), parts, tags, d, opts))
+    if not any(r.frame.height for r in out):
+        raise _no_scalars(path, [fd for fds in data.values() for fd in fds])
+    return _note_pointers(out, pointers, path)
+
+
+def _read_file(path: Path, opts: ReadOptions) -> list[Run]:
+    split = _is_event_file(path.name) and path.resolve().parent.name in SPLIT_DIRS
+    name = path.resolve().parent.name if _is_event_file(path.name) else path.stem
+    if opts.start_offset == 0 and not split:
+        run = _read_compiled(path, name, str(path), path.parent, opts)
+        if run is not None:
+            return [run]
+    from trainlens.readers._tbdecode import _Tags, read_events_file
+
+    tags = _Tags()
+    fd = read_events_file(path, tags, start_offset=opts.start_offset)
+    if not len(fd.rows.record) and opts.start_offset == 0:
+        raise _no_scalars(path, [fd])
+    parts = _RunParts([fd], [None])
+    if split:  # one file of a Keras logdir: named and mapped as its run would be
+        parts = _RunParts(*_split_renames({path.resolve().parent: [fd]}, tags))
+        name = path.resolve().parent.parent.name
+    return [_numpy_run(name, str(path), parts, tags, path.parent, opts)]
+
+
+def _folded_scalars(
+    root: Path, dirs: dict[Path, list[Path]], data: dict[Path, list[FileData]], tags: _Tags
+) -> dict[Path, tuple[Path, str, int]]:
+    """add_scalars sub-directories: folder -> (its run's folder, metric, tag id)."""
+    import numpy as np
+
     folded: dict[Path, tuple[Path, str, int]] = {}
     for d, fds in data.items():
-        if d == path:
+        if d == root:
             continue
         tag_ids = set().union(*(set(np.unique(fd.rows.tag).tolist()) for fd in fds))
         if len(tag_ids) != 1 or any(fd.skipped for fd in fds):
             continue
         (tid,) = tag_ids
         tag = tags.names[tid].decode("utf-8", "replace")
-        hit = _scalars_parent(d, tag, dirs, path)
+        hit = _scalars_parent(d, tag, dirs, root)
         if hit is not None:
             folded[d] = (hit[0], f"{tag}/{hit[1]}", tid)
+    return folded
+
+
+def _group_runs(
+    root: Path, dirs: dict[Path, list[Path]], data: dict[Path, list[FileData]], tags: _Tags
+) -> dict[Path, _RunParts]:
+    """The runs of a tree: each events folder, with add_scalars folders folded into their
+    run and a Keras logdir's split folders into one."""
+    folded = _folded_scalars(root, dirs, data, tags)
+    # (tensorboardX writes add_scalars("loss", {"train": …}) to loss/train: folded above,
+    # not a Keras split; one under a Keras split folder is left a run of its own)
+    splits = {d: p for d, p in _split_groups(dirs).items() if d not in folded}
+    folded = {d: f for d, f in folded.items() if f[0] not in splits}
+    runs: dict[Path, _RunParts] = {}
+    by_parent: dict[Path, dict[Path, list[FileData]]] = {}
     for d, fds in data.items():
-        if d in folded:
-            continue
-        runs[d] = _RunParts(list(fds), [None] * len(fds))
+        if d in splits:
+            by_parent.setdefault(splits[d], {})[d] = fds
+            runs.setdefault(splits[d], _RunParts())
+        elif d not in folded:
+            runs.setdefault(d, _RunParts()).files.extend(fds)
+            runs[d].renames.extend([None] * len(fds))
+    for parent, group in by_parent.items():
+        split_files, renames, logged = _split_renames(group, tags)
+        runs[parent].files.extend(split_files)
+        runs[parent].renames.extend(renames)
+        runs[parent].logged.update(logged)
     for d, (parent, metric, tid) in folded.items():
         target = parent
         while target in folded:  # never expected, but keep the chain finite
             target = folded[target][0]
         runs[target].files.extend(data[d])
         runs[target].renames.extend([{tid: metric}] * len(data[d]))
+    return runs
 
-    out: list[Run] = []
-    for d, parts in runs.items():
-        has_values = any(len(fd.rows.record) for fd in parts.files)
-        has_warnings = any(i.severity != "info" for fd in parts.files for i in fd.issues)
-        if not has_values and not has_warnings:
-            continue
-        name = path.resolve().name if d == path else d.relative_to(path).as_posix()
-        out.append(_numpy_run(name, str(d), parts, tags, d, opts))
-    if not any(r.frame.height for r in out):
-        raise _no_scalars(path, [fd for fds in data.values() for fd in fds])
-    return out
+
+def _note_pointers(runs: list[Run], pointers: list[Path], path: Path) -> list[Run]:
+    """Some files were pulled, some not: say so on the first run."""
+    if pointers:
+        runs[0].data_quality.append(
+            DataIssue(
+                kind="lfs-pointer",
+                source=str(path),
+                message=(
+                    f"{len(pointers)} event file(s) are Git LFS pointers, not the logs "
+                    f"themselves, and were left out (first: {pointers[0]}); run `git lfs pull`"
+                ),
+                count=len(pointers),
+            )
+        )
+    return runs
