@@ -52,6 +52,8 @@ def test_per_set_eval_losses_are_judged(shared_dir: Path) -> None:
     assert g0.evidence["final_val"] == pytest.approx(2.749, abs=1e-3)
     assert by_domain["g5"].step_start == 802  # g5 is lowest at epoch 2
     assert all(f.severity.value == "error" for f in found)
+    # HF's eval_<set>_loss is the set's validation loss, by the one alias table
+    assert [f.metric for f in found] == [f"val/loss/g{k}" for k in range(6)]
 
 
 @pytest.mark.parametrize(

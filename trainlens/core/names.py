@@ -174,6 +174,12 @@ PATTERN_ALIASES: list[tuple[re.Pattern[str], str]] = [
         ),
         r"val/loss/\1",
     ),
+    # the same, named the HF Trainer way: each eval set's loss is eval_<set>_loss (a dict
+    # of eval datasets), which the eval_* rule below would make val/<set>_loss
+    (
+        re.compile(r"^(?:val|valid|validation|eval)_(.+)_loss$"),
+        r"val/loss/\1",
+    ),
     # per-tensor signals
     (re.compile(r"^(?:grad_norm|grad_norms|gradnorm|grad-norm)/(.+)$"), r"grad_norm/\1"),
     (re.compile(r"^(?:update_ratio|update_to_weight)/(.+)$"), r"update_ratio/\1"),
