@@ -4,8 +4,8 @@ What it flags
     VAL001 ``val-train-divergence``: after its best evaluation, a validation loss that
     rises clearly and persistently while the training loss over the same steps still
     falls — overfitting (or a train/val distribution split). Each per-domain validation
-    loss (``val/loss/<domain>``, and the HF Trainer's per-set ``eval_<set>_loss``, read
-    as ``val/<set>_loss``) is judged on its own, never pooled with the others.
+    loss (``val/loss/<domain>``, the HF Trainer's per-set ``eval_<set>_loss`` among them)
+    is judged on its own, never pooled with the others.
     The finding names the best step: the checkpoint to keep, and the percent it prints
     is measured from that best value to the mean of the last evaluations.
 
@@ -89,11 +89,11 @@ def _train_change(run: Run, start: int, end: int) -> tuple[float, float] | None:
     return float(np.median(before)), float(np.median(after))
 
 
-# A validation loss, by name: ``val/loss``, ``val/loss/<domain>``, and the HF Trainer's
-# per-set ``eval_<set>_loss`` (``val/<set>_loss`` once the eval_ prefix is mapped), so a
+# A validation loss, by its canonical name: ``val/loss`` and ``val/loss/<domain>`` (the
+# alias table makes the HF Trainer's per-set ``eval_<set>_loss`` one of these, so a
 # trainer_state.json with ``eval_g0_loss`` … ``eval_g5_loss`` and no ``eval_loss`` is judged
-# per set too.
-_VAL_LOSS = re.compile(r"^val/loss(?:/(?P<domain>.+))?$|^val/(?P<set>.+)_loss$")
+# per set too).
+_VAL_LOSS = re.compile(r"^val/loss(?:/(?P<domain>.+))?$")
 
 
 def val_losses(metrics: list[str]) -> dict[str, str | None]:
@@ -103,7 +103,7 @@ def val_losses(metrics: list[str]) -> dict[str, str | None]:
     for m in metrics:
         hit = _VAL_LOSS.match(m)
         if hit:
-            out[m] = hit.group("domain") or hit.group("set")
+            out[m] = hit.group("domain")
     return out
 
 
