@@ -7,9 +7,10 @@ within its tolerance of the labeled step. A finding at warning or error whose co
 matches no labeled event of its run is a false positive — on a healthy run, every
 warning or error is one. Labeled events marked ``required: false`` count when found
 and are not missed when absent. Info findings are neither: they are notes, not alarms.
-Real logs: the modded-nanogpt records are healthy (any warning/error is a false
-positive); the BLOOM notes document a loss spike near iteration 31219 (GRAD001 or
-LOSS001) and a throughput drop from iteration 42783 (TPUT001).
+Real logs: tests/real_logs.yml (one source with tests/test_real_logs.py) says what
+../shared/real-logs/README.md documents for each: on a healthy log every warning/error
+is a false positive; documented events are scored like labeled ones, and each log also
+gets a row of its own in the "Real logs" section.
 """
 
 from __future__ import annotations
@@ -21,21 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainlens.core.findings import Severity
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "real-logs"
 
-REAL: dict[str, dict[str, Any]] = {
-    "modded_nanogpt/2024-06-06_AdamW_f66d43d7.log": {"healthy": True, "events": []},
-    "modded_nanogpt/2024-10-13_llmc_main.log": {"healthy": True, "events": []},
-    "modded_nanogpt/2024-10-10_Muon_eb5659d0.txt": {"healthy": True, "events": []},
-    "bigscience/tr11-176B-ml_chronicles.md": {
-        "healthy": False,
-        "events": [
-            {"code": ["GRAD001", "LOSS001"], "step": 31219, "tolerance": 5},
-            {"code": ["TPUT001"], "step": 42783, "tolerance": 3, "required": False},
-        ],
-    },
-}
+CORPUS = REPO / "tests" / "real_logs.yml"
+
+
+def real_logs() -> list[dict[str, Any]]:
+    """The real-logs corpus and its documented events (tests/real_logs.yml, which
+    tests/test_real_logs.py checks too)."""
+    import yaml
+
+    return list(yaml.safe_load(CORPUS.read_text(encoding="utf-8"))["logs"])
 
 
 @dataclass
@@ -64,7 +64,8 @@ def score_run(
             if (
                 f.code in codes
                 and f.step_start is not None
-                and abs(f.step_start - int(ev["step"])) <= int(ev.get("tolerance", 0))
+                and abs(f.step_start - int(ev["step"])) <= int(ev.get("tol", 0))
+                and f.severity.rank >= Severity.parse(ev.get("severity", "info")).rank
             ):
                 hit = i
                 break
@@ -85,6 +86,65 @@ def score_run(
         scores[f.code].false.append(f"{name}@{f.step_start}")
 
 
+def _event_text(ev: dict[str, Any]) -> str:
+    sev = ev.get("severity", "info")
+    tol = f"±{ev['tol']}" if ev.get("tol") else ""
+    return f"{'/'.join(_codes(ev))}@{ev['step']}{tol}" + (f" ({sev}+)" if sev != "info" else "")
+
+
+def score_real_logs(scores: dict[str, Score]) -> list[str]:
+    """Analyze every log of the corpus: score its documented events into ``scores`` (logs
+    that are healthy or have events; a folder that repeats its files' runs only gets a
+    row) and return one table row per log."""
+    import trainlens
+    from trainlens.core.errors import TrainlensError
+
+    rows = []
+    for entry in real_logs():
+        path = entry["path"]
+        if entry.get("exit", 0) == 2:
+            try:
+                trainlens.analyze(SHARED / path)
+                verdict, said = "read, but should fail", ""
+            except TrainlensError as exc:
+                said = str(exc)
+                verdict = "ok" if entry["error"] in said else "wrong message"
+            rows.append(
+                f"| {path} | — | exit 2: {entry['error']} | {said[:90]} |  |  | {verdict} |"
+            )
+            continue
+        try:
+            results = trainlens.analyze(SHARED / path)
+        except TrainlensError as exc:
+            rows.append(f"| {path} | 0 | reads | {str(exc)[:90]} |  |  | UNREADABLE |")
+            continue
+        findings = [f for a in results for f in a.findings]
+        events = [e for e in entry.get("events", []) if e.get("required", True)]
+        label = {"events": entry.get("events", [])}
+        if entry.get("healthy") or events:
+            score_run(path, findings, label, scores)
+        found, missed = [], []
+        for ev in events:
+            hit = any(
+                f.code in _codes(ev)
+                and f.step_start is not None
+                and abs(f.step_start - int(ev["step"])) <= int(ev.get("tol", 0))
+                and f.severity.rank >= Severity.parse(ev.get("severity", "info")).rank
+                for f in findings
+            )
+            (found if hit else missed).append(_event_text(ev))
+        loud = [f"{f.code}@{f.step_start}" for f in findings if f.severity.rank >= 1]
+        bad = missed or (entry.get("healthy") and loud) or len(results) != entry.get("runs", 1)
+        expected = "healthy" if entry.get("healthy") else ""
+        expected = ", ".join(filter(None, [expected, *(_event_text(e) for e in events)]))
+        rows.append(
+            f"| {path} | {len(results)} | {expected or '—'} | {', '.join(found)} | "
+            f"{', '.join(missed)} | {', '.join(loud[:8])}{' …' if len(loud) > 8 else ''} | "
+            f"{'MISSED' if bad else 'ok'} |"
+        )
+    return rows
+
+
 def main() -> int:
     import trainlens
 
@@ -98,11 +158,10 @@ def main() -> int:
         [result] = trainlens.analyze(REPO / "fixtures" / "runs" / name / "metrics.jsonl")
         score_run(name, result.findings, label, scores)
     real_note = "absent (../shared not beside the checkout)"
+    real_rows: list[str] = []
     if SHARED.is_dir():
         real_note = "included"
-        for rel, label in REAL.items():
-            [result] = trainlens.analyze(SHARED / rel)
-            score_run(rel, result.findings, label, scores)
+        real_rows = score_real_logs(scores)
 
     from trainlens.detectors import available, load
 
@@ -126,6 +185,20 @@ def main() -> int:
                 f"| {det} | {code} | {s.tp} | {s.fn} | {s.fp} | {prec} | {rec} | "
                 f"{', '.join(s.missed) or ''} | {', '.join(s.false) or ''} |"
             )
+    if real_rows:
+        lines += [
+            "",
+            "## Real logs",
+            "",
+            "Third-party logs in ../shared/real-logs (its README documents what happens in",
+            "each); the expectations are tests/real_logs.yml, which tests/test_real_logs.py",
+            "checks. Expected: the documented events (code@step, at least the severity named);",
+            "loud: every warning or error trainlens gave; a healthy log must have none.",
+            "",
+            "| log | runs | expected | found | missed | loud findings | verdict |",
+            "|---|---:|---|---|---|---|---|",
+            *real_rows,
+        ]
     out = REPO / "docs" / "precision_recall.md"
     out.write_text("\n".join(lines) + "\n")
     print(out.read_text())
