@@ -146,6 +146,9 @@ class Params:
     recover_quantile: float = 0.99
     #: back within this many logged points after the start: a transient (info)
     transient_points: int = 5
+    #: a step gap over this many typical logging intervals is a gap in the log: a loss
+    #: still up at its last point before one is not a one-off
+    gap_intervals: float = 3.0
     #: points after a spike needed to call "never recovered" an error
     min_points_after: int = 10
     #: grad-only spikes: this many within repeat_window logged points is a warning, when
@@ -709,6 +712,14 @@ def _loss_response(ls: _Series, ev: _Event, p: Params) -> tuple[str, str]:
             f"{int(st[-1])} ({last:.4g})"
         )
     rec_step = int(st[ev.recovered])
+    last_up = int(st[ev.recovered - 1])
+    if rec_step - last_up > p.gap_intervals * ls.interval and ev.recovered - 1 > ev.start:
+        # still up at its last point before a gap in the log (an excerpt, a resumed log):
+        # when it came back is unknown, so it is no one-off, however few points it spans
+        return "warning", (
+            f"the loss was still up at step {last_up}, the last logged step before a gap, "
+            f"and back by step {rec_step}"
+        )
     if ev.recovered - ev.start <= p.transient_points:
         return "info", f"a one-off: the loss was back by step {rec_step}"
     return "warning", f"the loss stayed up {_duration(st, ev.start, ev.recovered)}"
@@ -783,7 +794,9 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
             too_few.append(f"{LOSS} has {st.size} finite value{'s' * (st.size != 1)}")
     if gs is None and ls is None and not out:
         raise Skip(f"{' and '.join(too_few)}: a spike needs at least 2 values to compare")
-    pending = _pair(gs, ls, p)
+    # why a loss spike's lead cannot be checked when there is no grad-norm series to check
+    no_grad = "is not logged" if not has_g else "was not computed there (exactly 0)"
+    pending = _pair(gs, ls, p, no_grad)
     # a grad norm above the absolute bound for long is one GRAD004 finding, not also a
     # grad-only spike at its start
     high = [(f.step_start or 0, f.step_end or 0) for f in out if f.code == "GRAD004"]
@@ -837,7 +850,9 @@ def _not_computed(st: np.ndarray, gv: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return st[keep], gv[keep], [note]
 
 
-def _pair(gs: _Series | None, ls: _Series | None, p: Params) -> list[_Pending]:
+def _pair(
+    gs: _Series | None, ls: _Series | None, p: Params, no_grad: str = "is not logged"
+) -> list[_Pending]:
     out: list[_Pending] = []
     loss_used = np.zeros(len(ls.events) if ls is not None else 0, dtype=bool)
     grad_answered = np.zeros(len(gs.events) if gs is not None else 0, dtype=bool)
@@ -893,7 +908,7 @@ def _pair(gs: _Series | None, ls: _Series | None, p: Params) -> list[_Pending]:
                     sev,
                     z,
                     int(ls.steps[le.start]),
-                    partial(_loss001, ls, le, sev, clause, grad_logged=gs is not None),
+                    partial(_loss001, ls, le, sev, clause, no_grad=None if gs else no_grad),
                 )
             )
     if gs is not None:
@@ -941,7 +956,8 @@ def _grad001(gs: _Series, ge: _Event, ls: _Series, le: _Event, sev: str, clause:
     )
 
 
-def _loss001(ls: _Series, le: _Event, sev: str, clause: str, *, grad_logged: bool) -> Finding:
+def _loss001(ls: _Series, le: _Event, sev: str, clause: str, *, no_grad: str | None) -> Finding:
+    """``no_grad``: why there is no grad-norm series to check a lead in (None: there is)."""
     s0 = int(ls.steps[le.start])
     loss_peak = float(ls.values[le.peak])
     excess = loss_peak - le.base
@@ -950,10 +966,10 @@ def _loss001(ls: _Series, le: _Event, sev: str, clause: str, *, grad_logged: boo
             f"grad_norm spiked only at step {int(le.extra['grad_spike_step'])}, after the "
             f"loss{AFTER_LOSS_NOTE}"
         )
-    elif grad_logged:
+    elif no_grad is None:
         lead_txt = "no grad_norm spike led it"
     else:
-        lead_txt = "grad_norm is not logged, so its lead cannot be checked"
+        lead_txt = f"grad_norm {no_grad}, so its lead cannot be checked"
     return finding(
         "LOSS001",
         CODES["LOSS001"],
