@@ -57,3 +57,50 @@ def test_short_quiet_excerpt_says_what_was_not_judged(
     assert "findings    none in what could be judged" in out
     assert "nothing looks wrong" not in out
     assert "loss_trend: train/loss has 4 finite values" in out
+
+
+def _megatron_fp16(path: Path, rows: list[tuple[int, float, float]]) -> Path:
+    """Megatron-DeepSpeed fp16 lines as BLOOM's tr1-13B printed them: loss scale moving,
+    grad norm 0.000 (not computed)."""
+    with path.open("w") as fh:
+        for it, loss, scale in rows:
+            fh.write(
+                f" iteration {it:8d}/  311541 | consumed samples: {it * 1024:12d} | elapsed "
+                "time per iteration (ms): 22306.6 | learning rate: 9.850E-05 | global batch "
+                f"size:  1024 | lm loss: {loss:.6E} | loss scale: {scale:.1f} | grad norm: 0.000 "
+                "| num zeros: 0.0 | number of skipped iterations:   0 | number of nan "
+                "iterations:   0 |\n"
+            )
+    return path
+
+
+def test_spike_still_up_before_a_gap_is_no_one_off_and_names_the_loss_scale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the tr1-13B notes: 2.77 -> 7.34 -> 8.72 with the loss scale falling 65536 -> 8192 ->
+    # 4096 in the same intervals; the excerpt ends at 29090 still at 6.85, and the next
+    # line quoted is from 33240 (back at 2.72): when it came back is not in the log
+    rows = [
+        (29020, 2.775923, 32768.0),
+        (29030, 2.772822, 32768.0),
+        (29040, 2.768131, 65536.0),
+        (29050, 7.343709, 8192.0),
+        (29060, 8.715872, 4096.0),
+        (29070, 7.654131, 4096.0),
+        (29080, 7.192470, 4096.0),
+        (29090, 6.849044, 4096.0),
+        (33240, 2.722675, 32768.0),
+        (43680, 2.635663, 131072.0),
+    ]
+    path = _megatron_fp16(tmp_path / "tr1-13B.log", rows)
+    assert main(["analyze", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["runs"][0]
+    [spike] = [f for f in doc["findings"] if f["code"] == "LOSS001"]
+    assert spike["step_start"] == 29050 and spike["severity"] == "warning"
+    assert "still up at step 29090, the last logged step before a gap" in spike["message"]
+    # the second drop (29060) is the same overflow episode, not evidence that drops are
+    # routine in this run
+    assert spike["evidence"]["first_mover"] == "loss_scale"
+    assert "fp16 overflow" in spike["message"]
+    assert "grad_norm was not computed there (exactly 0)" in spike["message"]
+    assert "DATA006" in {f["code"] for f in doc["findings"]}

@@ -349,14 +349,18 @@ def _scale_drop(sig: _Signals, sc: _Scope) -> Move | None:
     if s.size < 2:
         return None
     drops = sig.scale_drops()
+    # a scale that keeps falling over consecutive points (overflow after overflow) is one
+    # episode: counted once, or the event's own later drops make drops look routine
+    episodes = drops[np.r_[True, np.diff(drops) > 1]] if drops.size else drops
     a = int(np.searchsorted(s, sc.lo, side="left"))
     b = int(np.searchsorted(s, sc.loss_step, side="right"))
-    i0, i1 = np.searchsorted(drops, [a, b])
-    hits = drops[i0:i1]
+    c = int(np.searchsorted(s, sc.hi, side="right"))  # the event's own lag window too
+    i0, i1, i2 = np.searchsorted(episodes, [a, b, c])
+    hits = episodes[i0:i1]
     if not hits.size:
         return None
-    n_win, outside = b - a, s.size - (b - a)
-    rate = float(drops.size - hits.size) / max(outside, 1)
+    n_win, outside = b - a, s.size - (c - a)
+    rate = float(episodes.size - (i2 - i0)) / max(outside, 1)
     if rate > 0:
         from scipy.special import pdtrc  # P(X >= k), X ~ Poisson(mu)
 
