@@ -156,3 +156,12 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
         "gpus",
     ):
         assert command in out, command
+
+
+def test_format_help_names_every_reader(capsys: pytest.CaptureFixture[str]) -> None:
+    from trainlens.cli.analyze import FormatOpt
+    from trainlens.readers import FORMATS
+
+    option = FormatOpt.__metadata__[0]
+    listed = {f.strip(" .") for f in option.help.split(":", 1)[1].split(",")}
+    assert listed == set(FORMATS)

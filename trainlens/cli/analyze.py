@@ -23,7 +23,9 @@ FormatOpt = Annotated[
     typer.Option(
         "--format",
         "-f",
-        help="Force a reader: jsonl, csv, tensorboard, mlflow, hf-trainer, text.",
+        # spelled out, not read from readers.FORMATS: that would import polars for --help
+        # (a test keeps the two lists the same)
+        help="Force a reader: jsonl, csv, tensorboard, mlflow, hf-trainer, keras-history, text.",
         show_default=False,
     ),
 ]
