@@ -47,6 +47,12 @@ class Score:
     false: list[str] = field(default_factory=list)
 
 
+def _tol(event: dict[str, Any]) -> int:
+    """How far from its step an event may be found: ``tolerance`` in fixtures/labels.json,
+    ``tol`` in tests/real_logs.yml."""
+    return int(event.get("tolerance", event.get("tol", 0)))
+
+
 def _codes(event: dict[str, Any]) -> list[str]:
     code = event["code"]
     return code if isinstance(code, list) else [code]
@@ -64,7 +70,7 @@ def score_run(
             if (
                 f.code in codes
                 and f.step_start is not None
-                and abs(f.step_start - int(ev["step"])) <= int(ev.get("tol", 0))
+                and abs(f.step_start - int(ev["step"])) <= _tol(ev)
                 and f.severity.rank >= Severity.parse(ev.get("severity", "info")).rank
             ):
                 hit = i
@@ -88,7 +94,7 @@ def score_run(
 
 def _event_text(ev: dict[str, Any]) -> str:
     sev = ev.get("severity", "info")
-    tol = f"±{ev['tol']}" if ev.get("tol") else ""
+    tol = f"±{_tol(ev)}" if _tol(ev) else ""
     return f"{'/'.join(_codes(ev))}@{ev['step']}{tol}" + (f" ({sev}+)" if sev != "info" else "")
 
 
@@ -128,7 +134,7 @@ def score_real_logs(scores: dict[str, Score]) -> list[str]:
             hit = any(
                 f.code in _codes(ev)
                 and f.step_start is not None
-                and abs(f.step_start - int(ev["step"])) <= int(ev.get("tol", 0))
+                and abs(f.step_start - int(ev["step"])) <= _tol(ev)
                 and f.severity.rank >= Severity.parse(ev.get("severity", "info")).rank
                 for f in findings
             )
