@@ -36,6 +36,11 @@ def test_lr_ramp_end_is_where_the_lr_reaches_95_percent_of_its_peak() -> None:
     assert lr_ramp_end(st, np.full(st.size, 3e-4)) is None
     assert lr_ramp_end(st, 3e-4 * (1 - st / 1000)) is None
     assert lr_ramp_end(st, np.r_[2e-4, np.full(st.size - 1, 3e-4)]) is None
+    # a one-step LR shock after the warmup (lr_shock_recover: x40 at 400) is no peak the
+    # warmup ramps to: the warmup still ends where the LR levels off
+    shocked = lr.copy()
+    shocked[399] *= 40
+    assert lr_ramp_end(st, shocked) == 95
 
 
 def test_a_declared_warmup_is_compared_with_the_real_steps() -> None:

@@ -7,7 +7,8 @@ though nothing warms up there. Warmup is what the run shows or declares:
 
 - the LR ramp seen in the log: the LR starts at or below half its peak and climbs; the
   warmup ends at the first step where it reaches ``reach`` = 95 % of its largest value
-  (a ramp that never levels off covers the whole log);
+  (of its 5-point centered median: a one- or two-step LR shock is no peak; a ramp that
+  never levels off covers the whole log);
 - a declared warmup (``ctx.schedule["warmup_steps"]``) compared with the REAL step numbers:
   a log starting at step 29,020 with 2,000 warmup steps has no warmup in it.
 
@@ -25,10 +26,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainlens.core.run import Run
+from trainlens.detectors._stats import centered_rolling_median
 from trainlens.detectors.base import Context
 
 LR = "lr"
 EPOCH = "epoch"
+#: points of the centered median the LR's peak is taken from (a shock is no warmup peak)
+RAMP_SMOOTH = 5
 
 
 @dataclass(frozen=True)
@@ -57,11 +61,15 @@ def declared_warmup(ctx: Context | None) -> int:
 
 def lr_ramp_end(steps: np.ndarray, lr: np.ndarray, reach: float = 0.95) -> int | None:
     """The first step where an LR that starts low reaches ``reach`` of its largest value
-    (None when the log shows no ramp: the LR starts above half its peak, or falls)."""
+    (None when the log shows no ramp: the LR starts above half its peak, or falls).
+
+    Its largest value is that of its centered 5-point median: an LR shock of a step or
+    two (lr_shock_recover: x40 for one step at 400, after a 50-step warmup) is no peak a
+    warmup ramps to, and taking it for one made the whole run before it "warmup"."""
     ok = np.isfinite(lr) & (lr > 0)
     if ok.sum() < 2:
         return None
-    s, v = steps[ok], lr[ok]
+    s, v = steps[ok], centered_rolling_median(lr[ok], RAMP_SMOOTH)
     peak = float(v.max())
     if not v[0] <= 0.5 * peak or int(np.argmax(v)) == 0:
         return None
