@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 import trainlens
+from trainlens.core.config import Config
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import Run, build_run
 from trainlens.detectors import _causes
@@ -480,3 +481,23 @@ def test_a_resumed_log_is_compared_with_its_plan_at_the_real_steps(shared_dir: P
     assert all("planned" not in f.message for f in spikes)
     (flat,) = [f for f in a.findings if f.code == "LOSS002"]
     assert flat.step_start == 9
+
+
+def test_a_spike_that_never_came_back_inside_a_rise_is_one_finding(shared_dir: Path) -> None:
+    # version_13: the loss climbs back from ~0.001 from step 3469 and stays up; grad_spikes
+    # also saw a spike at 3569 that never returned (an error) — one event, one finding
+    run = _real(shared_dir, "Arshya-Guru_deepmind-research/lightning_logs/version_13/metrics.csv")
+    a = trainlens.analyze(run)[0]
+    (rise,) = [f for f in a.findings if f.code == "LOSS003"]
+    inside = [
+        f
+        for f in a.findings
+        if f.code == "LOSS001" and rise.step_start <= f.step_start <= rise.step_end
+    ]
+    assert all(f.evidence["recovered_step"] is not None for f in inside)
+    assert rise.severity.value == "error"  # the spike's: it never came back
+    assert rise.evidence["spike_step"] == 3569
+    # a config that sets LOSS003's severity keeps it
+    cfg = Config(severity={"LOSS003": "warning"})
+    (kept,) = [f for f in trainlens.analyze(run, config=cfg)[0].findings if f.code == "LOSS003"]
+    assert kept.severity.value == "warning"

@@ -154,6 +154,42 @@ def _align_with_schedule(run: Run, cfg: Config, ctx: Context) -> _Outcome:
     return _Outcome(found)
 
 
+def _one_finding_per_rise(findings: list[Finding], keep: set[str]) -> list[Finding]:
+    """A loss spike that never came back (LOSS001) starting inside a rise that stayed up to
+    the end (LOSS003) is that rise seen by another detector: one finding, the LOSS003, at
+    the worse of the two severities (unless the config sets LOSS003's; ``keep``), with the
+    spike's step in its evidence. Two findings of one event read as two problems."""
+    rises = [f for f in findings if f.code == "LOSS003" and not f.evidence.get("recovered", True)]
+    if not rises:
+        return findings
+    out: list[Finding] = []
+    merged: dict[int, Finding] = {id(r): r for r in rises}
+    for f in findings:
+        home = next(
+            (
+                r
+                for r in rises
+                if f.code == "LOSS001"
+                and f.evidence.get("recovered_step") is None
+                and f.step_start is not None
+                and (r.step_start or 0) <= f.step_start <= (r.step_end or 0)
+            ),
+            None,
+        )
+        if home is None:
+            out.append(f)
+            continue
+        r = merged[id(home)]
+        sev = r.severity if "LOSS003" in keep else max(r.severity, f.severity, key=_rank)
+        evidence = {"spike_step": f.step_start, **r.evidence}
+        merged[id(home)] = dataclasses.replace(r, severity=sev, evidence=evidence)
+    return [merged.get(id(f), f) for f in out]
+
+
+def _rank(s: Severity) -> int:
+    return s.rank
+
+
 def run_detectors(
     run: Run, cfg: Config | None = None, ctx: Context | None = None
 ) -> DetectionResult:
@@ -192,6 +228,7 @@ def run_detectors(
     from trainlens.detectors._causes import attach_causes
 
     result.findings = attach_causes(run, ctx, result.findings)
+    result.findings = _one_finding_per_rise(result.findings, keep=set(severity))
     result.findings.sort(
         key=lambda f: (f.step_start if f.step_start is not None else -1, -f.severity.rank)
     )
