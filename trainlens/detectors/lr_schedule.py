@@ -84,7 +84,7 @@ Example
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -430,16 +430,7 @@ def _declared(
     found = _judge(metric, s, n, r, sched, conv, fit, atol, params, ctxinfo)
     said = f" (judged with the log's steps offset by {al.offset:+,}: see LR008)"
     return [note] + [
-        Finding(
-            f.code,
-            f.name,
-            f.severity,
-            f.metric,
-            f.step_start,
-            f.step_end,
-            f.message + said,
-            {**f.evidence, "step_offset": al.offset},
-        )
+        replace(f, message=f.message + said, evidence={**f.evidence, "step_offset": al.offset})
         for f in found
     ]
 
