@@ -58,6 +58,27 @@ def test_chart_run_name_with_a_dash(tmp_path: Path) -> None:
     assert run.name == "lr 1e-3 - bs 64" and run.metrics == ["val/loss"]
 
 
+def test_chart_export_on_a_custom_x_axis_interleaved_runs(tmp_path: Path) -> None:
+    # a chart drawn against a logged metric (an RLlib sweep: x = num_steps_sampled): each
+    # run brings its own `_step` column and the rows interleave, each row one run's point.
+    # A row where this run has no point is another run's, not this run's value without a
+    # step: nothing is skipped and no note says so
+    header = ["ray/tune/info/num_steps_sampled"]
+    for run in ("dashing-puddle", "super-monkey"):
+        header += [f"{run} - _step", f"{run} - energy_cost_mean"]
+    rows: list[list[object]] = [header]
+    for i in range(10):
+        rows.append([100 * (i + 1), 2 * (i + 1), 5.0 - 0.1 * i, "", ""])
+        rows.append([100 * (i + 1) + 56, "", "", i + 3, 4.0 - 0.1 * i])
+    runs = trainlens.read(_write(tmp_path / "wandb_export.csv", rows))
+    assert [r.name for r in runs] == ["dashing-puddle", "super-monkey"]
+    puddle, monkey = runs
+    assert puddle.series("energy_cost_mean")[0].tolist() == list(range(2, 22, 2))
+    assert monkey.series("energy_cost_mean")[0].tolist() == list(range(3, 13))
+    for run in runs:
+        assert not [d for d in run.data_quality if "without a usable step" in d.message]
+
+
 def test_plain_csv_with_a_dash_in_a_column_is_not_a_chart(tmp_path: Path) -> None:
     rows: list[list[object]] = [["step", "loss", "lr - group 0"]]
     rows += [[i, 1.0 / (i + 1), 0.1] for i in range(5)]
