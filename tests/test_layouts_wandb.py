@@ -79,6 +79,27 @@ def test_chart_export_on_a_custom_x_axis_interleaved_runs(tmp_path: Path) -> Non
         assert not [d for d in run.data_quality if "without a usable step" in d.message]
 
 
+def test_chart_export_with_a_header_wider_than_the_sniffed_head(tmp_path: Path) -> None:
+    # 30 runs x 3 columns: a 4,005-byte header in a real export (snet-analysis), wider than
+    # the 4 KiB head the format is sniffed from, was "not a format trainlens knows"
+    names = [f"breezy-cloud-{k} - dataset_stats.S100_N30_m3_full.gap_mean" for k in range(30)]
+    header = ["Step"] + [c + tail for c in names for tail in ("", "__MIN", "__MAX")]
+    rows: list[list[object]] = [header]
+    for e in range(0, 50, 10):
+        rows.append([e] + [1.0 + 0.01 * e + k for k in range(30) for _ in range(3)])
+    path = _write(tmp_path / "wandb_export.csv", rows)
+    assert path.read_bytes().index(b"\n") > 4096
+    runs = trainlens.read(path)
+    assert len(runs) == 30 and runs[0].name == "breezy-cloud-0"
+    assert runs[0].series("dataset_stats.S100_N30_m3_full.gap_mean")[0].tolist() == [
+        0,
+        10,
+        20,
+        30,
+        40,
+    ]
+
+
 def test_plain_csv_with_a_dash_in_a_column_is_not_a_chart(tmp_path: Path) -> None:
     rows: list[list[object]] = [["step", "loss", "lr - group 0"]]
     rows += [[i, 1.0 / (i + 1), 0.1] for i in range(5)]
