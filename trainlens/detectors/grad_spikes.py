@@ -57,8 +57,8 @@ Default thresholds
     ``sustain_points`` = 50 logged points or >= ``sustain_frac`` = 5 % of the run (a
     stretch ends only once the norm is back past the bound x/÷ 1.5, hysteresis):
     warning when the norm moved into the band after warmup from outside the hysteresis
-    band (and, for vanishing, the loss stopped falling), info when it sits there from the
-    start or was already within 1.5x of the bound (grad norms are scaled per
+    band or by that factor itself (and, for vanishing, the loss stopped falling), info
+    when it sits there from the start or hovered within 1.5x of the bound (grad norms are scaled per
     implementation; huge-batch / small-LR runs train fine with tiny norms). At most
     ``max_info_findings`` = 5 info findings per code are listed (the largest).
 
@@ -1175,17 +1175,20 @@ def _bounds(
             if not sustained or hits < 0.5 * n:
                 continue
             before = gv[max(0, a - p.window) : a]
-            # moved in: the norm came from outside the hysteresis band, not from just over
-            # the bound. A converged LoRA fine-tune (SmolVLM, loss 19 -> 0.0023) whose norm
-            # sat at a median of 0.0123 for 600 steps and dipped to 0.0096 for 9 points was
-            # noise around 1e-2, not gradients that vanished
+            # moved in: the norm came from outside the hysteresis band, or moved by that
+            # factor itself, not from just over the bound. A converged LoRA fine-tune
+            # (SmolVLM, loss 19 -> 0.0023) whose norm sat at a median of 0.0123 for 600
+            # steps and dipped to 0.0096 for 9 points was noise around 1e-2, not gradients
+            # that vanished; 0.013 -> 0.001 would be
+            inside_med = float(np.median(gv[a : b + 1]))
+            before_med = float(np.median(before)) if before.size else math.nan
             moved_in = (
                 before.size >= p.min_baseline
                 and int(st[a]) >= w_end
                 and (
-                    np.median(before) >= relaxed
+                    before_med >= relaxed or before_med >= h * inside_med
                     if code == "GRAD003"
-                    else np.median(before) <= relaxed
+                    else before_med <= relaxed or before_med * h <= inside_med
                 )
             )
             onset, tail_med = _left_tail(gv, sm, a0, a, up=code == "GRAD004", p=p)
