@@ -58,6 +58,48 @@ def test_chart_run_name_with_a_dash(tmp_path: Path) -> None:
     assert run.name == "lr 1e-3 - bs 64" and run.metrics == ["val/loss"]
 
 
+def test_chart_export_on_a_custom_x_axis_interleaved_runs(tmp_path: Path) -> None:
+    # a chart drawn against a logged metric (an RLlib sweep: x = num_steps_sampled): each
+    # run brings its own `_step` column and the rows interleave, each row one run's point.
+    # A row where this run has no point is another run's, not this run's value without a
+    # step: nothing is skipped and no note says so
+    header = ["ray/tune/info/num_steps_sampled"]
+    for run in ("dashing-puddle", "super-monkey"):
+        header += [f"{run} - _step", f"{run} - energy_cost_mean"]
+    rows: list[list[object]] = [header]
+    for i in range(10):
+        rows.append([100 * (i + 1), 2 * (i + 1), 5.0 - 0.1 * i, "", ""])
+        rows.append([100 * (i + 1) + 56, "", "", i + 3, 4.0 - 0.1 * i])
+    runs = trainlens.read(_write(tmp_path / "wandb_export.csv", rows))
+    assert [r.name for r in runs] == ["dashing-puddle", "super-monkey"]
+    puddle, monkey = runs
+    assert puddle.series("energy_cost_mean")[0].tolist() == list(range(2, 22, 2))
+    assert monkey.series("energy_cost_mean")[0].tolist() == list(range(3, 13))
+    for run in runs:
+        assert not [d for d in run.data_quality if "without a usable step" in d.message]
+
+
+def test_chart_export_with_a_header_wider_than_the_sniffed_head(tmp_path: Path) -> None:
+    # 30 runs x 3 columns: a 4,005-byte header in a real export (snet-analysis), wider than
+    # the 4 KiB head the format is sniffed from, was "not a format trainlens knows"
+    names = [f"breezy-cloud-{k} - dataset_stats.S100_N30_m3_full.gap_mean" for k in range(30)]
+    header = ["Step"] + [c + tail for c in names for tail in ("", "__MIN", "__MAX")]
+    rows: list[list[object]] = [header]
+    for e in range(0, 50, 10):
+        rows.append([e] + [1.0 + 0.01 * e + k for k in range(30) for _ in range(3)])
+    path = _write(tmp_path / "wandb_export.csv", rows)
+    assert path.read_bytes().index(b"\n") > 4096
+    runs = trainlens.read(path)
+    assert len(runs) == 30 and runs[0].name == "breezy-cloud-0"
+    assert runs[0].series("dataset_stats.S100_N30_m3_full.gap_mean")[0].tolist() == [
+        0,
+        10,
+        20,
+        30,
+        40,
+    ]
+
+
 def test_plain_csv_with_a_dash_in_a_column_is_not_a_chart(tmp_path: Path) -> None:
     rows: list[list[object]] = [["step", "loss", "lr - group 0"]]
     rows += [[i, 1.0 / (i + 1), 0.1] for i in range(5)]

@@ -98,3 +98,43 @@ def test_non_utf8_byte_reported_and_values_kept(tmp_path: Path) -> None:
     assert run.series("train/loss")[1].tolist() == [1.0, 0.9, 0.8]
     (issue,) = [d for d in run.data_quality if d.kind == "encoding"]
     assert issue.location == "line 3"
+
+
+def _csvlogger_sessions(path: Path, sessions: list[tuple[int, float, float]]) -> Path:
+    """Keras' CSVLogger(append=True): each fit() call adds its epochs (from 0 again) under
+    the one header; (epochs, start loss, lr) per session."""
+    lines = ["epoch,accuracy,learning_rate,loss,val_accuracy,val_loss"]
+    for epochs, start, lr in sessions:
+        for e in range(epochs):
+            loss = start * 0.9**e
+            lines.append(f"{e},{1 - loss / 2},{lr},{loss},{1 - loss / 1.8},{loss * 0.95}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_keras_csvlogger_appended_sessions_are_runs(tmp_path: Path) -> None:
+    # a brain-tumour CNN's file: four fit() calls, the third at a tenth of the LR. Read as
+    # one run its lines were the steps, and the next session's LR a scheduler reset
+    path = _csvlogger_sessions(
+        tmp_path / "training_log.csv",
+        [(5, 1.18, 1e-4), (4, 1.28, 1e-4), (10, 1.06, 1e-5), (5, 1.25, 1e-4)],
+    )
+    runs = trainlens.read(path)
+    assert [r.name for r in runs] == [f"training_log fit {k}" for k in (1, 2, 3, 4)]
+    assert [r.series("train/loss")[0].tolist() for r in runs] == [
+        list(range(5)),
+        list(range(4)),
+        list(range(10)),
+        list(range(5)),
+    ]
+    note = [d for d in runs[2].data_quality if d.kind == "fit-sessions"]
+    assert note and "line 7" in note[0].message and "4 training sessions" in note[0].message
+    bad = [f for a in trainlens.analyze(path) for f in a.findings if f.severity.rank >= 1]
+    assert not bad, [f.message for f in bad]
+
+
+def test_keras_csvlogger_resumed_with_initial_epoch_is_one_run(tmp_path: Path) -> None:
+    # fit(initial_epoch=5) continues the count: one session, epochs 0..9
+    path = _csvlogger_sessions(tmp_path / "training_log.csv", [(10, 1.2, 1e-4)])
+    [run] = trainlens.read(path)
+    assert run.name == "training_log" and run.series("train/loss")[0].tolist() == list(range(10))

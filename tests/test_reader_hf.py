@@ -72,3 +72,44 @@ def test_directory_and_checkpoint_dirs(trainer_dir: Path) -> None:
     assert run.series("train/loss")[0][-1] == 20
     [ckpt] = trainlens.read(trainer_dir / "checkpoint-10")
     assert ckpt.series("train/loss")[0][-1] == 10
+
+
+def _rl_state(path: Path, grpo: bool) -> Path:
+    """A trainer_state.json with TRL's keys: GRPO's (reward, completions/…, a loss that is
+    ~0 at the start and drifts up with the KL) or DPO's (rewards/…, a loss falling from
+    ln 2)."""
+    history = []
+    for s in range(1, 301):
+        if grpo:
+            kl = 0.02 * (1 - math.exp(-s / 100)) * (1 + 0.3 * math.sin(s * 1.7))
+            entry = {
+                "loss": 0.04 * kl if s > 1 else 0.0,
+                "reward": 0.2 + 0.5 * (1 - math.exp(-s / 150)),
+                "reward_std": 0.3,
+                "completions/mean_length": 180.0 + s * 0.1,
+                "kl": kl,
+            }
+        else:
+            entry = {
+                "loss": 0.25 + 0.44 * math.exp(-s / 80),
+                "rewards/chosen": 0.01 * s,
+                "rewards/margins": 0.02 * s,
+            }
+        history.append({"step": s, "epoch": s / 300, "learning_rate": 1e-6, **entry})
+    path.write_text(json.dumps({"global_step": 300, "log_history": history}))
+    return path
+
+
+def test_online_rl_loss_is_not_a_training_loss(tmp_path: Path) -> None:
+    # GRPO's loss is the policy objective: read as train/loss it was an error ("spiked at
+    # step 2 … never returned near 0") and a warning ("has not decreased")
+    [run] = trainlens.read(_rl_state(tmp_path / "trainer_state.json", grpo=True))
+    assert not run.has("train/loss") and run.has("rl/loss")
+    assert any(d.kind == "rl-objective" for d in run.data_quality)
+    [analysis] = trainlens.analyze(run)
+    assert not [f for f in analysis.findings if f.severity.rank >= 1]
+
+
+def test_dpo_loss_stays_a_training_loss(tmp_path: Path) -> None:
+    [run] = trainlens.read(_rl_state(tmp_path / "trainer_state.json", grpo=False))
+    assert run.has("train/loss") and not run.has("rl/loss")

@@ -217,3 +217,17 @@ def test_a_token_count_or_token_accuracy_marks_an_lm_loss(tmp_path: Path) -> Non
     plain = tmp_path / "plain.jsonl"
     plain.write_text("".join(json.dumps({"step": i, "loss": 1.0}) + "\n" for i in range(5)))
     assert summarize(trainlens.read(plain)[0])["perplexity"]["shown"] is False
+
+
+def test_epoch_times_leave_out_the_final_epoch_mark(tmp_path: Path) -> None:
+    # HF's Trainer logs epoch 3.0 at the very last step, after epochs 0-2 (T5 run): no
+    # "epoch 3: 0.0s"
+    path = tmp_path / "log.jsonl"
+    rows = [
+        {"step": s, "epoch": s / 100, "loss": 3.0 - s / 1000, "time": 1000.0 + s}
+        for s in range(10, 300, 10)
+    ]
+    rows.append({"step": 300, "epoch": 3.0, "time": 1300.0})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = trainlens.summarize(trainlens.read(path)[0])
+    assert list(summary["epochs"]["seconds_per_epoch"]) == ["0", "1", "2"]

@@ -361,6 +361,9 @@ def _epochs(run: Run) -> dict[str, Any] | None:
             (pl.col("wall_time").max() - pl.col("wall_time").min()).alias("seconds"),
             pl.len().alias("n"),
         )
+        # one point is no duration: HF logs the end of the last epoch as its exact number
+        # (epoch 3.0 at the final step), which is no epoch 3 that took 0 s
+        .filter(pl.col("n") >= 2)
         .sort("e")
     )
     result["seconds_per_epoch"] = {str(r["e"]): _f(r["seconds"]) for r in per.iter_rows(named=True)}

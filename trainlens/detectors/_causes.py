@@ -493,7 +493,9 @@ def _lr_ramp(
     """An LR still climbing at the loss onset, to its highest yet, by ramp_factor or more
     since its last low (a warmup whose peak the run cannot take)."""
     e = int(np.searchsorted(s, sc.loss_step, side="right")) - 1
-    if e < 2:
+    # two points show a climb: a trainer_state logged every 500 steps has its LR at 1.5e-3
+    # and then at its peak 3e-3 when the loss has risen (a Whisper fine-tune, 1.24 -> 2.03)
+    if e < 1:
         return None
     head = v[: e + 1]
     if head[-1] < 0.999 * head.max():
@@ -580,13 +582,20 @@ def _scope(f: Finding, sig: _Signals) -> _Scope | None:
     # the pairing window of grad_spikes (lag_window 10 steps or 3 intervals): a move over
     # longer than that before the loss onset did not lead it
     lag = max(10, 3 * interval)
-    return _Scope(step, step - look, step + lag, step - lag, _sustained(f, interval, p))
+    span = 0
+    if LOSS in sig.raw and sig.raw[LOSS][0].size:
+        s = sig.raw[LOSS][0]
+        span = int(s[-1] - s[0])
+    return _Scope(step, step - look, step + lag, step - lag, _sustained(f, interval, span, p))
 
 
-def _sustained(f: Finding, interval: int, p: CauseParams) -> bool:
+def _sustained(f: Finding, interval: int, span: int, p: CauseParams) -> bool:
     """A rise that stays (LOSS003, or a loss event back only after sustain_points logged
-    points, or never): only then may a climbing LR be its cause. A spike the loss comes
-    back from within a few dozen points is a spike (a bad batch in warmup stays one)."""
+    points — or after the stretch LOSS003 itself needs, 5 % of the run and 5 points, when
+    that is shorter — or never): only then may a climbing LR be its cause. A spike the
+    loss comes back from within a few dozen points is a spike (a bad batch in warmup stays
+    one). In a 60-point log a loss up for 28 points (700 of 1,475 steps: a Whisper
+    fine-tune while its LR warmed up) is no spike."""
     if f.code == "LOSS003":
         return True
     if f.code not in ("LOSS001", "GRAD001") or f.severity.rank < 1:
@@ -595,7 +604,10 @@ def _sustained(f: Finding, interval: int, p: CauseParams) -> bool:
     back = _int(f.evidence.get("recovered_step"), None)
     if back is None or start is None:
         return True
-    return back - start >= p.sustain_points * interval
+    need = p.sustain_points * interval
+    if span > 0:
+        need = min(need, max(math.ceil(p.slow_lookback_frac * span), 5 * interval))
+    return back - start >= need
 
 
 def chain_for(f: Finding, run: Run, ctx: Context, p: CauseParams | None = None) -> list[Move]:

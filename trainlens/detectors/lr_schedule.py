@@ -53,7 +53,9 @@ Default thresholds
     schedules never rise after their peak — Loshchilov & Hutter's SGDR restarts and
     cyclical LRs do, and must be declared); a drop is a "jump" when it is at least
     ×1.5 in one logging interval and its per-step rate is 20× the median rate of the
-    10 intervals on each side (a step decay drops on a flat LR, whose median rate is 0);
+    10 intervals on each side (a step decay drops on a flat LR, whose median rate is 0),
+    in log terms and in the LR's own units both (a linear phase nearing its floor, like
+    OneCycleLR's three-phase kink, is steep only in log terms);
     a plateau of 3+ points must precede an upward jump. An offset must explain 90 % of
     the points from the log's first ones on, be the only one that does, be known to
     within the log's length, and the aligned plan must change by 2 % (twice rtol) over
@@ -1280,6 +1282,10 @@ def _drops(s: np.ndarray, r: np.ndarray, eps: float, params: Params) -> list[dic
         g = np.where(ok, np.log(np.where(ok, r[1:], 1.0) / np.where(ok, r[:-1], 1.0)), 0.0)
     moved = np.abs(np.diff(r)) > eps
     rate = np.where(moved & ok, np.abs(g) / np.maximum(ds, 1.0), 0.0)
+    # the same in the LR's own units: a linear schedule changes by equal amounts, so its
+    # log-rate grows tenfold as it nears its floor (OneCycleLR's three-phase kink: 0.0069
+    # -> 0.0032 -> 0.00119 in equal-sized steps, then a slow anneal) and that is no shock
+    lin = np.where(moved, np.abs(np.diff(r)) / np.maximum(ds, 1.0), 0.0)
     typical_gap = float(np.median(ds))
     cand = np.flatnonzero(ok & moved & (g <= -np.log(params.drop_factor)) & (ds <= 2 * typical_gap))
     events: list[dict[str, Any]] = []
@@ -1289,6 +1295,9 @@ def _drops(s: np.ndarray, r: np.ndarray, eps: float, params: Params) -> list[dic
         scale = float(np.median(nb)) if len(nb) else 0.0
         if scale <= 0 or rate[i] < params.drop_rate_ratio * scale:
             continue  # a step decay (flat around it) or a smooth steep stretch
+        nb_lin = np.concatenate((lin[max(0, i - w) : i], lin[i + 1 : i + 1 + w]))
+        if lin[i] < params.drop_rate_ratio * float(np.median(nb_lin)):
+            continue  # as steep as its neighbours in the LR's own units: a linear phase
         events.append(
             {
                 "a": int(i + 1),

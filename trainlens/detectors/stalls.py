@@ -101,17 +101,20 @@ def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool]:
     timed.sort(key=lambda t: -t[1].height)
     _, dense = timed[0]
     dense_steps = dense.get_column("step").to_numpy()  # increasing (series_frame)
+    dense_wall = dense.get_column("wall_time").to_numpy()
     parts = [dense.select("step", pl.lit(False).alias("superseded"), "wall_time")]
     for _, sf in timed[1:]:
         steps = sf.get_column("step").to_numpy()
-        if (
-            steps.size == dense_steps.size
-            and steps[0] == dense_steps[0]
-            and steps[-1] == dense_steps[-1]
-        ):
-            continue  # logged on the same lines as the densest metric
+        wall = sf.get_column("wall_time").to_numpy()
         at = np.minimum(np.searchsorted(dense_steps, steps), dense_steps.size - 1)
-        extra = sf.filter(pl.Series(dense_steps[at] != steps))
+        # a step logged twice (HF's train summary, then the final eval, both at the last
+        # step, each with an `epoch`) keeps the densest metric's later time: another
+        # metric written earlier at that step is the step's time, not the eval's end
+        # (a T5 run: a 54-minute final eval read as a stall before the last step)
+        earlier = np.greater(
+            dense_wall[at], wall, where=~np.isnan(wall), out=np.zeros(wall.size, bool)
+        )
+        extra = sf.filter(pl.Series((dense_steps[at] != steps) | earlier))
         if extra.height:
             parts.append(extra.select("step", pl.lit(False).alias("superseded"), "wall_time"))
     if run.frame.get_column("superseded").any():

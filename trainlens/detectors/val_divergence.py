@@ -27,7 +27,12 @@ Default thresholds
     But When?", GL_α with α = 2 %) with a noise guard. Severity: warning; error when
     the rise (from the level around the best) exceeds ``error_rise`` = 10 %. Without a
     train loss the gap is not confirmed: info while the rise is recent, warning once the
-    val loss has been past its best for at least half the evaluated steps.
+    val loss has been past its best for at least half the evaluated steps. When a
+    validation task metric of the same set (WER, accuracy, F1, ROUGE, …: the metric runs
+    select checkpoints on) kept improving after the loss' best, by more than 1 % and its
+    noise, and kept most of that gain to the end, the model grows over-confident rather
+    than worse at the task (Guo et al. 2017, "On Calibration of Modern Neural Networks":
+    NLL overfits while the error keeps falling): warning at most, naming that metric.
 
 Known false positives
     A deliberate change of the validation set mid-run; validation on a tiny set, whose
@@ -107,6 +112,75 @@ def val_losses(metrics: list[str]) -> dict[str, str | None]:
     return out
 
 
+# validation task metrics and which way is better: the metric a run selects checkpoints on
+# (HF's metric_for_best_model is wer, accuracy, f1, rouge… far more often than the loss)
+_HIGHER = re.compile(
+    r"acc|f1|bleu|rouge|auc|precision|recall|exact_match|matthews|mcc|iou|dice|meteor|top\d"
+)
+_LOWER = re.compile(r"^(wer|cer|ter|error|err|perplexity|ppl|mae|mse|rmse)$")
+
+
+def _task_metrics(metrics: list[str], domain: str | None) -> dict[str, bool]:
+    """The run's validation task metrics for ``domain`` (None: the pooled set), each with
+    whether higher is better: ``val/<m>`` for the pooled loss, ``val/<m>/<d>`` or
+    ``val/<d>_<m>`` (HF's ``eval_<set>_<m>``) for domain ``d``."""
+    out: dict[str, bool] = {}
+    for m in metrics:
+        parts = m.split("/")
+        if parts[0] != "val" or len(parts) < 2 or parts[1] == "loss":
+            continue
+        if domain is None:
+            name = parts[1] if len(parts) == 2 else None
+        elif len(parts) == 3 and parts[2] == domain:
+            name = parts[1]
+        elif len(parts) == 2 and parts[1].startswith(domain + "_"):
+            name = parts[1][len(domain) + 1 :]
+        else:
+            name = None
+        if name is None:
+            continue
+        if _LOWER.match(name):
+            out[m] = False
+        elif _HIGHER.search(name):
+            out[m] = True
+    return out
+
+
+def _task_still_improved(run: Run, domain: str | None, best_step: int) -> tuple[str, str] | None:
+    """A validation task metric that kept improving after the loss' best evaluation (by
+    more than 1 % and more than its own noise) and kept most of that gain to the end
+    (the mean of its last three evaluations): the loss rises because the model grows
+    over-confident on what it gets wrong, while it gets more right (Whisper fine-tunes:
+    eval loss 0.31 -> 0.47 while WER falls 34.6 -> 32.0). (metric, words for the message),
+    or None."""
+    for m, higher in _task_metrics(run.metrics, domain).items():
+        s, v = run.series(m, finite=True)
+        at = np.flatnonzero(s == best_step)
+        if at.size == 0 or v.size < 3:
+            continue
+        ref = float(v[at[0]])
+        sign = 1.0 if higher else -1.0
+        later = sign * (v[s > best_step] - ref)
+        if later.size == 0:
+            continue
+        k = int(np.argmax(later))
+        gain = float(later[k])
+        # ... and keeping most of that gain at the end: a task metric that peaked and fell
+        # back (aigoncharov g4: accuracy 0.244 -> 0.332 at epoch 4, 0.272 at epoch 30) is
+        # overfitting all the same
+        end = sign * (float(np.mean(v[-min(3, v.size) :])) - ref)
+        if gain > max(0.01 * abs(ref), _noise(v)) and end > 0.5 * gain:
+            val = float(v[s > best_step][k])
+            step = int(s[s > best_step][k])
+            return m, (
+                f"but {m} kept improving, to its best {val:.4g} at step {step} ({ref:.4g} "
+                f"at step {best_step}, {float(v[-1]):.4g} at the end): the model grows "
+                "over-confident rather than worse at the task — keep the checkpoint best on "
+                "the metric you select on"
+            )
+    return None
+
+
 def _severity(rise_rel: float, train_known: bool, share_after: float, p: Params) -> str:
     """error past ``error_rise``, else warning. Without a train loss the gap is not
     confirmed, so at most a warning — and info only while the rise is short: a val loss
@@ -166,13 +240,17 @@ def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding
     share_after = float(s[-1] - s[best]) / span if span > 0 else 0.0
     severity = _severity(rel_level, train is not None, share_after, params)
     last = "the last evaluation" if tail_n == 1 else f"the mean of the last {tail_n} evaluations"
+    task = _task_still_improved(run, domain, int(s[best]))
+    if task is not None and severity == "error":
+        severity = "warning"  # the task metric says the model still got better
+    advice = task[1] if task is not None else f"keep the step-{int(s[best])} checkpoint"
     return finding(
         "VAL001",
         CODES["VAL001"],
         severity,
         f"{metric} rose {rise_rel:.1%} from its best {best_v:.4g} at step {int(s[best])} "
         f"to {tail_mean:.4g} ({last}; {v[-1]:.4g} at step {int(s[-1])}) {train_text}; "
-        f"keep the step-{int(s[best])} checkpoint.",
+        f"{advice}.",
         metric=metric,
         step_start=int(s[best]),
         step_end=int(s[-1]),
@@ -191,4 +269,5 @@ def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding
         train_final=train[1] if train else None,
         gap_at_best=(best_v - train[0]) if train else None,
         gap_final=(tail_mean - train[1]) if train else None,
+        task_metric_improving=task[0] if task else None,
     )

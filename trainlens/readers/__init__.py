@@ -14,7 +14,10 @@ from types import ModuleType
 from trainlens.core.errors import UnreadableInputError, UsageError
 from trainlens.core.run import DataIssue, Run
 from trainlens.readers import _sniff
-from trainlens.readers.base import ReadOptions, read_head, run_name_for
+from trainlens.readers.base import HEAD_BYTES, ReadOptions, read_head, run_name_for
+
+#: how far a text file's head is read when its first lines are wider than HEAD_BYTES
+WIDE_HEAD_BYTES = 1 << 20
 
 # sniffing order: most specific first
 FORMATS: dict[str, str] = {
@@ -122,6 +125,11 @@ def detect_format(path: Path) -> str:
                 return fmt
         raise _no_run_in_folder(path)
     head = read_head(path)
+    if len(head) == HEAD_BYTES and head.count(b"\n") < 3 and b"\x00" not in head:
+        # a text file whose first lines do not fit in the head: a W&B chart export of many
+        # runs has a 4,005-byte header, and a header with a cut line is no table. Text
+        # sniffers need a few whole lines (binary formats have NUL bytes early)
+        head = read_head(path, WIDE_HEAD_BYTES)
     if not head.strip():
         raise UnreadableInputError(f"{path}: the file is empty")
     if _sniff.is_lfs_pointer(head):

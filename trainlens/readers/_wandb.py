@@ -116,7 +116,17 @@ def _chart_run(
     source: str,
 ) -> tuple[str, pl.DataFrame, list[DataIssue]]:
     bases = {metric: col for col, metric in pairs if not COMPANION.match(metric)}
-    columns: list[pl.Series] = [df.get_column(c) for c in shared]
+    # a row where this run has no point is another run's (a chart against a logged metric,
+    # each run with its own `_step`, interleaves them): the shared axis on it is no value of
+    # this run, so it is blanked rather than reported as a value without a step. Rows stay
+    # in place so that notes name the file's lines
+    own = pl.any_horizontal(
+        [pl.col(c).is_not_null() & (pl.col(c).cast(pl.Utf8) != "") for c, _ in pairs]
+    )
+    mask = df.select(own.alias("own")).get_column("own")
+    columns: list[pl.Series] = [
+        df.select(pl.when(mask).then(pl.col(c)).alias(c)).get_column(c) for c in shared
+    ]
     dropped: list[str] = []
     kept: list[str] = []
     for col, metric in pairs:

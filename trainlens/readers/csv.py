@@ -11,6 +11,7 @@ A cell that is not a number is reported with its line and skipped; the rest is k
 from __future__ import annotations
 
 import io
+import itertools
 import mmap
 import os
 from pathlib import Path
@@ -83,7 +84,52 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             if not runs:
                 raise UnreadableInputError(f"{path}: no numeric metric columns found")
             return runs
+    sessions = _fit_sessions(df)
+    if sessions is not None:
+        note = DataIssue(
+            kind="fit-sessions",
+            source=source,
+            message=(
+                f"the epoch goes back to {_first_epoch(sessions[1])} at line "
+                f"{sessions[1][0]}: the file holds {len(sessions)} training sessions "
+                "appended one after another (Keras' CSVLogger with append=True), each read "
+                "as its own run"
+            ),
+            count=len(sessions),
+            severity="info",
+        )
+        return [
+            _one_run(seg, f"{name} fit {k}", source, opts, [*issues, note], size, first_line=line)
+            for k, (line, seg, _) in enumerate(sessions, start=1)
+        ]
     return [_one_run(df, name, source, opts, issues, size)]
+
+
+def _first_epoch(session: tuple[int, pl.DataFrame, str]) -> int:
+    return int(session[1].get_column(session[2])[0])
+
+
+def _fit_sessions(df: pl.DataFrame) -> list[tuple[int, pl.DataFrame, str]] | None:
+    """(first line, rows, epoch column) per training session of a per-epoch table whose
+    whole-number epoch rises, goes back, and rises again: Keras' CSVLogger(append=True)
+    adds each ``fit()`` call's epochs after the last ones, from epoch 0 again unless
+    ``initial_epoch`` was given. Read as one run, the sessions were numbered by line and
+    the LR of the next session looked like a scheduler reset (a brain-tumour CNN file of
+    four sessions got LR007 and LOSS003 errors). None for any other table."""
+    if find_key(df.columns, STEP_KEYS) is not None:
+        return None
+    col = find_key(df.columns, ("epoch",))
+    if col is None or not df.schema[col].is_integer() or df.height < 2:
+        return None
+    epoch = df.get_column(col)
+    if epoch.null_count():
+        return None
+    d = epoch.diff().drop_nulls().to_numpy()
+    if (d == 0).any() or not (d < 0).any():
+        return None  # one session (or repeated epochs: not this layout)
+    cuts = [0, *(int(i) + 1 for i in (d < 0).nonzero()[0]), df.height]
+    # data lines are numbered from 2 (line 1 is the header)
+    return [(a + 2, df.slice(a, b - a), col) for a, b in itertools.pairwise(cuts)]
 
 
 def _one_run(
@@ -93,11 +139,12 @@ def _one_run(
     opts: ReadOptions,
     issues: list[DataIssue],
     size: int,
+    first_line: int = 2,
 ) -> Run:
     df, note = _epoch_as_step(df, source)
     issues = [*issues, *note]
     # data lines are numbered from 2 (line 1 is the header)
-    line_numbers = pl.Series("_line", range(2, df.height + 2), dtype=pl.Int64)
+    line_numbers = pl.Series("_line", range(first_line, first_line + df.height), dtype=pl.Int64)
     long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
     if long.height == 0:
         raise UnreadableInputError(f"{source}: no numeric metric columns found")

@@ -158,6 +158,38 @@ def _entries(
     return steps, metrics, values, issues
 
 
+# what an online RL fine-tune with sampled completions logs (TRL's GRPO, RLOO, Online DPO …:
+# `reward`, `reward_std`, `completions/mean_length`): its `loss` is the policy objective
+RL_OBJECTIVE = "rl/loss"
+
+
+def _rl_objective(metrics: list[str], source: str, issues: list[DataIssue]) -> list[str]:
+    """The metric names, ``loss`` renamed to ``rl/loss`` when the log is an online RL
+    fine-tune's. Its loss is the clipped surrogate plus β·KL, about 0 at the start and
+    drifting up with the KL as the policy moves: not a training loss meant to fall, so
+    the loss detectors do not judge it (a GRPO log read as a training loss got an error
+    "spiked at step 2 … never returned near 0" and "has not decreased")."""
+    names = set(metrics)
+    if "loss" not in names or not (
+        "reward" in names or any(m.startswith("completions/") for m in names)
+    ):
+        return metrics
+    issues.append(
+        DataIssue(
+            kind="rl-objective",
+            source=source,
+            message=(
+                "an online RL fine-tune (it logs `reward` or `completions/…`, as TRL's GRPO "
+                "trainer does): its loss is the policy objective, which does not fall as "
+                f"the policy learns; kept as {RL_OBJECTIVE} and not judged as a training "
+                "loss (the reward is the curve to watch)"
+            ),
+            severity="info",
+        )
+    )
+    return [RL_OBJECTIVE if m == "loss" else m for m in metrics]
+
+
 def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir():
         return _state_file(path) is not None
@@ -175,6 +207,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         raise UnreadableInputError(f"{state_path}: no log_history list in this trainer state")
     steps, metrics, values, more = _entries(history, source)
     issues.extend(more)
+    metrics = _rl_objective(metrics, source, issues)
     if not values:
         raise UnreadableInputError(f"{state_path}: log_history holds no metrics")
     long = pl.DataFrame(
