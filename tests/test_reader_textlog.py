@@ -493,3 +493,51 @@ def test_resume_from_offset_and_unterminated_line(tmp_path: Path) -> None:
     assert rotated.series("train/loss")[1].tolist() == [11.0]
     assert "truncated-file" in kinds(rotated)
     assert rotated.cursor[str(path)] == path.stat().st_size
+
+
+def _nanogpt_log(losses: list[float], eval_every: int, prefix: str = "") -> list[str]:
+    """Lines printed by nanoGPT's train.py, with its own format strings; running_mfu is
+    -1.0 until the fifth iteration, as there."""
+    out: list[str] = ['print(f"iter {iter_num}: loss {lossf:.4f}, time {dt*1000:.2f}ms")']
+    running_mfu = -1.0
+    for iter_num, lossf in enumerate(losses):
+        if iter_num % eval_every == 0:
+            val = lossf + 0.1
+            out.append(f"{prefix}step {iter_num}: train loss {lossf:.4f}, val loss {val:.4f}")
+        dt = 0.5 + iter_num * 1e-3
+        if iter_num >= 5:
+            running_mfu = 0.1668 if running_mfu < 0 else 0.9 * running_mfu + 0.1 * 0.1668
+        out.append(
+            f"{prefix}iter {iter_num}: loss {lossf:.4f}, time {dt * 1000:.2f}ms, "
+            f"mfu {running_mfu * 100:.2f}%"
+        )
+    return out
+
+
+@pytest.mark.parametrize("prefix", ["", "> 2023-03-22 09:30:39 ", "[rank0]: "])
+def test_nanogpt_lines_without_a_regex(tmp_path: Path, prefix: str) -> None:
+    from trainlens.readers import detect_format
+
+    losses = [4.2 - 0.01 * i for i in range(30)]
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(_nanogpt_log(losses, eval_every=10, prefix=prefix)) + "\n")
+    # every line has commas, but it is a log, not a CSV
+    assert detect_format(path) == "text"
+    run = read_one(path)
+    wide = run.wide()
+    assert wide.get_column("step").to_list() == list(range(30))
+    assert wide.get_column("train/loss").to_list() == pytest.approx(losses, abs=5e-5)
+    assert wide.get_column("step_time").to_list() == pytest.approx(
+        [0.5 + i * 1e-3 for i in range(30)], abs=1e-5
+    )
+    # the evaluation: val/loss at its step; its train-split estimate beside train/loss
+    val = wide.filter(pl.col("val/loss").is_not_null())
+    assert val.get_column("step").to_list() == [0, 10, 20]
+    assert val.get_column("val/loss").to_list() == pytest.approx([4.3, 4.2, 4.1], abs=5e-5)
+    assert val.get_column("train loss (eval)").to_list() == pytest.approx([4.2, 4.1, 4.0])
+    # mfu is a fraction; nanoGPT's -100% placeholder of the first 5 iterations is dropped
+    mfu = wide.filter(pl.col("mfu").is_not_null())
+    assert mfu.get_column("step").to_list() == list(range(5, 30))
+    assert mfu.get_column("mfu")[0] == pytest.approx(0.1668)
+    assert kinds(run)["ignored-values"] == 5
+    assert run.metadata["text_shapes"] == {"nanogpt": 33}

@@ -96,6 +96,23 @@ _MEG_VAL = (
 )
 _MEG_VAL_END = r"loss at the end of training[^|]*\|[^|]*:[ \t]*[-+0-9.a-zA-Z]+[ \t]*\|"
 
+# nanoGPT's own prints: `iter N: loss X, time Yms, mfu Z%` and, at each evaluation,
+# `step N: train loss X, val loss Y` (after any prefix: a timestamp, `> ` quoting)
+_NANO_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
+_NANO_PAIR = rf"{_NANO_KEY}[ \t]+{_NUM}(?:ms|s|%)?"
+_NANO_ITER = (
+    rf"(?:^|[^A-Za-z0-9_])iter[ \t]+([0-9]+):[ \t]*(loss[ \t]+{_NUM}(?:,[ \t]*{_NANO_PAIR})*)"
+    r"[ \t]*$"
+)
+_NANO_EVAL = (
+    rf"(?:^|[^A-Za-z0-9_])step[ \t]+([0-9]+):[ \t]*train loss[ \t]+({_NUM}),[ \t]*"
+    rf"val loss[ \t]+({_NUM})[ \t]*(?:,[^\n]*)?$"
+)
+# nanoGPT's names for what the alias table knows under other names: `time` is the
+# iteration's own time (dt), and the evaluation's `train loss` is a mean over eval_iters
+# batches, not the step's loss, so it keeps a name of its own beside train/loss
+_NANO_NAMES = {"time": "iter_time", "train loss": "train loss (eval)"}
+
 # Hugging Face Trainer's printed dicts
 _HF_DICT = r"\{('[^'\n]+':[^{}\n]*)\}"
 _HF_PAIR = r"'[^'\n]+':\s*[^,]+"
@@ -104,7 +121,11 @@ _HF_SNIFF = rf"\{{[^{{}}\n]*'(?:loss|eval_loss)':[ \t]*{_NUM}[^{{}}\n]*\}}"
 _WRAPPED_SCALAR = r"^[A-Za-z_][A-Za-z0-9_.]*\(\s*([^(),]*?)\s*\)$"
 
 _SNIFF = re.compile(
-    "|".join(f"(?:{p})" for p in (_KV_LINE, _MEG_SNIFF, _HF_SNIFF, deepspeed.SNIFF)), re.MULTILINE
+    "|".join(
+        f"(?:{p})"
+        for p in (_KV_LINE, _MEG_SNIFF, _NANO_ITER, _NANO_EVAL, _HF_SNIFF, deepspeed.SNIFF)
+    ),
+    re.MULTILINE,
 )
 
 # the last line of a Python traceback, after any launcher prefix (`[rank3]: `, `3: `)
@@ -131,7 +152,8 @@ _LONG_SCHEMA: dict[str, pl.DataType] = {
 # ---- sniffing -------------------------------------------------------------------------
 
 
-def _has_metric_line(data: bytes) -> bool:
+def has_metric_line(data: bytes) -> bool:
+    """True when ``data`` holds a line of one of the shapes this reader knows."""
     text = data.decode("utf-8", errors="replace").replace("\r", "\n")
     return _SNIFF.search(text) is not None
 
@@ -142,7 +164,7 @@ def sniff(path: Path, head: bytes) -> bool:
     up to ``SNIFF_SCAN_BYTES`` of the file are searched (logs that echo a script first)."""
     if path.is_dir():
         return False
-    if _has_metric_line(head):
+    if has_metric_line(head):
         return True
     if len(head) < HEAD_BYTES:
         return False
@@ -151,7 +173,7 @@ def sniff(path: Path, head: bytes) -> bool:
             more = fh.read(SNIFF_SCAN_BYTES)
     except OSError:
         return False
-    return len(more) > len(head) and _has_metric_line(more)
+    return len(more) > len(head) and has_metric_line(more)
 
 
 # ---- reading --------------------------------------------------------------------------
@@ -342,12 +364,14 @@ def _parse_builtin(
             )
         )
     kv, kv_total = _kv_lines(df)
+    nano = _nanogpt_lines(df, source, where, issues)
     shapes = {
         "megatron": _n_lines(megatron),
         "megatron_validation": _n_lines(validation),
         "key_value": _n_lines(kv),
+        "nanogpt": _n_lines(nano),
     }
-    parts = [megatron, validation, kv]
+    parts = [megatron, validation, kv, nano]
     hf, hf_lines = _hf_dicts(df)
     if hf_lines:
         if any(shapes.values()):
@@ -651,6 +675,73 @@ def _kv_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
     return long, (int(total[-1]) if total.len() else None)
 
 
+def _nanogpt_lines(
+    df: pl.DataFrame, source: str, where: _Where, issues: list[DataIssue]
+) -> pl.DataFrame:
+    """nanoGPT's ``iter N: loss X, time Yms, mfu Z%`` and ``step N: train loss X, val loss
+    Y`` lines. An ``mfu`` below zero is nanoGPT's placeholder before it has timed five
+    iterations (it prints ``-100.00%``), not a measurement: left out, with a note."""
+    hits = df.filter(pl.col("line").str.contains(r"(?:iter|step)[ \t]+[0-9]+:"))
+    if hits.height == 0:
+        return _empty_long()
+    iters = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_NANO_ITER).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").str.split(",").alias("_pair"),
+        )
+        .explode("_pair")
+        .with_columns(pl.col("_pair").str.strip_chars().str.splitn(" ", 2).alias("_kv"))
+        .select(
+            "lineno",
+            "step",
+            pl.col("_kv").struct.field("field_0").alias("metric"),
+            pl.col("_kv").struct.field("field_1").str.strip_chars().alias("raw"),
+        )
+    )
+    evals = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_NANO_EVAL).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.concat_list(pl.lit("train loss"), pl.lit("val loss")).alias("metric"),
+            pl.concat_list("2", "3").alias("raw"),
+        )
+        .explode("metric", "raw")
+    )
+    long = (
+        pl.concat([iters, evals])
+        .sort("lineno", maintain_order=True)
+        .with_row_index("field")
+        .with_columns(pl.col("field").cast(pl.Int64), pl.col("metric").replace(_NANO_NAMES))
+        .select("lineno", "field", "step", "metric", "raw")
+    )
+    placeholder = (pl.col("metric") == "mfu") & pl.col("raw").str.starts_with("-")
+    n_placeholder = long.filter(placeholder).height
+    if n_placeholder:
+        first = int(long.filter(placeholder).get_column("lineno")[0])
+        issues.append(
+            DataIssue(
+                kind="ignored-values",
+                source=source,
+                location=where.line(first),
+                message=(
+                    f"{n_placeholder} negative mfu value(s) were left out: nanoGPT prints "
+                    "-100% until it has timed its first iterations"
+                ),
+                count=n_placeholder,
+                severity="info",
+            )
+        )
+        long = long.filter(~placeholder)
+    return long
+
+
 def _hf_dicts(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     hits = df.filter(pl.col("line").str.contains(_HF_DICT))
     if hits.height == 0:
@@ -810,15 +901,17 @@ def _values(
     raw = pl.col("raw").str.strip_chars()
     is_ms = raw.str.ends_with("ms")
     is_s = ~is_ms & raw.str.ends_with("s")
+    is_pct = raw.str.ends_with("%")
     number = (
         pl.when(is_ms)
         .then(raw.str.slice(0, raw.str.len_chars() - 2))
-        .when(is_s)
+        .when(is_s | is_pct)
         .then(raw.str.slice(0, raw.str.len_chars() - 1))
         .otherwise(raw)
         .str.strip_chars()
     )
-    scale = pl.when(is_ms).then(pl.lit(1e-3)).otherwise(pl.lit(1.0))
+    # a percent is a fraction (canonical mfu is 0..1; nanoGPT prints `mfu 15.34%`)
+    scale = pl.when(is_ms).then(pl.lit(1e-3)).when(is_pct).then(pl.lit(0.01)).otherwise(1.0)
     long = long.with_columns((number.cast(pl.Float64, strict=False) * scale).alias("value"))
     bad = long.filter(pl.col("value").is_null())
     if bad.height:
