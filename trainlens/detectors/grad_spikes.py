@@ -346,11 +346,19 @@ class _Series:
 
 
 def _excursions(
-    spike: np.ndarray, x: np.ndarray, fmed: np.ndarray, back: np.ndarray, quick: int = 8
+    spike: np.ndarray,
+    x: np.ndarray,
+    fmed: np.ndarray,
+    back: np.ndarray,
+    quick: int = 8,
+    gap_after: np.ndarray | None = None,
 ) -> list[tuple[int, int, int, int, int | None]]:
     """Excursions: each starts at a spike point and lasts until the series is back —
     the value and the median of the next few values at or below ``back[start]`` (the
     level frozen at the start). Spike points before that belong to the same excursion.
+    With ``gap_after`` (indices followed by a gap in the log), an excursion not back by
+    the gap ends there, its come-back unknown (None): the spike points after the gap
+    start an excursion of their own, since nothing logged joins them to it.
     Returns (start, last index before it is back, spike points, last spike point,
     recovered index or None)."""
     idx = np.flatnonzero(spike)
@@ -383,9 +391,25 @@ def _excursions(
                     break
                 lo, chunk = hi, chunk * 4
         j = int(np.searchsorted(idx, n if rec is None else rec, side="left"))
-        out.append((a, (n if rec is None else rec) - 1, j - i, pts[j - 1], rec))
+        end = (n if rec is None else rec) - 1
+        if gap_after is not None and gap_after.size:
+            g = int(np.searchsorted(gap_after, a, side="left"))
+            if g < gap_after.size and gap_after[g] < end:
+                cut = int(gap_after[g])
+                k = int(np.searchsorted(idx, cut, side="right"))
+                if k < j:  # spike points after the gap, before it was back
+                    j, end, rec = k, cut, None
+        out.append((a, end, j - i, pts[j - 1], rec))
         i = j
     return out
+
+
+def gaps_in(steps: np.ndarray, interval: int, gap_intervals: float) -> np.ndarray:
+    """Indices followed by a gap in the log: a step jump over ``gap_intervals`` typical
+    logging intervals (an excerpt, a log spliced from pieces, a resumed log)."""
+    if steps.size < 2:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.diff(steps) > gap_intervals * interval)
 
 
 def _back_z(z: np.ndarray, steps: np.ndarray, w_end: int, p: Params, cap: float) -> float:
@@ -632,8 +656,10 @@ def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> lis
     got = _with_head(got, x, p, z, least_excess, sigma_floor)
     med, sig, spike, k = _with_early(got, early, p.min_sigma_points, sigma_floor)
     back = med + np.fmax(k * sig, math.log(1.5))
+    gaps = gaps_in(steps, typical_interval(steps), p.gap_intervals)
     out = []
-    for a, b, n, last, rec in _excursions(spike, x, forward_median(x, p.recover_points), back):
+    fmed = forward_median(x, p.recover_points)
+    for a, b, n, last, rec in _excursions(spike, x, fmed, back, gap_after=gaps):
         pk = a + int(np.argmax(x[a : b + 1]))
         out.append(_Event(a, b, n, last, pk, float(np.exp(med[a])), float(sig[a]), rec))
     return out
@@ -740,6 +766,8 @@ def _grad_persistent(ev: _Event, p: Params) -> bool:
 
 def _span(gs: _Series, ev: _Event) -> str:
     if ev.recovered is None:
+        if ev.end < gs.steps.size - 1:  # ended at a gap in the log
+            return f"from step {int(gs.steps[ev.start])} to step {int(gs.steps[ev.end])}"
         return f"from step {int(gs.steps[ev.start])} to the last logged step"
     return _duration(gs.steps, ev.start, ev.recovered)
 
@@ -861,14 +889,21 @@ def _pair(
         l_idx = np.array([e.start for e in ls.events], dtype=np.int64)
         l_start = ls.steps[l_idx]
         l_end = ls.steps[np.array([e.end for e in ls.events], dtype=np.int64)]
+        # a loss spike after a gap in the log is not paired across it: nothing logged
+        # joins the two (a spliced excerpt's typical interval can make the window long)
+        gap_steps = ls.steps[gaps_in(ls.steps, ls.interval, p.gap_intervals)]
         for gi, ge in enumerate(gs.events):
             # a loss spike follows from the grad spike's first step to lag_window after
             # its last spike point
             g0, g1 = int(gs.steps[ge.start]), int(gs.steps[ge.last_spike])
+            reach = g1 + win
+            ng = int(np.searchsorted(gap_steps, g1, side="left"))
+            if ng < gap_steps.size:
+                reach = min(reach, int(gap_steps[ng]))
             li = int(np.searchsorted(l_start, g0, side="left"))
-            while li < l_start.size and l_start[li] <= g1 + win and loss_used[li]:
+            while li < l_start.size and l_start[li] <= reach and loss_used[li]:
                 li += 1
-            if li < l_start.size and l_start[li] <= g1 + win:
+            if li < l_start.size and l_start[li] <= reach:
                 loss_used[li] = grad_answered[gi] = True
                 le = ls.events[li]
                 sev, clause = _loss_response(ls, le, p)
@@ -1096,11 +1131,13 @@ def _grad002(gs: _Series, lone: list[int], p: Params, ls: _Series | None) -> lis
 
 def _grad002_one(gs: _Series, ev: _Event, sev: str, why: str, p: Params) -> Finding:
     s0 = int(gs.steps[ev.start])
-    rec = (
-        f"back by step {int(gs.steps[ev.recovered])}"
-        if ev.recovered is not None
-        else "still elevated at the last logged step"
-    )
+    if ev.recovered is not None:
+        rec = f"back by step {int(gs.steps[ev.recovered])}"
+    elif ev.end < gs.steps.size - 1:
+        rec = f"still elevated at step {int(gs.steps[ev.end])}, the last before a gap in the log"
+    else:
+        rec = "still elevated at the last logged step"
+
     if not _grad_persistent(ev, p):
         what = f"a one-off ({rec})"
     elif sev == "info":
