@@ -541,3 +541,32 @@ def test_nanogpt_lines_without_a_regex(tmp_path: Path, prefix: str) -> None:
     assert mfu.get_column("mfu")[0] == pytest.approx(0.1668)
     assert kinds(run)["ignored-values"] == 5
     assert run.metadata["text_shapes"] == {"nanogpt": 33}
+
+
+def test_torchtitan_metrics_lines_with_colours(tmp_path: Path) -> None:
+    """torchtitan's console line (its metrics.py f-string, each field coloured), through
+    Python logging with its `[titan]` format, as torchrun prefixes it per rank."""
+    red, green, orange, blue, reset = "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[34m", "\x1b[39m"
+    rows = [(1, 10.8512, 4.123, 9.46, 64.99, 7282.4, 0.52, 0.17)]
+    rows += [(s, 10.8512 - 0.3 * s, 1.0, 9.46, 64.99, 7300.0 + s, 0.53, 0.17) for s in range(2, 12)]
+    lines = ["[rank0]:[titan] 2026-05-18 16:04:45,001 - root - INFO - Training starts at step 1"]
+    for step, loss, gn, mem, pct, tps, tflops, mfu in rows:
+        msg = (
+            f"{red}step: {step:2}  {green}loss: {loss:7.5f}  {orange}grad_norm: {gn:7.4f}  "
+            f"{blue}memory: {mem:5.2f}GiB({pct:.2f}%)  tps: {round(tps):,}  "
+            f"tflops: {tflops:,.2f}  mfu: {mfu:.2f}%{reset}"
+        )
+        lines.append(f"[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - {msg}")
+    path = tmp_path / "titan.log"
+    path.write_text("\n".join(lines) + "\n")
+    from trainlens.readers import detect_format
+
+    assert detect_format(path) == "text"
+    wide = read_one(path).wide()
+    assert wide.get_column("step").to_list() == list(range(1, 12))
+    assert wide.get_column("train/loss").to_list() == pytest.approx([r[1] for r in rows], 1e-5)
+    assert wide.get_column("grad_norm")[0] == pytest.approx(4.123)
+    assert wide.get_column("tokens_per_sec")[0] == 7282  # "7,282"
+    assert wide.get_column("mem/reserved")[0] == pytest.approx(9.46 * 2**30)
+    assert wide.get_column("mfu")[0] == pytest.approx(0.0017)
+    assert wide.get_column("tflops_per_gpu")[1] == pytest.approx(0.53)

@@ -21,6 +21,12 @@ Shapes recognised (sniffed from the content, several may share one file):
   when it consists entirely of ``key:number`` tokens and starts with the step key, so the
   training script many of these logs begin with (f-strings holding ``step:``) gives
   nothing. A value ending in ``ms`` is converted to seconds, ``s`` is dropped.
+* nanoGPT's ``iter N: loss X, time Yms, mfu Z%`` and ``step N: train loss X, val loss Y``
+  (``time`` is the iteration's step time, ``mfu`` a fraction; nanoGPT's ``-100%`` before
+  it has timed five iterations is left out; the evaluation's train-split mean is named
+  ``train loss (eval)``, apart from ``train/loss``).
+* torchtitan's ``step: N  loss: X  grad_norm: Y  memory: 9.46GiB(64.99%)  tps: 7,282
+  tflops: 0.52  mfu: 0.17%`` (terminal colours removed; memory is its peak reserved GiB).
 * Printed metric dicts of the Hugging Face Trainer, ``{'loss': 2.1, 'grad_norm': 1.3,
   'learning_rate': 5e-05, 'epoch': 0.01}``. They carry no step: the k-th training dict is
   step k and an evaluation dict (``eval_*`` keys) shares the last training step (reported
@@ -113,6 +119,15 @@ _NANO_EVAL = (
 # batches, not the step's loss, so it keeps a name of its own beside train/loss
 _NANO_NAMES = {"time": "iter_time", "train loss": "train loss (eval)"}
 
+# torchtitan's metrics line: `step: 14  loss:  3.24405  grad_norm:  0.8319  memory:
+# 9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%` (after its logging prefix)
+_TITAN_VALUE = r"[+-]?[0-9][0-9,]*(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|(?i:nan|inf)"
+_TITAN_LINE = rf"(?:^|[^A-Za-z0-9_])step:[ \t]*([0-9]+)[ \t]+(loss:[ \t]*(?:{_NUM})[ \t].*)$"
+_TITAN_PAIR = rf"([A-Za-z_]+):[ \t]*({_TITAN_VALUE})(GiB|%)?"
+# torchtitan's own names for the console's numbers (its TensorBoard tags)
+_TITAN_NAMES = {"memory": "memory/max_reserved(GiB)"}
+_ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
+
 # Hugging Face Trainer's printed dicts
 _HF_DICT = r"\{('[^'\n]+':[^{}\n]*)\}"
 _HF_PAIR = r"'[^'\n]+':\s*[^,]+"
@@ -123,7 +138,15 @@ _WRAPPED_SCALAR = r"^[A-Za-z_][A-Za-z0-9_.]*\(\s*([^(),]*?)\s*\)$"
 _SNIFF = re.compile(
     "|".join(
         f"(?:{p})"
-        for p in (_KV_LINE, _MEG_SNIFF, _NANO_ITER, _NANO_EVAL, _HF_SNIFF, deepspeed.SNIFF)
+        for p in (
+            _KV_LINE,
+            _MEG_SNIFF,
+            _NANO_ITER,
+            _NANO_EVAL,
+            _TITAN_LINE,
+            _HF_SNIFF,
+            deepspeed.SNIFF,
+        )
     ),
     re.MULTILINE,
 )
@@ -155,6 +178,8 @@ _LONG_SCHEMA: dict[str, pl.DataType] = {
 def has_metric_line(data: bytes) -> bool:
     """True when ``data`` holds a line of one of the shapes this reader knows."""
     text = data.decode("utf-8", errors="replace").replace("\r", "\n")
+    if "\x1b" in text:
+        text = re.sub(_ANSI, "", text)
     return _SNIFF.search(text) is not None
 
 
@@ -233,6 +258,9 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if "\r" in text:
         # CRLF line ends; a bare CR (progress bars) rewrites the line: keep what was last
         lines = lines.str.strip_chars_end("\r").str.replace(r"^[^\n]*\r", "")
+    if "\x1b" in text:
+        # terminal colours (torchtitan colours each field of its metrics line)
+        lines = lines.str.replace_all(_ANSI, "")
 
     meta: dict[str, Any] = {}
     if opts.regex:
@@ -365,13 +393,15 @@ def _parse_builtin(
         )
     kv, kv_total = _kv_lines(df)
     nano = _nanogpt_lines(df, source, where, issues)
+    titan = _torchtitan_lines(df)
     shapes = {
         "megatron": _n_lines(megatron),
         "megatron_validation": _n_lines(validation),
         "key_value": _n_lines(kv),
         "nanogpt": _n_lines(nano),
+        "torchtitan": _n_lines(titan),
     }
-    parts = [megatron, validation, kv, nano]
+    parts = [megatron, validation, kv, nano, titan]
     hf, hf_lines = _hf_dicts(df)
     if hf_lines:
         if any(shapes.values()):
@@ -740,6 +770,38 @@ def _nanogpt_lines(
         )
         long = long.filter(~placeholder)
     return long
+
+
+def _torchtitan_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """torchtitan's ``step: N  loss: X  grad_norm: Y  memory: 9.46GiB(64.99%)  tps: 7,282
+    tflops: 0.52  mfu: 0.17%`` lines: thousands separators dropped, the memory is its
+    peak reserved GiB (the share of the device in brackets is left out), mfu a percent."""
+    hits = df.filter(pl.col("line").str.contains(r"step:[ \t]*[0-9]+[ \t]+loss:"))
+    if hits.height == 0:
+        return _empty_long()
+    pairs = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_TITAN_LINE).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").str.extract_all(_TITAN_PAIR).alias("_pair"),
+        )
+        .explode("_pair")
+        .with_row_index("field")
+    )
+    unit = pl.col("_pair").str.extract(_TITAN_PAIR, 3).fill_null("")
+    return pairs.select(
+        "lineno",
+        pl.col("field").cast(pl.Int64),
+        "step",
+        pl.col("_pair").str.extract(_TITAN_PAIR, 1).replace(_TITAN_NAMES).alias("metric"),
+        (
+            pl.col("_pair").str.extract(_TITAN_PAIR, 2).str.replace_all(",", "")
+            + pl.when(unit == "%").then(pl.lit("%")).otherwise(pl.lit(""))
+        ).alias("raw"),
+    ).filter(pl.col("metric").is_not_null())
 
 
 def _hf_dicts(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
