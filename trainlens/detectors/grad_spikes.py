@@ -520,7 +520,10 @@ def _early(x: np.ndarray, m: int, least_excess: Bound) -> tuple[np.ndarray, np.n
         med[i] = np.median(x[:i])
     spike = np.zeros(x.size, dtype=bool)
     with np.errstate(invalid="ignore"):
-        spike[1:m] = (x[1:m] - med[1:m]) >= least_excess(np.abs(med[1:m]))
+        excess = x[1:m] - med[1:m]
+        # a rise, however small its bound: a loss stuck at exactly 0.0 (every label
+        # masked) has a bound of 0 and no spike at all
+        spike[1:m] = (excess >= least_excess(np.abs(med[1:m]))) & (excess > 0)
     return med, spike
 
 
