@@ -570,3 +570,27 @@ def test_torchtitan_metrics_lines_with_colours(tmp_path: Path) -> None:
     assert wide.get_column("mem/reserved")[0] == pytest.approx(9.46 * 2**30)
     assert wide.get_column("mfu")[0] == pytest.approx(0.0017)
     assert wide.get_column("tflops_per_gpu")[1] == pytest.approx(0.53)
+
+
+def test_nanotron_iteration_lines_with_si_suffixes(tmp_path: Path) -> None:
+    """nanotron logs Megatron's line as `iteration: N / M | key: value |`, its sizes and
+    rates in human_format (634K, 11.5K, 90.9M: powers of 1000)."""
+    lines = [
+        f"01/17/2024 14:02:16 [INFO|DP=0|PP=0|TP=0|ip-26-0-160-225]: iteration: {i} / 1000 | "
+        f"consumed_tokens: {634 + i - 991}K | elapsed_time_per_iteration_ms: {t} | "
+        f"tokens_per_sec: {tps}K | global_batch_size: 20 | lm_loss: {loss} | lr: 1e-05 | "
+        f"model_tflops_per_gpu: 0.00744 | grad_norm: 1.11 | cuda_memory_allocated: 90.9M"
+        for i, t, tps, loss in [(991, 272, 2.35, 9.63), (992, "11.5K", 2.39, 9.69)]
+    ]
+    path = tmp_path / "nanotron.log"
+    path.write_text("\n".join(lines) + "\n")
+    from trainlens.readers import detect_format
+
+    assert detect_format(path) == "text"
+    wide = read_one(path).wide()
+    assert wide.get_column("step").to_list() == [991, 992]
+    assert wide.get_column("train/loss").to_list() == [9.63, 9.69]
+    assert wide.get_column("step_time").to_list() == pytest.approx([0.272, 11.5])
+    assert wide.get_column("tokens_per_sec").to_list() == pytest.approx([2350, 2390])
+    assert wide.get_column("consumed_tokens").to_list() == [634_000, 635_000]
+    assert wide.get_column("mem/allocated")[0] == pytest.approx(90.9e6)

@@ -2,7 +2,9 @@
 
 Shapes recognised (sniffed from the content, several may share one file):
 
-* Megatron-LM / Megatron-DeepSpeed iteration lines,
+* Megatron-LM / Megatron-DeepSpeed iteration lines (and nanotron's, ``iteration: N / M |
+  lm_loss: 2.38 | tokens_per_sec: 22.8K |``: a value ending in K, M, G or T after a digit
+  is in powers of 1000, as nanotron's human_format writes it),
   ``iteration  3000/ 292968 | lm loss: 2.365880E+00 | grad norm: 0.234 | ...`` — the step
   is the iteration; every ``key: number`` field is a metric named by its key as written
   (the alias table maps ``lm loss``, ``grad norm``, ``learning rate`` ...). The line may
@@ -90,9 +92,12 @@ _KV_LINE = (
 _KV_TOKEN = rf"{_KEY}:[^ \t]+"
 
 # Megatron: `iteration N/ M | key: value | ...`
-_MEG_MARK = r"iteration[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\|"
-_MEG_ITER = r"iteration[ \t]+([0-9]+)[ \t]*/[ \t]*([0-9]+)[ \t]*\|(.*)$"
-_MEG_SNIFF = rf"iteration[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\|[^\n]*?:[ \t]*{_NUM}[ \t]*\|"
+# (nanotron writes the same line as `iteration: N / M | lm_loss: 2.38 | ...`)
+_MEG_MARK = r"iteration:?[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\|"
+_MEG_ITER = r"iteration:?[ \t]+([0-9]+)[ \t]*/[ \t]*([0-9]+)[ \t]*\|(.*)$"
+_MEG_SNIFF = (
+    rf"iteration:?[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\|[^\n]*?:[ \t]*{_NUM}[KMGT]?[ \t]*\|"
+)
 # a wrapped continuation: `<part of a key>: value | ...` with no new iteration in it
 _MEG_CONTINUATION = re.compile(r"^[^|\[]*:[^|]*\|")
 # Megatron validation: `validation loss at iteration N [on validation set] | k value: v |`
@@ -160,6 +165,8 @@ _EXCEPTION = re.compile(
 # launchers' wrappers around a worker's error: the worker's own error says more
 _WRAPPER_ERRORS = {"ChildFailedError", "CalledProcessError"}
 _MEG_MARK_RE = re.compile(_MEG_MARK)
+
+_SI = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 _VAL_SETS = {"validation", "valid", "val", "eval", "evaluation"}
 
@@ -964,16 +971,24 @@ def _values(
     is_ms = raw.str.ends_with("ms")
     is_s = ~is_ms & raw.str.ends_with("s")
     is_pct = raw.str.ends_with("%")
+    # nanotron's human_format: 634K, 11.5K, 85.8G (powers of 1000), after a digit
+    si = raw.str.extract(r"[0-9.]([KMGT])$", 1)
     number = (
         pl.when(is_ms)
         .then(raw.str.slice(0, raw.str.len_chars() - 2))
-        .when(is_s | is_pct)
+        .when(is_s | is_pct | si.is_not_null())
         .then(raw.str.slice(0, raw.str.len_chars() - 1))
         .otherwise(raw)
         .str.strip_chars()
     )
     # a percent is a fraction (canonical mfu is 0..1; nanoGPT prints `mfu 15.34%`)
-    scale = pl.when(is_ms).then(pl.lit(1e-3)).when(is_pct).then(pl.lit(0.01)).otherwise(1.0)
+    scale = (
+        pl.when(is_ms)
+        .then(pl.lit(1e-3))
+        .when(is_pct)
+        .then(pl.lit(0.01))
+        .otherwise(si.replace_strict(_SI, default=1.0, return_dtype=pl.Float64))
+    )
     long = long.with_columns((number.cast(pl.Float64, strict=False) * scale).alias("value"))
     bad = long.filter(pl.col("value").is_null())
     if bad.height:
