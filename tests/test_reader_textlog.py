@@ -594,3 +594,35 @@ def test_nanotron_iteration_lines_with_si_suffixes(tmp_path: Path) -> None:
     assert wide.get_column("tokens_per_sec").to_list() == pytest.approx([2350, 2390])
     assert wide.get_column("consumed_tokens").to_list() == [634_000, 635_000]
     assert wide.get_column("mem/allocated")[0] == pytest.approx(90.9e6)
+
+
+def test_build_nanogpt_stdout_and_log_file(tmp_path: Path) -> None:
+    """build-nanogpt's print and its log/log.txt lines, with its own format strings."""
+    out, log = ["using device: cuda", "total desired batch size: 524288"], []
+    for step in range(12):
+        loss, lr, norm, dt, tps = 10.9 - 0.5 * step, 6e-4 * (step + 1) / 12, 1.5, 0.35, 1.5e6
+        if step % 5 == 0:
+            log += [f"{step} val {loss + 0.1:.4f}", f"{step} hella {0.25:.4f}"]
+        log.append(f"{step} train {loss:.6f}")
+        out.append(
+            f"step {step:5d} | loss: {loss:.6f} | lr {lr:.4e} | norm: {norm:.4f} | "
+            f"dt: {dt * 1000:.2f}ms | tok/sec: {tps:.2f}"
+        )
+    (tmp_path / "stdout.txt").write_text("\n".join(out) + "\n")
+    (tmp_path / "log.txt").write_text("\n".join(log) + "\n")
+    wide = read_one(tmp_path / "stdout.txt").wide()
+    assert wide.get_column("step").to_list() == list(range(12))
+    assert wide.get_column("train/loss").to_list() == pytest.approx(
+        [10.9 - 0.5 * s for s in range(12)]
+    )
+    assert wide.get_column("lr")[11] == pytest.approx(6e-4)
+    assert wide.get_column("grad_norm")[0] == 1.5
+    assert wide.get_column("step_time")[0] == pytest.approx(0.35)
+    assert wide.get_column("tokens_per_sec")[0] == pytest.approx(1.5e6)
+    wide = read_one(tmp_path / "log.txt").wide()
+    assert wide.get_column("train/loss").to_list() == pytest.approx(
+        [10.9 - 0.5 * s for s in range(12)]
+    )
+    val = wide.filter(pl.col("val/loss").is_not_null())
+    assert val.get_column("step").to_list() == [0, 5, 10]
+    assert val.get_column("hellaswag_acc").to_list() == [0.25] * 3

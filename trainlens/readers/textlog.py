@@ -27,6 +27,8 @@ Shapes recognised (sniffed from the content, several may share one file):
   (``time`` is the iteration's step time, ``mfu`` a fraction; nanoGPT's ``-100%`` before
   it has timed five iterations is left out; the evaluation's train-split mean is named
   ``train loss (eval)``, apart from ``train/loss``).
+* build-nanogpt's ``step N | loss: X | lr Y | norm: Z | dt: Tms | tok/sec: R`` and its
+  log file's ``N train X`` / ``N val X`` / ``N hella X`` lines.
 * torchtitan's ``step: N  loss: X  grad_norm: Y  memory: 9.46GiB(64.99%)  tps: 7,282
   tflops: 0.52  mfu: 0.17%`` (terminal colours removed; memory is its peak reserved GiB).
 * Printed metric dicts of the Hugging Face Trainer, ``{'loss': 2.1, 'grad_norm': 1.3,
@@ -124,6 +126,20 @@ _NANO_EVAL = (
 # batches, not the step's loss, so it keeps a name of its own beside train/loss
 _NANO_NAMES = {"time": "iter_time", "train loss": "train loss (eval)"}
 
+# build-nanogpt (Karpathy's "Let's reproduce GPT-2"): stdout `step    10 | loss: 9.123456 |
+# lr 8.3916e-05 | norm: 2.1234 | dt: 345.67ms | tok/sec: 1516721.23` and its log file,
+# `<step> train <loss>` / `<step> val <loss>` / `<step> hella <accuracy>`
+_BNG_LINE = rf"^[ \t]*step[ \t]+([0-9]+)[ \t]*\|[ \t]*(loss:?[ \t]+{_NUM}[ \t]*\|.*)$"
+_BNG_FIELD = rf"^[ \t]*([A-Za-z_/]+):?[ \t]+({_NUM}(?:ms|s)?)[ \t]*$"
+_BNG_FILE = rf"^([0-9]+) (train|val|hella) ({_NUM})$"
+_BNG_NAMES = {
+    "dt": "iter_time",
+    "tok/sec": "tokens_per_sec",
+    "train": "train_loss",
+    "val": "val_loss",
+    "hella": "hellaswag_acc",
+}
+
 # torchtitan's metrics line: `step: 14  loss:  3.24405  grad_norm:  0.8319  memory:
 # 9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%` (after its logging prefix)
 _TITAN_VALUE = r"[+-]?[0-9][0-9,]*(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|(?i:nan|inf)"
@@ -149,6 +165,8 @@ _SNIFF = re.compile(
             _NANO_ITER,
             _NANO_EVAL,
             _TITAN_LINE,
+            _BNG_LINE,
+            _BNG_FILE,
             _HF_SNIFF,
             deepspeed.SNIFF,
         )
@@ -401,14 +419,16 @@ def _parse_builtin(
     kv, kv_total = _kv_lines(df)
     nano = _nanogpt_lines(df, source, where, issues)
     titan = _torchtitan_lines(df)
+    bng = _build_nanogpt_lines(df)
     shapes = {
         "megatron": _n_lines(megatron),
         "megatron_validation": _n_lines(validation),
         "key_value": _n_lines(kv),
         "nanogpt": _n_lines(nano),
         "torchtitan": _n_lines(titan),
+        "build_nanogpt": _n_lines(bng),
     }
-    parts = [megatron, validation, kv, nano, titan]
+    parts = [megatron, validation, kv, nano, titan, bng]
     hf, hf_lines = _hf_dicts(df)
     if hf_lines:
         if any(shapes.values()):
@@ -777,6 +797,56 @@ def _nanogpt_lines(
         )
         long = long.filter(~placeholder)
     return long
+
+
+def _build_nanogpt_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """build-nanogpt's stdout (``step N | loss: X | lr Y | norm: Z | dt: Tms | tok/sec:
+    R``: fields ``key: value`` or ``key value`` between bars) and its log file (``N train
+    X``, ``N val X``, ``N hella X``)."""
+    hits = df.filter(pl.col("line").str.contains(r"^[ \t]*(?:step[ \t]+)?[0-9]+[ \t]"))
+    if hits.height == 0:
+        return _empty_long()
+    out = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_BNG_LINE).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").str.split("|").alias("_f"),
+        )
+        .explode("_f")
+        .select(
+            "lineno",
+            "step",
+            pl.col("_f").str.extract(_BNG_FIELD, 1).alias("metric"),
+            pl.col("_f").str.extract(_BNG_FIELD, 2).alias("raw"),
+        )
+        .filter(pl.col("metric").is_not_null())
+    )
+    logged = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_BNG_FILE).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").alias("metric"),
+            pl.col("3").alias("raw"),
+        )
+    )
+    return (
+        pl.concat([out, logged])
+        .sort("lineno", maintain_order=True)
+        .with_row_index("field")
+        .select(
+            "lineno",
+            pl.col("field").cast(pl.Int64),
+            "step",
+            pl.col("metric").replace(_BNG_NAMES),
+            "raw",
+        )
+    )
 
 
 def _torchtitan_lines(df: pl.DataFrame) -> pl.DataFrame:
