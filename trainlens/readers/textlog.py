@@ -658,9 +658,18 @@ def _megatron_iterations(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
     )
     total = hits.get_column("_total").drop_nulls()
     long = _fields(hits, "_rest").select(
-        "lineno", "field", "step", pl.col("_key").alias("metric"), "raw"
+        "lineno", "field", "step", pl.col("_key").alias("metric"), _si_raw(pl.col("raw"))
     )
     return long, (int(total[-1]) if total.len() else None)
+
+
+def _si_raw(raw: pl.Expr) -> pl.Expr:
+    """nanotron's human_format values (634K, 11.5K, 85.8G: powers of 1000) as plain
+    numbers; only on iteration lines, where nanotron writes them."""
+    si = raw.str.extract(r"^[ \t]*([-+0-9.eE]+)([KMGT])[ \t]*$", 2)
+    number = raw.str.extract(r"^[ \t]*([-+0-9.eE]+)[KMGT][ \t]*$", 1).cast(pl.Float64, strict=False)
+    scaled = number * si.replace_strict(_SI, default=None, return_dtype=pl.Float64)
+    return pl.when(scaled.is_not_null()).then(scaled.cast(pl.String)).otherwise(raw).alias("raw")
 
 
 def _megatron_validation(df: pl.DataFrame) -> pl.DataFrame:
@@ -1041,24 +1050,16 @@ def _values(
     is_ms = raw.str.ends_with("ms")
     is_s = ~is_ms & raw.str.ends_with("s")
     is_pct = raw.str.ends_with("%")
-    # nanotron's human_format: 634K, 11.5K, 85.8G (powers of 1000), after a digit
-    si = raw.str.extract(r"[0-9.]([KMGT])$", 1)
     number = (
         pl.when(is_ms)
         .then(raw.str.slice(0, raw.str.len_chars() - 2))
-        .when(is_s | is_pct | si.is_not_null())
+        .when(is_s | is_pct)
         .then(raw.str.slice(0, raw.str.len_chars() - 1))
         .otherwise(raw)
         .str.strip_chars()
     )
     # a percent is a fraction (canonical mfu is 0..1; nanoGPT prints `mfu 15.34%`)
-    scale = (
-        pl.when(is_ms)
-        .then(pl.lit(1e-3))
-        .when(is_pct)
-        .then(pl.lit(0.01))
-        .otherwise(si.replace_strict(_SI, default=1.0, return_dtype=pl.Float64))
-    )
+    scale = pl.when(is_ms).then(pl.lit(1e-3)).when(is_pct).then(pl.lit(0.01)).otherwise(1.0)
     long = long.with_columns((number.cast(pl.Float64, strict=False) * scale).alias("value"))
     bad = long.filter(pl.col("value").is_null())
     if bad.height:
