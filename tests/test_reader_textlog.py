@@ -626,3 +626,32 @@ def test_build_nanogpt_stdout_and_log_file(tmp_path: Path) -> None:
     val = wide.filter(pl.col("val/loss").is_not_null())
     assert val.get_column("step").to_list() == [0, 5, 10]
     assert val.get_column("hellaswag_acc").to_list() == [0.25] * 3
+
+
+def test_llmc_stdout_lines(tmp_path: Path) -> None:
+    """llm.c's printf to stdout (train_gpt2.cu), the current and the older shape; its
+    -100% MFU before it is measured is left out."""
+    tail = " | lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s"
+    new = "step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)|" + tail[2:]
+    old = "step %4d/%d | train loss %7.6f | norm %6.4f" + tail
+    lines = [
+        new
+        % (s, 74, 3.5 - 0.01 * s, 0.1, 1.25, -0.2, 3e-4, 44.57, -100.0 if s < 3 else 41.5, 91886)
+        for s in range(1, 8)
+    ]
+    lines += [old % (s, 74, 3.4, 1.25, 3e-4, 44.6, 41.5, 91880) for s in range(8, 10)]
+    path = tmp_path / "stdout.log"
+    path.write_text("\n".join(lines) + "\n")
+    run = read_one(path)
+    wide = run.wide()
+    assert wide.get_column("step").to_list() == list(range(1, 10))
+    assert wide.get_column("train/loss").to_list() == pytest.approx(
+        [3.5 - 0.01 * s for s in range(1, 8)] + [3.4, 3.4]
+    )
+    assert wide.get_column("grad_norm").to_list() == [1.25] * 9
+    assert wide.get_column("step_time")[0] == pytest.approx(0.04457)
+    assert wide.get_column("tokens_per_sec")[-1] == 91880
+    mfu = wide.filter(pl.col("mfu").is_not_null())
+    assert mfu.get_column("step").to_list() == list(range(3, 10))
+    assert mfu.get_column("mfu")[0] == pytest.approx(0.415)
+    assert kinds(run)["ignored-values"] == 2

@@ -28,7 +28,9 @@ Shapes recognised (sniffed from the content, several may share one file):
   it has timed five iterations is left out; the evaluation's train-split mean is named
   ``train loss (eval)``, apart from ``train/loss``).
 * build-nanogpt's ``step N | loss: X | lr Y | norm: Z | dt: Tms | tok/sec: R`` and its
-  log file's ``N train X`` / ``N val X`` / ``N hella X`` lines.
+  log file's ``N train X`` / ``N val X`` / ``N hella X`` lines; llm.c's stdout, ``step
+  N/M | loss X (+0.1z)| norm Y (+0.2z)| lr Z | T ms | P% bf16 MFU | R tok/s``. A negative
+  mfu (nanoGPT's and llm.c's -100% before they have timed an iteration) is left out.
 * torchtitan's ``step: N  loss: X  grad_norm: Y  memory: 9.46GiB(64.99%)  tps: 7,282
   tflops: 0.52  mfu: 0.17%`` (terminal colours removed; memory is its peak reserved GiB).
 * Printed metric dicts of the Hugging Face Trainer, ``{'loss': 2.1, 'grad_norm': 1.3,
@@ -129,13 +131,23 @@ _NANO_NAMES = {"time": "iter_time", "train loss": "train loss (eval)"}
 # build-nanogpt (Karpathy's "Let's reproduce GPT-2"): stdout `step    10 | loss: 9.123456 |
 # lr 8.3916e-05 | norm: 2.1234 | dt: 345.67ms | tok/sec: 1516721.23` and its log file,
 # `<step> train <loss>` / `<step> val <loss>` / `<step> hella <accuracy>`
-_BNG_LINE = rf"^[ \t]*step[ \t]+([0-9]+)[ \t]*\|[ \t]*(loss:?[ \t]+{_NUM}[ \t]*\|.*)$"
-_BNG_FIELD = rf"^[ \t]*([A-Za-z_/]+):?[ \t]+({_NUM}(?:ms|s)?)[ \t]*$"
+# llm.c's stdout is the same shape: `step   61/74 | loss 3.208939 (+nanz)| norm 1.4800
+# (+nanz)| lr 3.00e-04 | 44.57 ms | -100.0% bf16 MFU | 91886 tok/s` (older: `train loss`)
+_BNG_LINE = (
+    rf"^[ \t]*step[ \t]+([0-9]+)(?:/[0-9]+)?[ \t]*\|[ \t]*"
+    rf"((?:train )?loss:?[ \t]+{_NUM}[^|]*\|.*)$"
+)
+_BNG_FIELD = (
+    rf"^[ \t]*([A-Za-z_/][A-Za-z_/ ]*?):?[ \t]+({_NUM}(?:ms|s)?)[ \t]*(?:\([^)]*\))?[ \t]*$"
+)
+# fields that are a value and its unit: `44.57 ms`, `-100.0% bf16 MFU`, `91886 tok/s`
+_BNG_UNIT = rf"^[ \t]*({_NUM})[ \t]*(ms|tok/s|%[ \t]*[A-Za-z0-9]*[ \t]*MFU)[ \t]*$"
 _BNG_FILE = rf"^([0-9]+) (train|val|hella) ({_NUM})$"
 _BNG_NAMES = {
     "dt": "iter_time",
     "tok/sec": "tokens_per_sec",
     "train": "train_loss",
+    "train loss": "loss",
     "val": "val_loss",
     "hella": "hellaswag_acc",
 }
@@ -465,6 +477,7 @@ def _parse_builtin(
     if total is not None:
         meta["max_steps"] = total
     out = pl.concat(parts, how="vertical").sort("lineno", "field", maintain_order=True)
+    out = _drop_mfu_placeholder(out, source, where, issues)
     out = _drop_huge_steps(out, source, where, issues)
     return _with_deepspeed(df, out, source, issues, meta)
 
@@ -741,12 +754,37 @@ def _kv_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
     return long, (int(total[-1]) if total.len() else None)
 
 
+def _drop_mfu_placeholder(
+    long: pl.DataFrame, source: str, where: _Where, issues: list[DataIssue]
+) -> pl.DataFrame:
+    """An ``mfu`` below zero is a placeholder, not a measurement: nanoGPT and llm.c print
+    ``-100%`` until they have timed their first iterations. Left out, with a note."""
+    placeholder = (pl.col("metric") == "mfu") & pl.col("raw").str.starts_with("-")
+    n_placeholder = long.filter(placeholder).height
+    if n_placeholder:
+        first = int(long.filter(placeholder).get_column("lineno")[0])
+        issues.append(
+            DataIssue(
+                kind="ignored-values",
+                source=source,
+                location=where.line(first),
+                message=(
+                    f"{n_placeholder} negative mfu value(s) were left out: nanoGPT and llm.c "
+                    "print -100% until they have timed their first iterations"
+                ),
+                count=n_placeholder,
+                severity="info",
+            )
+        )
+        long = long.filter(~placeholder)
+    return long
+
+
 def _nanogpt_lines(
     df: pl.DataFrame, source: str, where: _Where, issues: list[DataIssue]
 ) -> pl.DataFrame:
     """nanoGPT's ``iter N: loss X, time Yms, mfu Z%`` and ``step N: train loss X, val loss
-    Y`` lines. An ``mfu`` below zero is nanoGPT's placeholder before it has timed five
-    iterations (it prints ``-100.00%``), not a measurement: left out, with a note."""
+    Y`` lines."""
     hits = df.filter(pl.col("line").str.contains(r"(?:iter|step)[ \t]+[0-9]+:"))
     if hits.height == 0:
         return _empty_long()
@@ -787,32 +825,15 @@ def _nanogpt_lines(
         .with_columns(pl.col("field").cast(pl.Int64), pl.col("metric").replace(_NANO_NAMES))
         .select("lineno", "field", "step", "metric", "raw")
     )
-    placeholder = (pl.col("metric") == "mfu") & pl.col("raw").str.starts_with("-")
-    n_placeholder = long.filter(placeholder).height
-    if n_placeholder:
-        first = int(long.filter(placeholder).get_column("lineno")[0])
-        issues.append(
-            DataIssue(
-                kind="ignored-values",
-                source=source,
-                location=where.line(first),
-                message=(
-                    f"{n_placeholder} negative mfu value(s) were left out: nanoGPT prints "
-                    "-100% until it has timed its first iterations"
-                ),
-                count=n_placeholder,
-                severity="info",
-            )
-        )
-        long = long.filter(~placeholder)
     return long
 
 
 def _build_nanogpt_lines(df: pl.DataFrame) -> pl.DataFrame:
-    """build-nanogpt's stdout (``step N | loss: X | lr Y | norm: Z | dt: Tms | tok/sec:
-    R``: fields ``key: value`` or ``key value`` between bars) and its log file (``N train
-    X``, ``N val X``, ``N hella X``)."""
-    hits = df.filter(pl.col("line").str.contains(r"^[ \t]*(?:step[ \t]+)?[0-9]+[ \t]"))
+    """build-nanogpt's and llm.c's stdout (``step N | loss: X | lr Y | norm: Z | dt: Tms |
+    tok/sec: R``, ``step N/M | loss X (+0.1z)| norm Y (+0.2z)| lr Z | T ms | P% bf16 MFU
+    | R tok/s``: fields ``key: value``, ``key value`` or ``value unit`` between bars) and
+    build-nanogpt's log file (``N train X``, ``N val X``, ``N hella X``)."""
+    hits = df.filter(pl.col("line").str.contains(r"^[ \t]*(?:step[ \t]+)?[0-9]+[ \t/]"))
     if hits.height == 0:
         return _empty_long()
     out = (
@@ -825,11 +846,26 @@ def _build_nanogpt_lines(df: pl.DataFrame) -> pl.DataFrame:
             pl.col("2").str.split("|").alias("_f"),
         )
         .explode("_f")
+        .with_columns(pl.col("_f").str.extract(_BNG_UNIT, 2).alias("_unit"))
         .select(
             "lineno",
             "step",
-            pl.col("_f").str.extract(_BNG_FIELD, 1).alias("metric"),
-            pl.col("_f").str.extract(_BNG_FIELD, 2).alias("raw"),
+            pl.when(pl.col("_unit") == "ms")
+            .then(pl.lit("iter_time"))
+            .when(pl.col("_unit") == "tok/s")
+            .then(pl.lit("tokens_per_sec"))
+            .when(pl.col("_unit").is_not_null())
+            .then(pl.lit("mfu"))
+            .otherwise(pl.col("_f").str.extract(_BNG_FIELD, 1))
+            .alias("metric"),
+            pl.when(pl.col("_unit") == "ms")
+            .then(pl.col("_f").str.extract(_BNG_UNIT, 1) + pl.lit("ms"))
+            .when(pl.col("_unit") == "tok/s")
+            .then(pl.col("_f").str.extract(_BNG_UNIT, 1))
+            .when(pl.col("_unit").is_not_null())
+            .then(pl.col("_f").str.extract(_BNG_UNIT, 1) + pl.lit("%"))
+            .otherwise(pl.col("_f").str.extract(_BNG_FIELD, 2))
+            .alias("raw"),
         )
         .filter(pl.col("metric").is_not_null())
     )
