@@ -625,7 +625,7 @@ def test_build_nanogpt_stdout_and_log_file(tmp_path: Path) -> None:
     )
     val = wide.filter(pl.col("val/loss").is_not_null())
     assert val.get_column("step").to_list() == [0, 5, 10]
-    assert val.get_column("hellaswag_acc").to_list() == [0.25] * 3
+    assert val.get_column("hellaswag").to_list() == [0.25] * 3
 
 
 def test_llmc_stdout_lines(tmp_path: Path) -> None:

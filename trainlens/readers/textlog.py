@@ -149,7 +149,8 @@ _BNG_NAMES = {
     "train": "train_loss",
     "train loss": "loss",
     "val": "val_loss",
-    "hella": "hellaswag_acc",
+    # (not *_acc: an accuracy beside the loss would make it a classifier's)
+    "hella": "hellaswag",
 }
 
 # torchtitan's metrics line: `step: 14  loss:  3.24405  grad_norm:  0.8319  memory:
