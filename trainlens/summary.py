@@ -245,7 +245,8 @@ def perplexity_basis(run: Run, setting: bool | str = "auto") -> tuple[bool, str]
     only with a sign of a per-token language-model loss — the loss has a name only LM
     trainers print (Megatron ``lm loss``, NeoX ``lm_loss``, llm.c ``trl``/``tel``), the
     log is an llm.c / modded-nanogpt ``step:N/M`` log or a nanoGPT / build-nanogpt one,
-    or the run logs a perplexity or a token count or rate itself (a metric named with ``perplexity``, ``ppl`` or ``token``)
+    or the run logs a perplexity or a token count or rate itself (a metric named with
+    ``perplexity``, ``ppl`` or ``token``)
     — and no accuracy other than a token accuracy is logged (a classifier's cross-entropy
     is per example, its exp() no perplexity). In every case a loss outside 0–16 nats
     (``MAX_TOKEN_NATS``) gets none."""
