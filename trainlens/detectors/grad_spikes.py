@@ -689,11 +689,14 @@ def _level_shifts(v: np.ndarray, gaps: np.ndarray, rel: float) -> np.ndarray:
     way, median of up to 3 values each side): there the values before are another
     state of training (a restart with new settings), no baseline for those after. Across
     the other gaps the log goes on at its level and is judged as one series."""
-    if gaps.size == 0:
-        return gaps
+    if gaps.size == 0 or gaps.size >= _MAX_PIECES:
+        return gaps[:0]  # (a log in that many pieces is judged whole anyway)
     n = v.size
-    before = np.array([np.median(v[max(0, g - 2) : g + 1]) for g in gaps.tolist()])
-    after = np.array([np.median(v[g + 1 : min(n, g + 4)]) for g in gaps.tolist()])
+    at_b = gaps[:, None] + np.arange(-2, 1)[None, :]
+    at_a = gaps[:, None] + np.arange(1, 4)[None, :]
+    vb = np.where(at_b >= 0, v[np.clip(at_b, 0, n - 1)], np.nan)
+    va = np.where(at_a < n, v[np.clip(at_a, 0, n - 1)], np.nan)
+    before, after = np.nanmedian(vb, axis=1), np.nanmedian(va, axis=1)
     lo, hi = np.fmin(np.abs(before), np.abs(after)), np.fmax(np.abs(before), np.abs(after))
     with np.errstate(divide="ignore", invalid="ignore"):
         return gaps[hi > (1.0 + rel) * lo]
