@@ -493,3 +493,165 @@ def test_resume_from_offset_and_unterminated_line(tmp_path: Path) -> None:
     assert rotated.series("train/loss")[1].tolist() == [11.0]
     assert "truncated-file" in kinds(rotated)
     assert rotated.cursor[str(path)] == path.stat().st_size
+
+
+def _nanogpt_log(losses: list[float], eval_every: int, prefix: str = "") -> list[str]:
+    """Lines printed by nanoGPT's train.py, with its own format strings; running_mfu is
+    -1.0 until the fifth iteration, as there."""
+    out: list[str] = ['print(f"iter {iter_num}: loss {lossf:.4f}, time {dt*1000:.2f}ms")']
+    running_mfu = -1.0
+    for iter_num, lossf in enumerate(losses):
+        if iter_num % eval_every == 0:
+            val = lossf + 0.1
+            out.append(f"{prefix}step {iter_num}: train loss {lossf:.4f}, val loss {val:.4f}")
+        dt = 0.5 + iter_num * 1e-3
+        if iter_num >= 5:
+            running_mfu = 0.1668 if running_mfu < 0 else 0.9 * running_mfu + 0.1 * 0.1668
+        out.append(
+            f"{prefix}iter {iter_num}: loss {lossf:.4f}, time {dt * 1000:.2f}ms, "
+            f"mfu {running_mfu * 100:.2f}%"
+        )
+    return out
+
+
+@pytest.mark.parametrize("prefix", ["", "> 2023-03-22 09:30:39 ", "[rank0]: "])
+def test_nanogpt_lines_without_a_regex(tmp_path: Path, prefix: str) -> None:
+    from trainlens.readers import detect_format
+
+    losses = [4.2 - 0.01 * i for i in range(30)]
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(_nanogpt_log(losses, eval_every=10, prefix=prefix)) + "\n")
+    # every line has commas, but it is a log, not a CSV
+    assert detect_format(path) == "text"
+    run = read_one(path)
+    wide = run.wide()
+    assert wide.get_column("step").to_list() == list(range(30))
+    assert wide.get_column("train/loss").to_list() == pytest.approx(losses, abs=5e-5)
+    assert wide.get_column("step_time").to_list() == pytest.approx(
+        [0.5 + i * 1e-3 for i in range(30)], abs=1e-5
+    )
+    # the evaluation: val/loss at its step; its train-split estimate beside train/loss
+    val = wide.filter(pl.col("val/loss").is_not_null())
+    assert val.get_column("step").to_list() == [0, 10, 20]
+    assert val.get_column("val/loss").to_list() == pytest.approx([4.3, 4.2, 4.1], abs=5e-5)
+    assert val.get_column("train loss (eval)").to_list() == pytest.approx([4.2, 4.1, 4.0])
+    # mfu is a fraction; nanoGPT's -100% placeholder of the first 5 iterations is dropped
+    mfu = wide.filter(pl.col("mfu").is_not_null())
+    assert mfu.get_column("step").to_list() == list(range(5, 30))
+    assert mfu.get_column("mfu")[0] == pytest.approx(0.1668)
+    assert kinds(run)["ignored-values"] == 5
+    assert run.metadata["text_shapes"] == {"nanogpt": 33}
+
+
+def test_torchtitan_metrics_lines_with_colours(tmp_path: Path) -> None:
+    """torchtitan's console line (its metrics.py f-string, each field coloured), through
+    Python logging with its `[titan]` format, as torchrun prefixes it per rank."""
+    red, green, orange, blue, reset = "\x1b[31m", "\x1b[32m", "\x1b[33m", "\x1b[34m", "\x1b[39m"
+    rows = [(1, 10.8512, 4.123, 9.46, 64.99, 7282.4, 0.52, 0.17)]
+    rows += [(s, 10.8512 - 0.3 * s, 1.0, 9.46, 64.99, 7300.0 + s, 0.53, 0.17) for s in range(2, 12)]
+    lines = ["[rank0]:[titan] 2026-05-18 16:04:45,001 - root - INFO - Training starts at step 1"]
+    for step, loss, gn, mem, pct, tps, tflops, mfu in rows:
+        msg = (
+            f"{red}step: {step:2}  {green}loss: {loss:7.5f}  {orange}grad_norm: {gn:7.4f}  "
+            f"{blue}memory: {mem:5.2f}GiB({pct:.2f}%)  tps: {round(tps):,}  "
+            f"tflops: {tflops:,.2f}  mfu: {mfu:.2f}%{reset}"
+        )
+        lines.append(f"[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - {msg}")
+    path = tmp_path / "titan.log"
+    path.write_text("\n".join(lines) + "\n")
+    from trainlens.readers import detect_format
+
+    assert detect_format(path) == "text"
+    wide = read_one(path).wide()
+    assert wide.get_column("step").to_list() == list(range(1, 12))
+    assert wide.get_column("train/loss").to_list() == pytest.approx([r[1] for r in rows], 1e-5)
+    assert wide.get_column("grad_norm")[0] == pytest.approx(4.123)
+    assert wide.get_column("tokens_per_sec")[0] == 7282  # "7,282"
+    assert wide.get_column("mem/reserved")[0] == pytest.approx(9.46 * 2**30)
+    assert wide.get_column("mfu")[0] == pytest.approx(0.0017)
+    assert wide.get_column("tflops_per_gpu")[1] == pytest.approx(0.53)
+
+
+def test_nanotron_iteration_lines_with_si_suffixes(tmp_path: Path) -> None:
+    """nanotron logs Megatron's line as `iteration: N / M | key: value |`, its sizes and
+    rates in human_format (634K, 11.5K, 90.9M: powers of 1000)."""
+    lines = [
+        f"01/17/2024 14:02:16 [INFO|DP=0|PP=0|TP=0|ip-26-0-160-225]: iteration: {i} / 1000 | "
+        f"consumed_tokens: {634 + i - 991}K | elapsed_time_per_iteration_ms: {t} | "
+        f"tokens_per_sec: {tps}K | global_batch_size: 20 | lm_loss: {loss} | lr: 1e-05 | "
+        f"model_tflops_per_gpu: 0.00744 | grad_norm: 1.11 | cuda_memory_allocated: 90.9M"
+        for i, t, tps, loss in [(991, 272, 2.35, 9.63), (992, "11.5K", 2.39, 9.69)]
+    ]
+    path = tmp_path / "nanotron.log"
+    path.write_text("\n".join(lines) + "\n")
+    from trainlens.readers import detect_format
+
+    assert detect_format(path) == "text"
+    wide = read_one(path).wide()
+    assert wide.get_column("step").to_list() == [991, 992]
+    assert wide.get_column("train/loss").to_list() == [9.63, 9.69]
+    assert wide.get_column("step_time").to_list() == pytest.approx([0.272, 11.5])
+    assert wide.get_column("tokens_per_sec").to_list() == pytest.approx([2350, 2390])
+    assert wide.get_column("consumed_tokens").to_list() == [634_000, 635_000]
+    assert wide.get_column("mem/allocated")[0] == pytest.approx(90.9e6)
+
+
+def test_build_nanogpt_stdout_and_log_file(tmp_path: Path) -> None:
+    """build-nanogpt's print and its log/log.txt lines, with its own format strings."""
+    out, log = ["using device: cuda", "total desired batch size: 524288"], []
+    for step in range(12):
+        loss, lr, norm, dt, tps = 10.9 - 0.5 * step, 6e-4 * (step + 1) / 12, 1.5, 0.35, 1.5e6
+        if step % 5 == 0:
+            log += [f"{step} val {loss + 0.1:.4f}", f"{step} hella {0.25:.4f}"]
+        log.append(f"{step} train {loss:.6f}")
+        out.append(
+            f"step {step:5d} | loss: {loss:.6f} | lr {lr:.4e} | norm: {norm:.4f} | "
+            f"dt: {dt * 1000:.2f}ms | tok/sec: {tps:.2f}"
+        )
+    (tmp_path / "stdout.txt").write_text("\n".join(out) + "\n")
+    (tmp_path / "log.txt").write_text("\n".join(log) + "\n")
+    wide = read_one(tmp_path / "stdout.txt").wide()
+    assert wide.get_column("step").to_list() == list(range(12))
+    assert wide.get_column("train/loss").to_list() == pytest.approx(
+        [10.9 - 0.5 * s for s in range(12)]
+    )
+    assert wide.get_column("lr")[11] == pytest.approx(6e-4)
+    assert wide.get_column("grad_norm")[0] == 1.5
+    assert wide.get_column("step_time")[0] == pytest.approx(0.35)
+    assert wide.get_column("tokens_per_sec")[0] == pytest.approx(1.5e6)
+    wide = read_one(tmp_path / "log.txt").wide()
+    assert wide.get_column("train/loss").to_list() == pytest.approx(
+        [10.9 - 0.5 * s for s in range(12)]
+    )
+    val = wide.filter(pl.col("val/loss").is_not_null())
+    assert val.get_column("step").to_list() == [0, 5, 10]
+    assert val.get_column("hellaswag").to_list() == [0.25] * 3
+
+
+def test_llmc_stdout_lines(tmp_path: Path) -> None:
+    """llm.c's printf to stdout (train_gpt2.cu), the current and the older shape; its
+    -100% MFU before it is measured is left out."""
+    tail = " | lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s"
+    new = "step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)|" + tail[2:]
+    old = "step %4d/%d | train loss %7.6f | norm %6.4f" + tail
+    lines = [
+        new
+        % (s, 74, 3.5 - 0.01 * s, 0.1, 1.25, -0.2, 3e-4, 44.57, -100.0 if s < 3 else 41.5, 91886)
+        for s in range(1, 8)
+    ]
+    lines += [old % (s, 74, 3.4, 1.25, 3e-4, 44.6, 41.5, 91880) for s in range(8, 10)]
+    path = tmp_path / "stdout.log"
+    path.write_text("\n".join(lines) + "\n")
+    run = read_one(path)
+    wide = run.wide()
+    assert wide.get_column("step").to_list() == list(range(1, 10))
+    assert wide.get_column("train/loss").to_list() == pytest.approx(
+        [3.5 - 0.01 * s for s in range(1, 8)] + [3.4, 3.4]
+    )
+    assert wide.get_column("grad_norm").to_list() == [1.25] * 9
+    assert wide.get_column("step_time")[0] == pytest.approx(0.04457)
+    assert wide.get_column("tokens_per_sec")[-1] == 91880
+    mfu = wide.filter(pl.col("mfu").is_not_null())
+    assert mfu.get_column("step").to_list() == list(range(3, 10))
+    assert mfu.get_column("mfu")[0] == pytest.approx(0.415)
+    assert kinds(run)["ignored-values"] == 2

@@ -74,3 +74,29 @@ def test_two_restarts_each_reported_once(fmt: str, tmp_path: Path) -> None:
     assert steps.tolist() == list(range(300))
     # the value that stands at step 60 is the one logged after the first resume
     assert values[60] == pytest.approx(_value("loss", 110))
+
+
+def test_a_second_complete_run_in_one_file_is_no_resume(tmp_path: Path) -> None:
+    """modded-nanogpt keeps each seed's run in one file: a run that reached its declared
+    last step, then another from step 0, is not a resume (info, said so); a step that
+    goes back short of the end still is (warning)."""
+    from trainlens.detectors import run_detectors
+    from trainlens.detectors.base import Context
+
+    def seed(last: int, total: int = 40) -> list[str]:
+        return [
+            f"step:{s}/{total} train_loss:{4.0 - 0.01 * s:.4f} train_time:{50 * s}ms "
+            f"step_avg:{50.0:.2f}ms"
+            for s in range(1, last + 1)
+        ]
+
+    for runs, sev, phrase in (
+        (seed(40) + seed(40), "info", "another run"),
+        (seed(30) + seed(40), "warning", "restarted"),
+    ):
+        path = tmp_path / f"{sev}.txt"
+        path.write_text("\n".join(runs) + "\n")
+        (run,) = trainlens.read(path)
+        res = run_detectors(run, trainlens.Config(select=["restarts"]), Context())
+        (f,) = [f for f in res.findings if f.code == "DATA001"]
+        assert f.severity.value == sev and phrase in f.message, f.message

@@ -68,6 +68,16 @@ def test_megatron_lm_loss_gets_a_perplexity_and_says_why(tmp_path: Path) -> None
     assert s["train_loss"]["final_perplexity"] == pytest.approx(math.exp(6.5))
 
 
+def test_nanogpt_log_gets_a_perplexity_and_says_why(tmp_path: Path) -> None:
+    # nanoGPT's own lines carry no LM loss name and no token count: the shape says it
+    lines = [f"iter {i}: loss {4.0 - 0.1 * i:.4f}, time 93.70ms, mfu 16.68%" for i in range(6)]
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    s = summarize(trainlens.read(tmp_path / "train.log")[0])
+    assert s["perplexity"]["shown"] is True
+    assert "nanoGPT" in s["perplexity"]["basis"]
+    assert s["train_loss"]["final_perplexity"] == pytest.approx(math.exp(3.5))
+
+
 def test_a_classifier_gets_no_perplexity_unless_config_asks(tmp_path: Path) -> None:
     run = trainlens.read(_keras_csv(tmp_path / "training_log.csv", 25))[0]
     s = summarize(run)

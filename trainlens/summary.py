@@ -214,6 +214,10 @@ _LM_LOSS_NAMES = {
     "trl": "llm.c `trl`",
     "tel": "llm.c `tel`",
 }
+# text-log shapes only GPT language-model trainers print (readers/textlog.py): llm.c and
+# modded-nanogpt `key:value` lines, nanoGPT's `iter N: loss`, build-nanogpt's / llm.c's
+# `step N | loss`
+_LM_TEXT_SHAPES = frozenset({"key_value", "nanogpt", "build_nanogpt"})
 # an accuracy beside the loss: a classifier (val/accuracy, val/g0_accuracy, top1_acc) —
 # unless it is a token accuracy (TRL's mean_token_accuracy), which is an LM's
 _ACCURACY = re.compile(r"(?:^|[/_])(?:accuracy|acc)$")
@@ -240,8 +244,9 @@ def perplexity_basis(run: Run, setting: bool | str = "auto") -> tuple[bool, str]
     ``setting`` True/False is the user's word (config ``perplexity``). ``"auto"``: yes
     only with a sign of a per-token language-model loss — the loss has a name only LM
     trainers print (Megatron ``lm loss``, NeoX ``lm_loss``, llm.c ``trl``/``tel``), the
-    log is an llm.c / modded-nanogpt ``step:N/M`` log, or the run logs a perplexity or a
-    token count or rate itself (a metric named with ``perplexity``, ``ppl`` or ``token``)
+    log is an llm.c / modded-nanogpt ``step:N/M`` log or a nanoGPT / build-nanogpt one,
+    or the run logs a perplexity or a token count or rate itself (a metric named with
+    ``perplexity``, ``ppl`` or ``token``)
     — and no accuracy other than a token accuracy is logged (a classifier's cross-entropy
     is per example, its exp() no perplexity). In every case a loss outside 0–16 nats
     (``MAX_TOKEN_NATS``) gets none."""
@@ -257,8 +262,9 @@ def perplexity_basis(run: Run, setting: bool | str = "auto") -> tuple[bool, str]
         raw = run.raw_names.get(metric, metric).strip().lower()
         if raw in _LM_LOSS_NAMES:
             return True, f"{_LM_LOSS_NAMES[raw]} is a per-token language-model loss"
-    if run.format == "text" and "key_value" in (run.metadata.get("text_shapes") or {}):
-        return True, "an llm.c / modded-nanogpt log: its loss is per token"
+    shapes = run.metadata.get("text_shapes") or {}
+    if run.format == "text" and shapes.keys() & _LM_TEXT_SHAPES:
+        return True, "an llm.c / nanoGPT / modded-nanogpt log: its loss is per token"
     signs = [m for m in metrics if _LM_SIGNS.search(m.lower())]
     if signs:
         return True, f"the run logs {signs[0]}, so its loss is per token"

@@ -15,7 +15,8 @@ sigma}. Events (applied in order over steps [at, at+len)): mult, add, set (a num
 ``at``, relax back with time constant ``recover``). ``every: N`` keeps every N-th step,
 ``from``/``until`` limit the range. wall_time: ``wall: {step_time: s, events: [...]}``.
 ``shift: k`` evaluates a base at step + k (a resumed log whose step count restarted while
-its schedule went on).
+its schedule went on). ``gaps: [[a, b], ...]`` at the case level leaves steps [a, b) out of
+every series (an excerpt spliced from pieces of a log).
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ def make_run(case: dict[str, Any], name: str = "case") -> Run:
         hi = int(spec.get("until", first + n))
         every = int(spec.get("every", 1))
         mask = (all_steps >= lo) & (all_steps < hi) & ((all_steps - first) % every == 0)
+        for a, b in case.get("gaps", []):
+            mask &= (all_steps < int(a)) | (all_steps >= int(b))
         steps = all_steps[mask]
         vals = (
             base_values(spec, all_steps)[mask]

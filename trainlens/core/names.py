@@ -133,6 +133,11 @@ EXACT_ALIASES: dict[str, Alias] = {
     "tflops": _a("tflops_per_gpu"),
     "elapsed time per iteration (ms)": _a("step_time", 1e-3),
     "elapsed time per iteration (s)": _a("step_time"),
+    # nanotron's iteration lines (`iteration: N / M | lm_loss: ... |`)
+    "elapsed_time_per_iteration_ms": _a("step_time", 1e-3),
+    "model_tflops_per_gpu": _a("tflops_per_gpu"),
+    "cuda_memory_allocated": _a("mem/allocated"),
+    "cuda_max_memory_reserved": _a("mem/reserved"),
     # Megatron validation lines, named like Megatron's own TensorBoard tags
     "lm loss validation": _a("val/loss"),
     "lm loss validation ppl": _a("val/perplexity"),

@@ -79,6 +79,7 @@ Example
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -347,11 +348,19 @@ class _Series:
 
 
 def _excursions(
-    spike: np.ndarray, x: np.ndarray, fmed: np.ndarray, back: np.ndarray, quick: int = 8
+    spike: np.ndarray,
+    x: np.ndarray,
+    fmed: np.ndarray,
+    back: np.ndarray,
+    quick: int = 8,
+    gap_after: np.ndarray | None = None,
 ) -> list[tuple[int, int, int, int, int | None]]:
     """Excursions: each starts at a spike point and lasts until the series is back —
     the value and the median of the next few values at or below ``back[start]`` (the
     level frozen at the start). Spike points before that belong to the same excursion.
+    With ``gap_after`` (indices followed by a gap in the log), an excursion not back by
+    the gap ends there, its come-back unknown (None): the spike points after the gap
+    start an excursion of their own, since nothing logged joins them to it.
     Returns (start, last index before it is back, spike points, last spike point,
     recovered index or None)."""
     idx = np.flatnonzero(spike)
@@ -384,9 +393,25 @@ def _excursions(
                     break
                 lo, chunk = hi, chunk * 4
         j = int(np.searchsorted(idx, n if rec is None else rec, side="left"))
-        out.append((a, (n if rec is None else rec) - 1, j - i, pts[j - 1], rec))
+        end = (n if rec is None else rec) - 1
+        if gap_after is not None and gap_after.size:
+            g = int(np.searchsorted(gap_after, a, side="left"))
+            if g < gap_after.size and gap_after[g] < end:
+                cut = int(gap_after[g])
+                k = int(np.searchsorted(idx, cut, side="right"))
+                if k < j:  # spike points after the gap, before it was back
+                    j, end, rec = k, cut, None
+        out.append((a, end, j - i, pts[j - 1], rec))
         i = j
     return out
+
+
+def gaps_in(steps: np.ndarray, interval: int, gap_intervals: float) -> np.ndarray:
+    """Indices followed by a gap in the log: a step jump over ``gap_intervals`` typical
+    logging intervals (an excerpt, a log spliced from pieces, a resumed log)."""
+    if steps.size < 2:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.diff(steps) > gap_intervals * interval)
 
 
 def _back_z(z: np.ndarray, steps: np.ndarray, w_end: int, p: Params, cap: float) -> float:
@@ -496,7 +521,10 @@ def _early(x: np.ndarray, m: int, least_excess: Bound) -> tuple[np.ndarray, np.n
         med[i] = np.median(x[:i])
     spike = np.zeros(x.size, dtype=bool)
     with np.errstate(invalid="ignore"):
-        spike[1:m] = (x[1:m] - med[1:m]) >= least_excess(np.abs(med[1:m]))
+        excess = x[1:m] - med[1:m]
+        # a rise, however small its bound: a loss stuck at exactly 0.0 (every label
+        # masked) has a bound of 0 and no spike at all
+        spike[1:m] = (excess >= least_excess(np.abs(med[1:m]))) & (excess > 0)
     return med, spike
 
 
@@ -610,8 +638,11 @@ def _with_early(
     return med, sig, spike, k
 
 
-def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> list[_Event]:
-    x = np.log(g)
+def _grad_scores(
+    steps: np.ndarray, x: np.ndarray, p: Params, w_end: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(baseline, sigma, spike, come-back level) of the log grad norm of one piece of the
+    log."""
     # every point with a baseline is judged; warmup only sets how noisy "back" may be
     judged = np.ones(x.size, dtype=bool)
 
@@ -629,20 +660,91 @@ def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> lis
     screen = not early[1].any() and not _head_may_spike(x, p, z, least_excess, sigma_floor)
     got = _scores(x, steps, judged, w_end, p, z, least_excess, sigma_floor, screen=screen)
     if got is None:
-        return []
+        return None
     got = _with_head(got, x, p, z, least_excess, sigma_floor)
     med, sig, spike, k = _with_early(got, early, p.min_sigma_points, sigma_floor)
     back = med + np.fmax(k * sig, math.log(1.5))
+    return med, sig, spike, back
+
+
+def _grad_events(steps: np.ndarray, g: np.ndarray, p: Params, w_end: int) -> list[_Event]:
+    x = np.log(g)
+    gaps = gaps_in(steps, typical_interval(steps), p.gap_intervals)
+    # judged against the whole log, gaps and all (unlike the loss): the grad norm of a
+    # run keeps to its band while the loss moves on, so what came before a gap is still
+    # its baseline (BLOOM's chronicles: 0.17 at 12695 is the level 0.24 at 31214 is at)
+    got = _grad_scores(steps, x, p, w_end)
+    if got is None:
+        return []
+    med, sig, spike, back = got
     out = []
-    for a, b, n, last, rec in _excursions(spike, x, forward_median(x, p.recover_points), back):
+    fmed = forward_median(x, p.recover_points)
+    for a, b, n, last, rec in _excursions(spike, x, fmed, back, gap_after=gaps):
         pk = a + int(np.argmax(x[a : b + 1]))
         out.append(_Event(a, b, n, last, pk, float(np.exp(med[a])), float(sig[a]), rec))
     return out
 
 
-def _loss_events(
-    steps: np.ndarray, v: np.ndarray, p: Params, w_end: int, raw: tuple[np.ndarray, np.ndarray]
-) -> list[_Event]:
+def _level_shifts(v: np.ndarray, gaps: np.ndarray, rel: float) -> np.ndarray:
+    """The gaps across which the level moved by more than a gross jump (x(1 + rel) either
+    way, median of up to 3 values each side): there the values before are another
+    state of training (a restart with new settings), no baseline for those after. Across
+    the other gaps the log goes on at its level and is judged as one series."""
+    if gaps.size == 0 or gaps.size >= _MAX_PIECES:
+        return gaps[:0]  # (a log in that many pieces is judged whole anyway)
+    n = v.size
+    at_b = gaps[:, None] + np.arange(-2, 1)[None, :]
+    at_a = gaps[:, None] + np.arange(1, 4)[None, :]
+    vb = np.where(at_b >= 0, v[np.clip(at_b, 0, n - 1)], np.nan)
+    va = np.where(at_a < n, v[np.clip(at_a, 0, n - 1)], np.nan)
+    before, after = np.nanmedian(vb, axis=1), np.nanmedian(va, axis=1)
+    lo, hi = np.fmin(np.abs(before), np.abs(after)), np.fmax(np.abs(before), np.abs(after))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return gaps[hi > (1.0 + rel) * lo]
+
+
+# a log in more pieces than this (sparse, irregular logging rather than an excerpt) is
+# judged as one series: the pieces are scored in a Python loop
+_MAX_PIECES = 64
+
+
+def _by_piece(
+    steps: np.ndarray,
+    x: np.ndarray,
+    gaps: np.ndarray,
+    score: Callable[
+        [np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None
+    ],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``score`` on each piece of the log between the gaps given, concatenated (None when
+    no piece can spike). A rolling baseline that reaches across a gap where the level
+    moved compares a value with a state the run has left. An excerpt
+    spliced from pieces of several restarts (BigScience's tr8-104B chronicles) sits at a
+    loss of 6.4 in one piece and 3.3 in the next, where a jump to 7.3 is a spike that the
+    older piece's median hides."""
+    if gaps.size == 0 or gaps.size >= _MAX_PIECES:
+        return score(steps, x)
+    bounds = [0, *(gaps + 1).tolist(), x.size]
+    med = np.full(x.size, np.nan)
+    sig = np.full(x.size, np.nan)
+    back = np.full(x.size, np.inf)
+    spike = np.zeros(x.size, dtype=bool)
+    found = False
+    for a, b in itertools.pairwise(bounds):
+        if b - a < 2:
+            continue
+        got = score(steps[a:b], x[a:b])
+        if got is None:
+            continue
+        found = True
+        med[a:b], sig[a:b], spike[a:b], back[a:b] = got
+    return (med, sig, spike, back) if found else None
+
+
+def _loss_scores(
+    steps: np.ndarray, v: np.ndarray, p: Params, w_end: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(baseline, sigma, spike, come-back level) of the loss of one piece of the log."""
     judged = np.ones(v.size, dtype=bool)
 
     def least_excess(med: np.ndarray) -> np.ndarray:
@@ -664,13 +766,25 @@ def _loss_events(
     )
     got = _scores(v, steps, judged, w_end, p, z, least_excess, sigma_floor, screen=screen)
     if got is None:
-        return []
+        return None
     got = _with_head(got, v, p, z, least_excess, sigma_floor)
     med, sig, spike, k = _with_early(got, early, p.min_sigma_points, sigma_floor)
     nb_base, nb_sig, nb_spike = _neighbour_spikes(v, p, z)
     local = nb_spike & ~spike  # judged against the neighbours' trend, not what came before
     med[local], sig[local], spike[local] = nb_base[local], nb_sig[local], True
     back = med + np.fmax(k * sig, p.recover_rel * np.abs(med))
+    return med, sig, spike, back
+
+
+def _loss_events(
+    steps: np.ndarray, v: np.ndarray, p: Params, w_end: int, raw: tuple[np.ndarray, np.ndarray]
+) -> list[_Event]:
+    gaps = gaps_in(steps, typical_interval(steps), p.gap_intervals)
+    cuts = _level_shifts(v, gaps, p.gross_loss_rel)
+    got = _by_piece(steps, v, cuts, lambda st, x: _loss_scores(st, x, p, w_end))
+    if got is None:
+        return []
+    med, sig, spike, back = got
     raw_steps, raw_vals = raw
     bad_steps = np.sort(raw_steps[~np.isfinite(raw_vals)])
     out = []
@@ -741,6 +855,8 @@ def _grad_persistent(ev: _Event, p: Params) -> bool:
 
 def _span(gs: _Series, ev: _Event) -> str:
     if ev.recovered is None:
+        if ev.end < gs.steps.size - 1:  # ended at a gap in the log
+            return f"from step {int(gs.steps[ev.start])} to step {int(gs.steps[ev.end])}"
         return f"from step {int(gs.steps[ev.start])} to the last logged step"
     return _duration(gs.steps, ev.start, ev.recovered)
 
@@ -862,14 +978,21 @@ def _pair(
         l_idx = np.array([e.start for e in ls.events], dtype=np.int64)
         l_start = ls.steps[l_idx]
         l_end = ls.steps[np.array([e.end for e in ls.events], dtype=np.int64)]
+        # a loss spike after a gap in the log is not paired across it: nothing logged
+        # joins the two (a spliced excerpt's typical interval can make the window long)
+        gap_steps = ls.steps[gaps_in(ls.steps, ls.interval, p.gap_intervals)]
         for gi, ge in enumerate(gs.events):
             # a loss spike follows from the grad spike's first step to lag_window after
             # its last spike point
             g0, g1 = int(gs.steps[ge.start]), int(gs.steps[ge.last_spike])
+            reach = g1 + win
+            ng = int(np.searchsorted(gap_steps, g1, side="left"))
+            if ng < gap_steps.size:
+                reach = min(reach, int(gap_steps[ng]))
             li = int(np.searchsorted(l_start, g0, side="left"))
-            while li < l_start.size and l_start[li] <= g1 + win and loss_used[li]:
+            while li < l_start.size and l_start[li] <= reach and loss_used[li]:
                 li += 1
-            if li < l_start.size and l_start[li] <= g1 + win:
+            if li < l_start.size and l_start[li] <= reach:
                 loss_used[li] = grad_answered[gi] = True
                 le = ls.events[li]
                 sev, clause = _loss_response(ls, le, p)
@@ -1097,11 +1220,13 @@ def _grad002(gs: _Series, lone: list[int], p: Params, ls: _Series | None) -> lis
 
 def _grad002_one(gs: _Series, ev: _Event, sev: str, why: str, p: Params) -> Finding:
     s0 = int(gs.steps[ev.start])
-    rec = (
-        f"back by step {int(gs.steps[ev.recovered])}"
-        if ev.recovered is not None
-        else "still elevated at the last logged step"
-    )
+    if ev.recovered is not None:
+        rec = f"back by step {int(gs.steps[ev.recovered])}"
+    elif ev.end < gs.steps.size - 1:
+        rec = f"still elevated at step {int(gs.steps[ev.end])}, the last before a gap in the log"
+    else:
+        rec = "still elevated at the last logged step"
+
     if not _grad_persistent(ev, p):
         what = f"a one-off ({rec})"
     elif sev == "info":

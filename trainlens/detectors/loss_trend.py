@@ -148,6 +148,8 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
             f"needs at least {p.min_points}"
         )
     start = run_start(run, steps_all, ctx)
+    if not start.resumed and not np.any(v_all != 0.0):
+        return [_never_computed(steps_all)]
     # LOSS002 compares the level after the run's own warmup (the LR ramp seen in the log or
     # a declared warmup, against the real step numbers); a log that is all warmup is judged
     # whole. LOSS003 is judged over the whole log: a loss that climbs back during warmup
@@ -166,6 +168,29 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         sm_k = sm if keep.all() else sm[rst >= st[0]]
         out.extend(_not_decreasing(st, v, sm_k if sm_k.size else sm, noise, initial, start, p))
     return out
+
+
+def _never_computed(st: np.ndarray) -> Finding:
+    """A loss of exactly 0.0 at every logged step from the run's first has not converged
+    (nothing converges before it starts): no loss was computed — every label masked or
+    ignored (HF Trainer dicts ``{'loss': 0.0, 'grad_norm': nan}``), an empty target. A
+    loss that reaches 0 later, or a resumed log, is left to the rule below."""
+    return finding(
+        "LOSS002",
+        CODES["LOSS002"],
+        "warning",
+        f"{LOSS} is exactly 0 at every logged step from the first ({int(st[0])}–"
+        f"{int(st[-1])}, {st.size} values): no loss was computed, so nothing is being "
+        "learned; check that the labels are not all masked or ignored (-100) and that the "
+        "loss is wired to the model's output.",
+        metric=LOSS,
+        step_start=int(st[0]),
+        step_end=int(st[-1]),
+        initial=0.0,
+        final=0.0,
+        constant=True,
+        resumed=None,
+    )
 
 
 def _not_decreasing(

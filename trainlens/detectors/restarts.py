@@ -17,6 +17,10 @@ Default thresholds
     superseded nothing (the step went back only for a metric logged out of order) is
     info.
 
+    A step that goes back to the log's first step right after reaching the run's declared
+    last step is another run appended to the file (modded-nanogpt keeps each seed's run
+    in one file): info, said so.
+
 Known false positives
     Files concatenated out of order (e.g. event files sorted by a name that does not
     follow time) look like restarts; logs that reset the step counter per epoch look
@@ -53,13 +57,26 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         to = int(issue.details["to_step"])
         sup = int(issue.details.get("superseded", 0))
         sev = params.severity if sup else "info"
+        text = (
+            f"the run restarted: it reached step {frm}, then resumed from step {to} "
+            f"({frm - to + 1} steps redone, {sup:,} logged values superseded)."
+        )
+        if _another_run(run, frm, to):
+            # no resume goes back to the start after the run finished: the file holds
+            # the next run of the job (modded-nanogpt's records keep each seed's run in
+            # one file)
+            sev = "info"
+            text = (
+                f"the file holds another run: one reached the declared last step {frm}, "
+                f"then a run began again at step {to}; the later one stands ({sup:,} "
+                "logged values of the earlier one are kept as superseded)."
+            )
         out.append(
             finding(
                 "DATA001",
                 CODES["DATA001"],
                 sev,
-                f"the run restarted: it reached step {frm}, then resumed from step {to} "
-                f"({frm - to + 1} steps redone, {sup:,} logged values superseded).",
+                text,
                 step_start=to,
                 step_end=frm,
                 from_step=frm,
@@ -69,3 +86,13 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
             )
         )
     return out
+
+
+def _another_run(run: Run, frm: int, to: int) -> bool:
+    """The step went back to the log's first step right after reaching the run's declared
+    last step (``step:N/M`` and Megatron's ``iteration N/ M`` declare M)."""
+    total = run.metadata.get("max_steps")
+    if not isinstance(total, int) or frm < total:
+        return False
+    steps = run.frame.get_column("step").to_numpy()
+    return steps.size > 0 and to <= int(steps.min())

@@ -57,7 +57,9 @@ Default thresholds
 
 Known false positives
     Planned changes in work per step: a sequence-length or batch-size ramp
-    (Megatron's ``--rampup-batch-size``), curriculum data with longer sequences, a
+    (Megatron's ``--rampup-batch-size``; one in equal stages from the start, as
+    modded-nanogpt's batch-size schedule in thirds, is recognised in step time and
+    reported as info), curriculum data with longer sequences, a
     switch to a larger eval set inside the timed region; a job that moved to other
     hardware on a restart. ``tokens_per_sec`` that counts only non-padding tokens
     falls when padding rises (see DATA003).
@@ -118,6 +120,9 @@ class Params:
     z_min: float = 5.0
     #: the largest median-filter window (points)
     max_filter: int = 101
+    #: a step-time staircase whose rises sit at equal stages from the run's start (the
+    #: k-th within this share of the run of k times the first) is a planned schedule
+    stage_tol_frac: float = 0.01
     #: a rank this much slower than the median of the others is a straggler (info)
     straggler_min: float = 0.05
     #: ... and a warning from this much
@@ -486,6 +491,13 @@ def _drops(sig: _Signal, params: Params) -> list[Finding]:
         if rec is not None and total < params.warn_drop and duration < window:
             continue  # a small dip that went away: the noise of a shared machine
         sev = "warning" if serious and sustained and established else "info"
+        stages = _equal_stages(
+            sig,
+            [int(steps[k])] + [int(steps[refine(j)]) for j in range(first + 1, last + 1)],
+            params.stage_tol_frac * span_total + dstep,
+        )
+        if stages:
+            sev = "info"
         at = (
             f"between step {start} and step {int(steps[b[quick]])}"
             if quick > first
@@ -518,6 +530,13 @@ def _drops(sig: _Signal, params: Params) -> list[Finding]:
             if sev == "warning" or (rec is None and part is None)
             else "a transient slowdown (contention from another job, a slow filesystem)"
         )
+        if stages:
+            hint = (
+                f"the rises come in equal stages (steps {', '.join(map(str, stages))}, one every "
+                f"{stages[0] - int(steps[0])} steps from the start): the shape of a planned "
+                "batch-size or sequence-length schedule, more work per step rather than a "
+                "slower machine; if none was planned, " + hint
+            )
         ev: dict[str, Any] = {
             "before": nb,
             "after": na,
@@ -553,6 +572,24 @@ def _drops(sig: _Signal, params: Params) -> list[Finding]:
         )
     out.sort(key=lambda f: (-f.severity.rank, -float(f.evidence["drop_pct"])))
     return sorted(out[: params.max_findings], key=lambda f: f.step_start or 0)
+
+
+def _equal_stages(sig: _Signal, rises: list[int], tol: float) -> list[int]:
+    """The steps of a step-time staircase that rises at equal stages from the run's start
+    (the k-th rise within ``tol`` steps of k times the first; at least two), or none.
+    Step time alone cannot tell more work per step from a slower machine, but a schedule
+    that grows the batch or the sequence in equal stages (modded-nanogpt's batch-size
+    schedule in thirds of the run) moves it exactly so; a slowdown of the machine has no
+    reason to come back at the same spacing."""
+    if sig.kind != "time" or len(rises) < 2:
+        return []
+    origin = int(sig.steps[0])
+    first = rises[0] - origin
+    if first <= tol:
+        return []
+    if any(abs((r - origin) - (i + 1) * first) > tol for i, r in enumerate(rises)):
+        return []
+    return rises
 
 
 # ---- TPUT002 ------------------------------------------------------------------------------

@@ -140,6 +140,10 @@ def detect_format(path: Path) -> str:
     for fmt in FORMATS:
         h = head if fmt in BINARY_FORMATS else text
         if _sniff.may_be(fmt, path, h) and _module(fmt).sniff(path, h):
+            # a head holding lines of a known log shape is a log, though its commas count
+            # like a CSV's (nanoGPT: `iter 0: loss 4.26, time 93.7ms, mfu 16.68%`)
+            if fmt == "csv" and _module("text").has_metric_line(h):
+                return "text"
             return fmt
     raise UnreadableInputError(
         f"{path}: not a format trainlens knows (JSONL, CSV/TSV, TensorBoard events, MLflow, "

@@ -2,7 +2,9 @@
 
 Shapes recognised (sniffed from the content, several may share one file):
 
-* Megatron-LM / Megatron-DeepSpeed iteration lines,
+* Megatron-LM / Megatron-DeepSpeed iteration lines (and nanotron's, ``iteration: N / M |
+  lm_loss: 2.38 | tokens_per_sec: 22.8K |``: a value ending in K, M, G or T after a digit
+  is in powers of 1000, as nanotron's human_format writes it),
   ``iteration  3000/ 292968 | lm loss: 2.365880E+00 | grad norm: 0.234 | ...`` — the step
   is the iteration; every ``key: number`` field is a metric named by its key as written
   (the alias table maps ``lm loss``, ``grad norm``, ``learning rate`` ...). The line may
@@ -21,6 +23,16 @@ Shapes recognised (sniffed from the content, several may share one file):
   when it consists entirely of ``key:number`` tokens and starts with the step key, so the
   training script many of these logs begin with (f-strings holding ``step:``) gives
   nothing. A value ending in ``ms`` is converted to seconds, ``s`` is dropped.
+* nanoGPT's ``iter N: loss X, time Yms, mfu Z%`` and ``step N: train loss X, val loss Y``
+  (``time`` is the iteration's step time, ``mfu`` a fraction; nanoGPT's ``-100%`` before
+  it has timed five iterations is left out; the evaluation's train-split mean is named
+  ``train loss (eval)``, apart from ``train/loss``).
+* build-nanogpt's ``step N | loss: X | lr Y | norm: Z | dt: Tms | tok/sec: R`` and its
+  log file's ``N train X`` / ``N val X`` / ``N hella X`` lines; llm.c's stdout, ``step
+  N/M | loss X (+0.1z)| norm Y (+0.2z)| lr Z | T ms | P% bf16 MFU | R tok/s``. A negative
+  mfu (nanoGPT's and llm.c's -100% before they have timed an iteration) is left out.
+* torchtitan's ``step: N  loss: X  grad_norm: Y  memory: 9.46GiB(64.99%)  tps: 7,282
+  tflops: 0.52  mfu: 0.17%`` (terminal colours removed; memory is its peak reserved GiB).
 * Printed metric dicts of the Hugging Face Trainer, ``{'loss': 2.1, 'grad_norm': 1.3,
   'learning_rate': 5e-05, 'epoch': 0.01}``. They carry no step: the k-th training dict is
   step k and an evaluation dict (``eval_*`` keys) shares the last training step (reported
@@ -84,9 +96,12 @@ _KV_LINE = (
 _KV_TOKEN = rf"{_KEY}:[^ \t]+"
 
 # Megatron: `iteration N/ M | key: value | ...`
-_MEG_MARK = r"iteration[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\|"
-_MEG_ITER = r"iteration[ \t]+([0-9]+)[ \t]*/[ \t]*([0-9]+)[ \t]*\|(.*)$"
-_MEG_SNIFF = rf"iteration[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\|[^\n]*?:[ \t]*{_NUM}[ \t]*\|"
+# (nanotron writes the same line as `iteration: N / M | lm_loss: 2.38 | ...`)
+_MEG_MARK = r"iteration:?[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\|"
+_MEG_ITER = r"iteration:?[ \t]+([0-9]+)[ \t]*/[ \t]*([0-9]+)[ \t]*\|(.*)$"
+_MEG_SNIFF = (
+    rf"iteration:?[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\|[^\n]*?:[ \t]*{_NUM}[KMGT]?[ \t]*\|"
+)
 # a wrapped continuation: `<part of a key>: value | ...` with no new iteration in it
 _MEG_CONTINUATION = re.compile(r"^[^|\[]*:[^|]*\|")
 # Megatron validation: `validation loss at iteration N [on validation set] | k value: v |`
@@ -96,6 +111,57 @@ _MEG_VAL = (
 )
 _MEG_VAL_END = r"loss at the end of training[^|]*\|[^|]*:[ \t]*[-+0-9.a-zA-Z]+[ \t]*\|"
 
+# nanoGPT's own prints: `iter N: loss X, time Yms, mfu Z%` and, at each evaluation,
+# `step N: train loss X, val loss Y` (after any prefix: a timestamp, `> ` quoting)
+_NANO_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
+_NANO_PAIR = rf"{_NANO_KEY}[ \t]+{_NUM}(?:ms|s|%)?"
+_NANO_ITER = (
+    rf"(?:^|[^A-Za-z0-9_])iter[ \t]+([0-9]+):[ \t]*(loss[ \t]+{_NUM}(?:,[ \t]*{_NANO_PAIR})*)"
+    r"[ \t]*$"
+)
+_NANO_EVAL = (
+    rf"(?:^|[^A-Za-z0-9_])step[ \t]+([0-9]+):[ \t]*train loss[ \t]+({_NUM}),[ \t]*"
+    rf"val loss[ \t]+({_NUM})[ \t]*(?:,[^\n]*)?$"
+)
+# nanoGPT's names for what the alias table knows under other names: `time` is the
+# iteration's own time (dt), and the evaluation's `train loss` is a mean over eval_iters
+# batches, not the step's loss, so it keeps a name of its own beside train/loss
+_NANO_NAMES = {"time": "iter_time", "train loss": "train loss (eval)"}
+
+# build-nanogpt (Karpathy's "Let's reproduce GPT-2"): stdout `step    10 | loss: 9.123456 |
+# lr 8.3916e-05 | norm: 2.1234 | dt: 345.67ms | tok/sec: 1516721.23` and its log file,
+# `<step> train <loss>` / `<step> val <loss>` / `<step> hella <accuracy>`
+# llm.c's stdout is the same shape: `step   61/74 | loss 3.208939 (+nanz)| norm 1.4800
+# (+nanz)| lr 3.00e-04 | 44.57 ms | -100.0% bf16 MFU | 91886 tok/s` (older: `train loss`)
+_BNG_LINE = (
+    rf"^[ \t]*step[ \t]+([0-9]+)(?:/[0-9]+)?[ \t]*\|[ \t]*"
+    rf"((?:train )?loss:?[ \t]+{_NUM}[^|]*\|.*)$"
+)
+_BNG_FIELD = (
+    rf"^[ \t]*([A-Za-z_/][A-Za-z_/ ]*?):?[ \t]+({_NUM}(?:ms|s)?)[ \t]*(?:\([^)]*\))?[ \t]*$"
+)
+# fields that are a value and its unit: `44.57 ms`, `-100.0% bf16 MFU`, `91886 tok/s`
+_BNG_UNIT = rf"^[ \t]*({_NUM})[ \t]*(ms|tok/s|%[ \t]*[A-Za-z0-9]*[ \t]*MFU)[ \t]*$"
+_BNG_FILE = rf"^([0-9]+) (train|val|hella) ({_NUM})$"
+_BNG_NAMES = {
+    "dt": "iter_time",
+    "tok/sec": "tokens_per_sec",
+    "train": "train_loss",
+    "train loss": "loss",
+    "val": "val_loss",
+    # (not *_acc: an accuracy beside the loss would make it a classifier's)
+    "hella": "hellaswag",
+}
+
+# torchtitan's metrics line: `step: 14  loss:  3.24405  grad_norm:  0.8319  memory:
+# 9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%` (after its logging prefix)
+_TITAN_VALUE = r"[+-]?[0-9][0-9,]*(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|(?i:nan|inf)"
+_TITAN_LINE = rf"(?:^|[^A-Za-z0-9_])step:[ \t]*([0-9]+)[ \t]+(loss:[ \t]*(?:{_NUM})[ \t].*)$"
+_TITAN_PAIR = rf"([A-Za-z_]+):[ \t]*({_TITAN_VALUE})(GiB|%)?"
+# torchtitan's own names for the console's numbers (its TensorBoard tags)
+_TITAN_NAMES = {"memory": "memory/max_reserved(GiB)"}
+_ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
+
 # Hugging Face Trainer's printed dicts
 _HF_DICT = r"\{('[^'\n]+':[^{}\n]*)\}"
 _HF_PAIR = r"'[^'\n]+':\s*[^,]+"
@@ -104,7 +170,21 @@ _HF_SNIFF = rf"\{{[^{{}}\n]*'(?:loss|eval_loss)':[ \t]*{_NUM}[^{{}}\n]*\}}"
 _WRAPPED_SCALAR = r"^[A-Za-z_][A-Za-z0-9_.]*\(\s*([^(),]*?)\s*\)$"
 
 _SNIFF = re.compile(
-    "|".join(f"(?:{p})" for p in (_KV_LINE, _MEG_SNIFF, _HF_SNIFF, deepspeed.SNIFF)), re.MULTILINE
+    "|".join(
+        f"(?:{p})"
+        for p in (
+            _KV_LINE,
+            _MEG_SNIFF,
+            _NANO_ITER,
+            _NANO_EVAL,
+            _TITAN_LINE,
+            _BNG_LINE,
+            _BNG_FILE,
+            _HF_SNIFF,
+            deepspeed.SNIFF,
+        )
+    ),
+    re.MULTILINE,
 )
 
 # the last line of a Python traceback, after any launcher prefix (`[rank3]: `, `3: `)
@@ -116,6 +196,8 @@ _EXCEPTION = re.compile(
 # launchers' wrappers around a worker's error: the worker's own error says more
 _WRAPPER_ERRORS = {"ChildFailedError", "CalledProcessError"}
 _MEG_MARK_RE = re.compile(_MEG_MARK)
+
+_SI = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 _VAL_SETS = {"validation", "valid", "val", "eval", "evaluation"}
 
@@ -131,8 +213,11 @@ _LONG_SCHEMA: dict[str, pl.DataType] = {
 # ---- sniffing -------------------------------------------------------------------------
 
 
-def _has_metric_line(data: bytes) -> bool:
+def has_metric_line(data: bytes) -> bool:
+    """True when ``data`` holds a line of one of the shapes this reader knows."""
     text = data.decode("utf-8", errors="replace").replace("\r", "\n")
+    if "\x1b" in text:
+        text = re.sub(_ANSI, "", text)
     return _SNIFF.search(text) is not None
 
 
@@ -142,7 +227,7 @@ def sniff(path: Path, head: bytes) -> bool:
     up to ``SNIFF_SCAN_BYTES`` of the file are searched (logs that echo a script first)."""
     if path.is_dir():
         return False
-    if _has_metric_line(head):
+    if has_metric_line(head):
         return True
     if len(head) < HEAD_BYTES:
         return False
@@ -151,7 +236,7 @@ def sniff(path: Path, head: bytes) -> bool:
             more = fh.read(SNIFF_SCAN_BYTES)
     except OSError:
         return False
-    return len(more) > len(head) and _has_metric_line(more)
+    return len(more) > len(head) and has_metric_line(more)
 
 
 # ---- reading --------------------------------------------------------------------------
@@ -211,6 +296,9 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if "\r" in text:
         # CRLF line ends; a bare CR (progress bars) rewrites the line: keep what was last
         lines = lines.str.strip_chars_end("\r").str.replace(r"^[^\n]*\r", "")
+    if "\x1b" in text:
+        # terminal colours (torchtitan colours each field of its metrics line)
+        lines = lines.str.replace_all(_ANSI, "")
 
     meta: dict[str, Any] = {}
     if opts.regex:
@@ -342,12 +430,18 @@ def _parse_builtin(
             )
         )
     kv, kv_total = _kv_lines(df)
+    nano = _nanogpt_lines(df, source, where, issues)
+    titan = _torchtitan_lines(df)
+    bng = _build_nanogpt_lines(df)
     shapes = {
         "megatron": _n_lines(megatron),
         "megatron_validation": _n_lines(validation),
         "key_value": _n_lines(kv),
+        "nanogpt": _n_lines(nano),
+        "torchtitan": _n_lines(titan),
+        "build_nanogpt": _n_lines(bng),
     }
-    parts = [megatron, validation, kv]
+    parts = [megatron, validation, kv, nano, titan, bng]
     hf, hf_lines = _hf_dicts(df)
     if hf_lines:
         if any(shapes.values()):
@@ -384,6 +478,7 @@ def _parse_builtin(
     if total is not None:
         meta["max_steps"] = total
     out = pl.concat(parts, how="vertical").sort("lineno", "field", maintain_order=True)
+    out = _drop_mfu_placeholder(out, source, where, issues)
     out = _drop_huge_steps(out, source, where, issues)
     return _with_deepspeed(df, out, source, issues, meta)
 
@@ -577,9 +672,18 @@ def _megatron_iterations(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
     )
     total = hits.get_column("_total").drop_nulls()
     long = _fields(hits, "_rest").select(
-        "lineno", "field", "step", pl.col("_key").alias("metric"), "raw"
+        "lineno", "field", "step", pl.col("_key").alias("metric"), _si_raw(pl.col("raw"))
     )
     return long, (int(total[-1]) if total.len() else None)
+
+
+def _si_raw(raw: pl.Expr) -> pl.Expr:
+    """nanotron's human_format values (634K, 11.5K, 85.8G: powers of 1000) as plain
+    numbers; only on iteration lines, where nanotron writes them."""
+    si = raw.str.extract(r"^[ \t]*([-+0-9.eE]+)([KMGT])[ \t]*$", 2)
+    number = raw.str.extract(r"^[ \t]*([-+0-9.eE]+)[KMGT][ \t]*$", 1).cast(pl.Float64, strict=False)
+    scaled = number * si.replace_strict(_SI, default=None, return_dtype=pl.Float64)
+    return pl.when(scaled.is_not_null()).then(scaled.cast(pl.String)).otherwise(raw).alias("raw")
 
 
 def _megatron_validation(df: pl.DataFrame) -> pl.DataFrame:
@@ -649,6 +753,178 @@ def _kv_lines(df: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
         )
     )
     return long, (int(total[-1]) if total.len() else None)
+
+
+def _drop_mfu_placeholder(
+    long: pl.DataFrame, source: str, where: _Where, issues: list[DataIssue]
+) -> pl.DataFrame:
+    """An ``mfu`` below zero is a placeholder, not a measurement: nanoGPT and llm.c print
+    ``-100%`` until they have timed their first iterations. Left out, with a note."""
+    placeholder = (pl.col("metric") == "mfu") & pl.col("raw").str.starts_with("-")
+    n_placeholder = long.filter(placeholder).height
+    if n_placeholder:
+        first = int(long.filter(placeholder).get_column("lineno")[0])
+        issues.append(
+            DataIssue(
+                kind="ignored-values",
+                source=source,
+                location=where.line(first),
+                message=(
+                    f"{n_placeholder} negative mfu value(s) were left out: nanoGPT and llm.c "
+                    "print -100% until they have timed their first iterations"
+                ),
+                count=n_placeholder,
+                severity="info",
+            )
+        )
+        long = long.filter(~placeholder)
+    return long
+
+
+def _nanogpt_lines(
+    df: pl.DataFrame, source: str, where: _Where, issues: list[DataIssue]
+) -> pl.DataFrame:
+    """nanoGPT's ``iter N: loss X, time Yms, mfu Z%`` and ``step N: train loss X, val loss
+    Y`` lines."""
+    hits = df.filter(pl.col("line").str.contains(r"(?:iter|step)[ \t]+[0-9]+:"))
+    if hits.height == 0:
+        return _empty_long()
+    iters = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_NANO_ITER).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").str.split(",").alias("_pair"),
+        )
+        .explode("_pair")
+        .with_columns(pl.col("_pair").str.strip_chars().str.splitn(" ", 2).alias("_kv"))
+        .select(
+            "lineno",
+            "step",
+            pl.col("_kv").struct.field("field_0").alias("metric"),
+            pl.col("_kv").struct.field("field_1").str.strip_chars().alias("raw"),
+        )
+    )
+    evals = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_NANO_EVAL).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.concat_list(pl.lit("train loss"), pl.lit("val loss")).alias("metric"),
+            pl.concat_list("2", "3").alias("raw"),
+        )
+        .explode("metric", "raw")
+    )
+    long = (
+        pl.concat([iters, evals])
+        .sort("lineno", maintain_order=True)
+        .with_row_index("field")
+        .with_columns(pl.col("field").cast(pl.Int64), pl.col("metric").replace(_NANO_NAMES))
+        .select("lineno", "field", "step", "metric", "raw")
+    )
+    return long
+
+
+def _build_nanogpt_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """build-nanogpt's and llm.c's stdout (``step N | loss: X | lr Y | norm: Z | dt: Tms |
+    tok/sec: R``, ``step N/M | loss X (+0.1z)| norm Y (+0.2z)| lr Z | T ms | P% bf16 MFU
+    | R tok/s``: fields ``key: value``, ``key value`` or ``value unit`` between bars) and
+    build-nanogpt's log file (``N train X``, ``N val X``, ``N hella X``)."""
+    hits = df.filter(pl.col("line").str.contains(r"^[ \t]*(?:step[ \t]+)?[0-9]+[ \t/]"))
+    if hits.height == 0:
+        return _empty_long()
+    out = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_BNG_LINE).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").str.split("|").alias("_f"),
+        )
+        .explode("_f")
+        .with_columns(pl.col("_f").str.extract(_BNG_UNIT, 2).alias("_unit"))
+        .select(
+            "lineno",
+            "step",
+            pl.when(pl.col("_unit") == "ms")
+            .then(pl.lit("iter_time"))
+            .when(pl.col("_unit") == "tok/s")
+            .then(pl.lit("tokens_per_sec"))
+            .when(pl.col("_unit").is_not_null())
+            .then(pl.lit("mfu"))
+            .otherwise(pl.col("_f").str.extract(_BNG_FIELD, 1))
+            .alias("metric"),
+            pl.when(pl.col("_unit") == "ms")
+            .then(pl.col("_f").str.extract(_BNG_UNIT, 1) + pl.lit("ms"))
+            .when(pl.col("_unit") == "tok/s")
+            .then(pl.col("_f").str.extract(_BNG_UNIT, 1))
+            .when(pl.col("_unit").is_not_null())
+            .then(pl.col("_f").str.extract(_BNG_UNIT, 1) + pl.lit("%"))
+            .otherwise(pl.col("_f").str.extract(_BNG_FIELD, 2))
+            .alias("raw"),
+        )
+        .filter(pl.col("metric").is_not_null())
+    )
+    logged = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_BNG_FILE).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").alias("metric"),
+            pl.col("3").alias("raw"),
+        )
+    )
+    return (
+        pl.concat([out, logged])
+        .sort("lineno", maintain_order=True)
+        .with_row_index("field")
+        .select(
+            "lineno",
+            pl.col("field").cast(pl.Int64),
+            "step",
+            pl.col("metric").replace(_BNG_NAMES),
+            "raw",
+        )
+    )
+
+
+def _torchtitan_lines(df: pl.DataFrame) -> pl.DataFrame:
+    """torchtitan's ``step: N  loss: X  grad_norm: Y  memory: 9.46GiB(64.99%)  tps: 7,282
+    tflops: 0.52  mfu: 0.17%`` lines: thousands separators dropped, the memory is its
+    peak reserved GiB (the share of the device in brackets is left out), mfu a percent."""
+    hits = df.filter(pl.col("line").str.contains(r"step:[ \t]*[0-9]+[ \t]+loss:"))
+    if hits.height == 0:
+        return _empty_long()
+    pairs = (
+        hits.select("lineno", pl.col("line").str.extract_groups(_TITAN_LINE).alias("_g"))
+        .unnest("_g")
+        .filter(pl.col("1").is_not_null())
+        .select(
+            "lineno",
+            pl.col("1").cast(pl.Int64, strict=False).alias("step"),
+            pl.col("2").str.extract_all(_TITAN_PAIR).alias("_pair"),
+        )
+        .explode("_pair")
+        .with_row_index("field")
+    )
+    unit = pl.col("_pair").str.extract(_TITAN_PAIR, 3).fill_null("")
+    return pairs.select(
+        "lineno",
+        pl.col("field").cast(pl.Int64),
+        "step",
+        pl.col("_pair").str.extract(_TITAN_PAIR, 1).replace(_TITAN_NAMES).alias("metric"),
+        (
+            pl.col("_pair").str.extract(_TITAN_PAIR, 2).str.replace_all(",", "")
+            + pl.when(unit == "%").then(pl.lit("%")).otherwise(pl.lit(""))
+        ).alias("raw"),
+    ).filter(pl.col("metric").is_not_null())
 
 
 def _hf_dicts(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
@@ -810,15 +1086,17 @@ def _values(
     raw = pl.col("raw").str.strip_chars()
     is_ms = raw.str.ends_with("ms")
     is_s = ~is_ms & raw.str.ends_with("s")
+    is_pct = raw.str.ends_with("%")
     number = (
         pl.when(is_ms)
         .then(raw.str.slice(0, raw.str.len_chars() - 2))
-        .when(is_s)
+        .when(is_s | is_pct)
         .then(raw.str.slice(0, raw.str.len_chars() - 1))
         .otherwise(raw)
         .str.strip_chars()
     )
-    scale = pl.when(is_ms).then(pl.lit(1e-3)).otherwise(pl.lit(1.0))
+    # a percent is a fraction (canonical mfu is 0..1; nanoGPT prints `mfu 15.34%`)
+    scale = pl.when(is_ms).then(pl.lit(1e-3)).when(is_pct).then(pl.lit(0.01)).otherwise(1.0)
     long = long.with_columns((number.cast(pl.Float64, strict=False) * scale).alias("value"))
     bad = long.filter(pl.col("value").is_null())
     if bad.height:
