@@ -59,7 +59,7 @@ import numpy as np
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.detectors._schedules import declared_lr
-from trainlens.detectors._stats import MAD_TO_SIGMA, runs_of
+from trainlens.detectors._stats import MAD_TO_SIGMA, median_step, runs_of
 from trainlens.detectors.base import Context
 
 LR, SCALE, GRAD, UPDATE, LOSS = "lr", "loss_scale", "grad_norm", "update_ratio", "train/loss"
@@ -560,7 +560,7 @@ def _int(value: Any, default: int | None) -> int | None:
 
 
 def _interval(s: np.ndarray) -> int:
-    return max(1, int(np.median(np.diff(s)))) if s.size >= 2 else 1
+    return max(1, int(median_step(s))) if s.size >= 2 else 1
 
 
 def _scope(f: Finding, sig: _Signals) -> _Scope | None:

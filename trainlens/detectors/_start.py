@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainlens.core.run import Run
-from trainlens.detectors._stats import centered_rolling_median
+from trainlens.detectors._stats import centered_rolling_median, median_step
 from trainlens.detectors.base import Context
 
 LR = "lr"
@@ -87,20 +87,11 @@ def resumed_reason(run: Run, first: int, interval: int) -> str | None:
     return None
 
 
-def _interval(steps: np.ndarray) -> int:
-    """The median step between logged points (at least 1). Most logs step evenly: then
-    it is the one difference, found by min and max (the median's partition of a 1M-point
-    diff costs ~8 ms, and four detectors ask)."""
-    d = np.diff(steps)
-    lo, hi = d.min(), d.max()
-    return max(1, int(lo if lo == hi else np.median(d)))
-
-
 def run_start(run: Run, steps: np.ndarray, ctx: Context | None) -> Start:
     """Where the series at ``steps`` (a metric's logged steps, sorted) leaves the run's
     warmup, and whether its log resumes a run."""
     first = int(steps[0]) if steps.size else 0
-    interval = _interval(steps) if steps.size >= 2 else 1
+    interval = max(1, int(median_step(steps))) if steps.size >= 2 else 1
     resumed = resumed_reason(run, first, interval)
     end, why = first, None
     if run.has(LR):

@@ -316,7 +316,7 @@ def forward_median(x: np.ndarray, k: int) -> np.ndarray:
 def typical_interval(steps: np.ndarray) -> int:
     if steps.size < 2:
         return 1
-    return max(1, int(np.median(np.diff(steps))))
+    return max(1, int(_stats.median_step(steps)))
 
 
 # ---- events --------------------------------------------------------------------------------

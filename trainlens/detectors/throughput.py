@@ -84,7 +84,7 @@ import numpy as np
 from trainlens.core.findings import Finding
 from trainlens.core.names import AliasTable
 from trainlens.core.run import Run
-from trainlens.detectors._stats import MAD_TO_SIGMA, centered_rolling_median, runs_of
+from trainlens.detectors._stats import MAD_TO_SIGMA, centered_rolling_median, median_step, runs_of
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"TPUT001": "throughput-drop", "TPUT002": "straggler-rank"}
@@ -239,7 +239,7 @@ def segment_levels(
     min_len = max(min_points, math.ceil(min_frac * n), 1)
     if n < 2 * min_len:
         return Levels([0, n], [float(np.median(y))])
-    dstep = float(np.median(np.diff(steps)))
+    dstep = median_step(steps)
     # long series: segment block medians (each block far shorter than a level must
     # last), then map the boundaries back; the levels below use every value
     block = max(1, n // max_blocks)
@@ -370,7 +370,7 @@ def _fmt(x: float) -> str:
 def _drops(sig: _Signal, params: Params) -> list[Finding]:
     steps, y = sig.steps, sig.y
     n = len(y)
-    dstep = float(np.median(np.diff(steps)))
+    dstep = median_step(steps)
     span_total = float(steps[-1] - steps[0]) + dstep
     min_span = params.min_duration_frac * span_total
     min_effect = -math.log1p(-params.min_drop)  # a drop of min_drop, in log units
