@@ -10,7 +10,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainlens.detectors import tensors
+from trainlens.detectors import lr_schedule, tensors
 
 
 @settings(max_examples=300, deadline=None)
@@ -53,3 +53,47 @@ def test_band_is_computed_when_medians_leave_it() -> None:
     v[:300] = 1.0  # 30 % above the band: TENSOR002 material
     assert tensors._may_leave_band(v, tensors.Params())
     assert not tensors._may_leave_band(np.full(1000, 1e-3), tensors.Params())
+
+
+def _print_halfunit_pow(values: np.ndarray, max_digits: int = 6) -> np.ndarray:
+    """lr_schedule.print_halfunit as it was: a pow of every value in every pass."""
+    v = np.asarray(values, dtype=np.float64)
+    mag = np.abs(v)
+    ok = np.isfinite(v) & (mag > 0)
+    if not ok.any():
+        return np.zeros(v.shape)
+    expo = np.floor(np.log10(np.where(ok, mag, 1.0)))
+    digits = np.full(v.shape, max_digits + 1)
+    todo = ok.copy()
+    for k in range(1, max_digits + 1):
+        x = mag * 10.0 ** (k - 1 - expo)
+        hit = todo & (np.abs(x - np.round(x)) <= 1e-6 * np.maximum(x, 1.0))
+        digits[hit] = k
+        todo &= ~hit
+    k = int(np.quantile(digits[ok], 0.9, method="higher"))
+    if k > max_digits:
+        return np.zeros(v.shape)
+    return np.where(ok, 0.5 * 10.0 ** (expo - k + 1), 0.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 3000),
+    lo=st.integers(-300, 300),
+    decades=st.integers(0, 12),
+    digits=st.integers(1, 9),
+    odd=st.sampled_from([0.0, 0.01, 0.2]),
+    seed=st.integers(0, 2**31),
+)
+def test_print_halfunit_same_as_a_pow_per_value(
+    n: int, lo: int, decades: int, digits: int, odd: float, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    v = 10.0 ** rng.uniform(lo, min(lo + decades, 307), n) * rng.choice([-1.0, 1.0], n)
+    v = np.array([float(f"{x:.{digits - 1}e}") for x in v])  # printed to `digits` digits
+    u = rng.random(n)
+    v[u < odd] = rng.choice([0.0, np.nan, np.inf, 3.14159265358979])
+    with np.errstate(all="ignore"):
+        want = _print_halfunit_pow(v)
+        got = lr_schedule.print_halfunit(v)
+    np.testing.assert_array_equal(got, want)
