@@ -4,6 +4,7 @@ skip happens only where the full computation could not have changed a result."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 import polars as pl
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainlens.detectors import lr_schedule, tensors
+from trainlens.detectors._stats import median
 
 
 @settings(max_examples=300, deadline=None)
@@ -97,3 +99,32 @@ def test_print_halfunit_same_as_a_pow_per_value(
         want = _print_halfunit_pow(v)
         got = lr_schedule.print_halfunit(v)
     np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.sampled_from([0.0, -0.0, 1.0, 1.5, 2.0]),  # ties
+        ),
+        min_size=0,
+        max_size=300,
+    )
+)
+def test_median_is_numpys_bit_for_bit(values: list[float]) -> None:
+    x = np.array(values, dtype=np.float64)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the median of nothing
+        want = float(np.median(x))
+        got = median(x)
+    assert (got == want and np.signbit(got) == np.signbit(want)) or (
+        np.isnan(got) and np.isnan(want)
+    )
+
+
+def test_median_of_large_noisy_arrays() -> None:
+    rng = np.random.default_rng(7)
+    for n in (999_999, 1_000_000, 2, 3):
+        x = np.round(rng.standard_t(3, n), 3)  # printed values: many ties
+        assert median(x) == float(np.median(x))

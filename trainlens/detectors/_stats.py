@@ -88,6 +88,25 @@ def centered_rolling_median(x: np.ndarray, window: int, *, nan_missing: bool = F
     return out
 
 
+def median(x: np.ndarray) -> float:
+    """``float(np.median(x))`` bit for bit, for a 1-D float64 array, by one partition:
+    numpy's median partitions at both middle values and at the end (for a NaN check),
+    6-10 ms on 1M values where one partition takes ~1-2 ms. The lower middle of an even
+    count is the largest value below the upper one, and the two are averaged as numpy
+    averages them; with a NaN (the median is NaN) or any other input, numpy's own."""
+    x = np.asarray(x)
+    if x.ndim != 1 or x.size == 0 or x.dtype != np.float64:
+        return float(np.median(x))
+    k = x.size // 2
+    p = np.partition(x, k)
+    if np.isnan(p[k:].max()):  # NaN sorts last: it is in the upper part if anywhere
+        return float(np.median(x))
+    # numpy's mean of the middle value(s) sums from +0.0 (so a -0.0 median is 0.0)
+    if x.size % 2:
+        return float(0.0 + p[k])
+    return float((0.0 + p[:k].max() + p[k]) / 2)
+
+
 def median_step(steps: np.ndarray) -> float:
     """``np.median(np.diff(steps))``, the typical step between logged points. Most logs
     step evenly: then it is their one difference, found by a min and a max (the median's

@@ -84,7 +84,13 @@ import numpy as np
 from trainlens.core.findings import Finding
 from trainlens.core.names import AliasTable
 from trainlens.core.run import Run
-from trainlens.detectors._stats import MAD_TO_SIGMA, centered_rolling_median, median_step, runs_of
+from trainlens.detectors._stats import (
+    MAD_TO_SIGMA,
+    centered_rolling_median,
+    median,
+    median_step,
+    runs_of,
+)
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"TPUT001": "throughput-drop", "TPUT002": "straggler-rank"}
@@ -158,7 +164,7 @@ def robust_sigma(x: np.ndarray) -> float:
     x = x[np.isfinite(x)]
     if len(x) < 2:
         return 0.0
-    return float(MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
+    return MAD_TO_SIGMA * median(np.abs(x - median(x)))
 
 
 def noise_sigma(y: np.ndarray) -> float:
@@ -167,7 +173,7 @@ def noise_sigma(y: np.ndarray) -> float:
     if len(y) < 3:
         return 0.0
     d = np.diff(y)
-    return float(MAD_TO_SIGMA * np.median(np.abs(d - np.median(d))) / math.sqrt(2))
+    return MAD_TO_SIGMA * median(np.abs(d - median(d))) / math.sqrt(2)
 
 
 def refine_split(y: np.ndarray, lo: int, hi: int, left: float, right: float) -> int:
@@ -259,7 +265,7 @@ def segment_levels(
         penalty = max(0.25 * min_len * min_effect**2, 2.0 * sigma**2 * math.log(max(n, 2)))
         cps = binary_segmentation(f, min_len, penalty)
     bounds = [0, *cps, n]
-    levels = [float(np.median(y[a:b])) for a, b in itertools.pairwise(bounds)]
+    levels = [median(y[a:b]) for a, b in itertools.pairwise(bounds)]
     resid = np.concatenate(
         [y[a:b] - lv for a, b, lv in zip(bounds[:-1], bounds[1:], levels, strict=True)]
     )
