@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainlens.detectors import lr_schedule, tensors
-from trainlens.detectors._stats import median
+from trainlens.detectors._stats import median, median_rows
 
 
 @settings(max_examples=300, deadline=None)
@@ -128,3 +128,27 @@ def test_median_of_large_noisy_arrays() -> None:
     for n in (999_999, 1_000_000, 2, 3):
         x = np.round(rng.standard_t(3, n), 3)  # printed values: many ties
         assert median(x) == float(np.median(x))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.integers(0, 40),
+    cols=st.integers(0, 12),
+    pool=st.sampled_from(["normal", "ties", "zeros", "nan", "inf"]),
+    seed=st.integers(0, 2**31),
+)
+def test_median_rows_is_numpys_bit_for_bit(rows: int, cols: int, pool: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((rows, cols))
+    if pool == "ties":
+        a = np.round(a, 1)
+    elif pool == "zeros":
+        a = rng.choice([0.0, -0.0, 1.0], (rows, cols))
+    elif pool in ("nan", "inf") and a.size:
+        a.flat[rng.integers(0, a.size)] = np.nan if pool == "nan" else -np.inf
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the median of nothing
+        want = np.median(a, axis=1)
+        got = median_rows(a)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -88,6 +88,7 @@ from trainlens.detectors._stats import (
     MAD_TO_SIGMA,
     centered_rolling_median,
     median,
+    median_rows,
     median_step,
     runs_of,
 )
@@ -251,7 +252,7 @@ def segment_levels(
     block = max(1, n // max_blocks)
     if block > 1:
         nb = n // block
-        fb = np.median(y[: nb * block].reshape(nb, block), axis=1)
+        fb = median_rows(y[: nb * block].reshape(nb, block))
         min_len_b = max(2, min_len // block)
         window = min(odd(min_len_b), odd(max_filter))
         f = centered_median(fb, window) if window >= 3 else fb
