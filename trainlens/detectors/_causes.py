@@ -59,7 +59,7 @@ import numpy as np
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.detectors._schedules import declared_lr
-from trainlens.detectors._stats import MAD_TO_SIGMA, median_step, runs_of
+from trainlens.detectors._stats import MAD_TO_SIGMA, median_rows, median_step, runs_of
 from trainlens.detectors.base import Context
 
 LR, SCALE, GRAD, UPDATE, LOSS = "lr", "loss_scale", "grad_norm", "update_ratio", "train/loss"
@@ -206,13 +206,13 @@ def _tails(
         ii = idx[full]
         c = int(ii[0]) - window  # a local copy: never a pass over a 1M-point series
         xs = x[c : int(ii[-1])]
-        med[full] = np.median(
-            np.lib.stride_tricks.sliding_window_view(xs, LEVEL_POINTS)[ii - c - LEVEL_POINTS],
-            axis=1,
+        # median_rows: np.median(axis=1)'s values at a third of its cost (264 calls a run)
+        med[full] = median_rows(
+            np.lib.stride_tricks.sliding_window_view(xs, LEVEL_POINTS)[ii - c - LEVEL_POINTS]
         )
         d = np.lib.stride_tricks.sliding_window_view(np.diff(xs), window - 1)[ii - c - window]
-        dev = np.abs(d - np.median(d, axis=1, keepdims=True))
-        sig[full] = np.median(dev, axis=1) * MAD_TO_SIGMA / math.sqrt(2.0)
+        dev = np.abs(d - median_rows(d)[:, None])
+        sig[full] = median_rows(dev) * MAD_TO_SIGMA / math.sqrt(2.0)
     for k in np.flatnonzero(~full).tolist():
         i = int(idx[k])
         if i >= min_baseline:
