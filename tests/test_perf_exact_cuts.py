@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainlens.detectors import lr_schedule, tensors
-from trainlens.detectors._stats import median, median_rows
+from trainlens.detectors._stats import median, median_rows, quantile
 
 
 @settings(max_examples=300, deadline=None)
@@ -152,3 +152,34 @@ def test_median_rows_is_numpys_bit_for_bit(rows: int, cols: int, pool: str, seed
         got = median_rows(a)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.sampled_from([0.0, -0.0, 1.0, 1.5, 2.0]),
+        ),
+        min_size=1,
+        max_size=300,
+    ),
+    q=st.one_of(st.sampled_from([0.0, 0.5, 0.99, 1.0]), st.floats(0.0, 1.0)),
+)
+def test_quantile_is_numpys_bit_for_bit(values: list[float], q: float) -> None:
+    x = np.array(values, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        want = float(np.quantile(x, q))
+        got = quantile(x, q)
+    # equal floats; the sign of a zero result follows the partition's order of +0 and -0
+    assert got == want or (np.isnan(got) and np.isnan(want))
+    if got == want and got != 0:
+        assert got.hex() == want.hex()
+
+
+def test_quantile_of_large_noisy_arrays() -> None:
+    rng = np.random.default_rng(11)
+    for n in (1_000_000, 999_999, 101):
+        z = np.abs(rng.standard_t(3, n))
+        for q in (0.99, 0.5, 0.9):
+            assert quantile(z, q) == float(np.quantile(z, q))

@@ -107,6 +107,34 @@ def median(x: np.ndarray) -> float:
     return float((0.0 + p[:k].max() + p[k]) / 2)
 
 
+def quantile(x: np.ndarray, q: float) -> float:
+    """``float(np.quantile(x, q))`` (linear), the same float, for a 1-D float64 array and
+    a number q in [0, 1], by one partition: numpy partitions at the first, last and both
+    neighbouring order statistics (3-8 ms on 1M values, ~1 ms so) and interpolates as
+    below; with a NaN or any other input, numpy's own. (A zero result may come out as
+    -0.0 where numpy gives 0.0 or back: which of equal zeros ends up where depends on the
+    partition; they compare equal.)"""
+    x = np.asarray(x)
+    n = x.size
+    v = (n - 1) * q
+    if x.ndim != 1 or n == 0 or x.dtype != np.float64 or not v >= 0:
+        return float(np.quantile(x, q))
+    if v >= n - 1:  # numpy takes the last value for both neighbours
+        a = b = x.max()
+        t = v + 1
+    else:
+        lo = math.floor(v)
+        p = np.partition(x, lo + 1)
+        a, b = p[: lo + 1].max(), p[lo + 1]
+        if np.isnan(p[lo + 1 :].max()):  # NaN sorts last: it is in the upper part if anywhere
+            return float(np.quantile(x, q))
+        t = v - lo
+    if np.isnan(a) or np.isnan(b):
+        return float(np.quantile(x, q))
+    d = b - a  # numpy's _lerp, from the nearer end
+    return float(b - d * (1 - t)) if t >= 0.5 else float(a + d * t)
+
+
 def median_rows(a: np.ndarray) -> np.ndarray:
     """``np.median(a, axis=1)`` bit for bit, for a 2-D float64 array without NaN, by one
     partition of each row (block medians of a 1M-point series: 12 ms by numpy, 2 ms so);
