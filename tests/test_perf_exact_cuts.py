@@ -11,7 +11,7 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainlens.detectors import lr_schedule, tensors
+from trainlens.detectors import lr_schedule, memory, tensors
 from trainlens.detectors._stats import median, median_rows, quantile
 
 
@@ -183,3 +183,37 @@ def test_quantile_of_large_noisy_arrays() -> None:
         z = np.abs(rng.standard_t(3, n))
         for q in (0.99, 0.5, 0.9):
             assert quantile(z, q) == float(np.quantile(z, q))
+
+
+def _buckets_by_polars(x: np.ndarray, y: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """memory._buckets as it was: a polars group_by median per bucket."""
+    n = len(x)
+    bid = (np.arange(n) * nb) // n
+    g = (
+        pl.DataFrame({"b": bid, "x": x.astype(np.float64), "y": y.astype(np.float64)})
+        .group_by("b")
+        .agg(pl.col("x").median(), pl.col("y").median())
+        .sort("b")
+    )
+    return g.get_column("x").to_numpy(), g.get_column("y").to_numpy()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(2, 2000),
+    nb=st.integers(1, 250),
+    ties=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
+def test_memory_buckets_are_polars_group_medians(n: int, nb: int, ties: bool, seed: int) -> None:
+    if n <= nb:
+        return
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.choice(10 * n, n, replace=False))  # logged steps
+    y = np.cumsum(rng.standard_t(3, n)) * 10 ** rng.uniform(-3, 9)
+    if ties:
+        y = np.round(y, -3) + 0.0  # no -0.0: no memory log holds one (see run_medians)
+    bx, by = memory._buckets(x, y, nb)
+    px, py = _buckets_by_polars(x, y, nb)
+    assert bx.tobytes() == px.tobytes()
+    assert by.tobytes() == py.tobytes()

@@ -149,6 +149,28 @@ def median_rows(a: np.ndarray) -> np.ndarray:
     return (0.0 + p[:, :k].max(axis=1) + p[:, k]) / 2
 
 
+def run_medians(a: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The median of each run ``a[starts[i] : starts[i + 1]]`` (the last to the end; each
+    run non-empty, ``a`` finite), value for value what polars' group median gives: the
+    middle value of an odd count, ``lower + (upper - lower) * 0.5`` of an even one. Runs
+    of one length are taken together, one partition per row (a polars group_by of 1M
+    rows into 200 runs took ~10 ms). Where -0.0 and 0.0 meet in a run, which of the two
+    comes out can differ from polars (they compare equal)."""
+    sizes = np.diff(np.r_[starts, a.size])
+    out = np.empty(starts.size)
+    for m in np.unique(sizes).tolist():
+        rows = np.flatnonzero(sizes == m)
+        hi = m // 2
+        part = np.partition(a[starts[rows, None] + np.arange(m)], hi, axis=1)
+        high = part[:, hi]
+        if m % 2:
+            out[rows] = high
+        else:
+            low = part[:, :hi].max(axis=1)
+            out[rows] = low + (high - low) * 0.5
+    return out
+
+
 def median_step(steps: np.ndarray) -> float:
     """``np.median(np.diff(steps))``, the typical step between logged points. Most logs
     step evenly: then it is their one difference, found by a min and a max (the median's
