@@ -12,9 +12,9 @@ concatenating it with a run's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 
@@ -23,6 +23,8 @@ from trainlens.core.names import AliasTable
 if TYPE_CHECKING:  # numpy is imported only where an array is made (Run.series): building
     # a Run needs only polars, so reading a file does not pay numpy's start-up
     import numpy as np
+
+_T = TypeVar("_T")
 
 FRAME_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64(),
@@ -86,6 +88,10 @@ class Run:
     # set by build_run when the frame holds each metric in one block (cheap views)
     _blocks: _Blocks | None = field(default=None, init=False, repr=False, compare=False)
     _metrics_of: pl.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
+    # what several detectors derive alike from the same frame (where the LR ramp ends:
+    # four detectors ask, ~20 ms each on a 1M-step run), computed once per frame object
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _memo_of: pl.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
 
     # ---- views -------------------------------------------------------------------------
     def _by_metric(self) -> dict[str, pl.DataFrame]:
@@ -137,6 +143,16 @@ class Run:
             body = [rows.get_column(c) for c in rows.columns if c != "metric"]
             self._views = {**views, metric: pl.DataFrame(body)}
             self._views_of = new
+
+    def memo(self, key: str, compute: Callable[[], _T]) -> _T:
+        """``compute()``, once per frame object: a later call with the same ``key`` gets
+        the same value until the frame changes (:meth:`add_derived` makes a new one)."""
+        if self._memo_of is not self.frame:
+            self._memo, self._memo_of = {}, self.frame
+        if key not in self._memo:
+            self._memo[key] = compute()
+        value: _T = self._memo[key]
+        return value
 
     def has(self, metric: str) -> bool:
         return metric in self._by_metric()

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainlens.core.run import Run
-from trainlens.detectors._stats import centered_rolling_median
+from trainlens.detectors._stats import centered_rolling_median, median_step
 from trainlens.detectors.base import Context
 
 LR = "lr"
@@ -91,12 +91,12 @@ def run_start(run: Run, steps: np.ndarray, ctx: Context | None) -> Start:
     """Where the series at ``steps`` (a metric's logged steps, sorted) leaves the run's
     warmup, and whether its log resumes a run."""
     first = int(steps[0]) if steps.size else 0
-    interval = max(1, int(np.median(np.diff(steps)))) if steps.size >= 2 else 1
+    interval = max(1, int(median_step(steps))) if steps.size >= 2 else 1
     resumed = resumed_reason(run, first, interval)
     end, why = first, None
     if run.has(LR):
-        ls, lv = run.series(LR, finite=True)
-        ramp = lr_ramp_end(ls, lv)
+        # the run's, whatever series asks: four detectors ask for it
+        ramp = run.memo("lr_ramp_end", lambda: lr_ramp_end(*run.series(LR, finite=True)))
         if ramp is not None and ramp > first:
             end, why = ramp, f"the LR ramps up until step {ramp}"
     # the declared warmup counts the schedule's steps, which a resumed log may not

@@ -318,7 +318,7 @@ def forward_median(x: np.ndarray, k: int) -> np.ndarray:
 def typical_interval(steps: np.ndarray) -> int:
     if steps.size < 2:
         return 1
-    return max(1, int(np.median(np.diff(steps))))
+    return max(1, int(_stats.median_step(steps)))
 
 
 # ---- events --------------------------------------------------------------------------------
@@ -421,7 +421,7 @@ def _back_z(z: np.ndarray, steps: np.ndarray, w_end: int, p: Params, cap: float)
     chance), never more than the spike threshold itself (the quantile of a short run
     can be inflated by the very spike being judged)."""
     e = z[(steps >= w_end) & np.isfinite(z)]
-    q = float(np.quantile(e, p.recover_quantile)) if e.size >= 100 else 0.0
+    q = _stats.quantile(e, p.recover_quantile) if e.size >= 100 else 0.0
     return float(np.clip(q, p.recover_k, max(cap, p.recover_k)))
 
 

@@ -68,7 +68,7 @@ import polars as pl
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.detectors._start import Start, run_start
-from trainlens.detectors._stats import MAD_TO_SIGMA, runs_of, theil_sen
+from trainlens.detectors._stats import MAD_TO_SIGMA, median_rows, runs_of, theil_sen
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {
@@ -129,7 +129,7 @@ def _reduce(st: np.ndarray, v: np.ndarray, limit: int) -> tuple[np.ndarray, np.n
         return st, v
     b = -(-n // limit)
     m = n // b
-    med = np.median(v[: m * b].reshape(m, b), axis=1)
+    med = median_rows(v[: m * b].reshape(m, b))
     mid = st[: m * b].reshape(m, b)[:, b // 2]
     if m * b < n:
         med = np.r_[med, np.median(v[m * b :])]

@@ -52,6 +52,7 @@ import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
+from trainlens.detectors._stats import median
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"DATA002": "stall"}
@@ -151,7 +152,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     fwd = (ds > 0) & (gap > 0)
     if fwd.sum() < 2:
         raise Skip("wall-clock times do not advance with the steps")
-    typical = float(np.median(gap[fwd] / ds[fwd]))
+    typical = median(gap[fwd] / ds[fwd])
     expected = typical * np.maximum(ds, 1)
     # the pause beyond what the steps in the interval explain must be worth
     # ``factor`` - 1 step times; with sparse logging the interval must also at least double
@@ -171,7 +172,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     total = float(w[-1] - w[0])
     idx = idx[np.argsort(-gap[idx])][: params.max_findings]
     out: list[Finding] = []
-    median_interval = float(np.median(gap[gap >= 0]))
+    median_interval = median(gap[gap >= 0])
     for i in sorted(idx.tolist()):
         g, prev, nxt = float(gap[i]), int(s[i]), int(s[i + 1])
         sev = "warning" if total > 0 and g >= params.warn_run_frac * total else "info"

@@ -86,7 +86,14 @@ import numpy as np
 from trainlens.core.findings import Finding
 from trainlens.core.names import AliasTable
 from trainlens.core.run import Run
-from trainlens.detectors._stats import MAD_TO_SIGMA, centered_rolling_median, runs_of
+from trainlens.detectors._stats import (
+    MAD_TO_SIGMA,
+    centered_rolling_median,
+    median,
+    median_rows,
+    median_step,
+    runs_of,
+)
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"TPUT001": "throughput-drop", "TPUT002": "straggler-rank"}
@@ -163,7 +170,7 @@ def robust_sigma(x: np.ndarray) -> float:
     x = x[np.isfinite(x)]
     if len(x) < 2:
         return 0.0
-    return float(MAD_TO_SIGMA * np.median(np.abs(x - np.median(x))))
+    return MAD_TO_SIGMA * median(np.abs(x - median(x)))
 
 
 def noise_sigma(y: np.ndarray) -> float:
@@ -172,7 +179,7 @@ def noise_sigma(y: np.ndarray) -> float:
     if len(y) < 3:
         return 0.0
     d = np.diff(y)
-    return float(MAD_TO_SIGMA * np.median(np.abs(d - np.median(d))) / math.sqrt(2))
+    return MAD_TO_SIGMA * median(np.abs(d - median(d))) / math.sqrt(2)
 
 
 def refine_split(y: np.ndarray, lo: int, hi: int, left: float, right: float) -> int:
@@ -244,13 +251,13 @@ def segment_levels(
     min_len = max(min_points, math.ceil(min_frac * n), 1)
     if n < 2 * min_len:
         return Levels([0, n], [float(np.median(y))])
-    dstep = float(np.median(np.diff(steps)))
+    dstep = median_step(steps)
     # long series: segment block medians (each block far shorter than a level must
     # last), then map the boundaries back; the levels below use every value
     block = max(1, n // max_blocks)
     if block > 1:
         nb = n // block
-        fb = np.median(y[: nb * block].reshape(nb, block), axis=1)
+        fb = median_rows(y[: nb * block].reshape(nb, block))
         min_len_b = max(2, min_len // block)
         window = min(odd(min_len_b), odd(max_filter))
         f = centered_median(fb, window) if window >= 3 else fb
@@ -264,7 +271,7 @@ def segment_levels(
         penalty = max(0.25 * min_len * min_effect**2, 2.0 * sigma**2 * math.log(max(n, 2)))
         cps = binary_segmentation(f, min_len, penalty)
     bounds = [0, *cps, n]
-    levels = [float(np.median(y[a:b])) for a, b in itertools.pairwise(bounds)]
+    levels = [median(y[a:b]) for a, b in itertools.pairwise(bounds)]
     resid = np.concatenate(
         [y[a:b] - lv for a, b, lv in zip(bounds[:-1], bounds[1:], levels, strict=True)]
     )
@@ -375,7 +382,7 @@ def _fmt(x: float) -> str:
 def _drops(sig: _Signal, params: Params) -> list[Finding]:
     steps, y = sig.steps, sig.y
     n = len(y)
-    dstep = float(np.median(np.diff(steps)))
+    dstep = median_step(steps)
     span_total = float(steps[-1] - steps[0]) + dstep
     min_span = params.min_duration_frac * span_total
     min_effect = -math.log1p(-params.min_drop)  # a drop of min_drop, in log units
