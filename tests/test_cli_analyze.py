@@ -165,3 +165,20 @@ def test_format_help_names_every_reader(capsys: pytest.CaptureFixture[str]) -> N
     option = FormatOpt.__metadata__[0]
     listed = {f.strip(" .") for f in option.help.split(":", 1)[1].split(",")}
     assert listed == set(FORMATS)
+
+
+def test_a_parser_error_over_several_lines_is_one_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import trainlens.readers.jsonl as jsonl_reader
+
+    def refuse(path: Path, opts: object) -> None:
+        raise ValueError("could not parse\n\nHint: polars says more\n  on more lines")
+
+    monkeypatch.setattr(jsonl_reader, "read", refuse)
+    path = _jsonl(tmp_path / "run.jsonl")
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"trainlens: error: {path}: cannot be read as jsonl: could not parse"
+    ]

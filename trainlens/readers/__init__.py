@@ -229,7 +229,11 @@ def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
     except (UnicodeDecodeError, ValueError) as exc:
         if isinstance(exc, UnreadableInputError):
             raise
-        raise UnreadableInputError(f"{path}: cannot be read as {fmt}: {exc}") from None
+        # one sentence: a parser's own message (polars') can run over several lines
+        why = next(
+            (line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__
+        )
+        raise UnreadableInputError(f"{path}: cannot be read as {fmt}: {why}") from None
 
 
 def _dedupe_names(runs: list[Run]) -> None:
