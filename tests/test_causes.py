@@ -166,6 +166,7 @@ def test_lightning_version_13_lr_warmup_is_the_first_mover(shared_dir: Path) -> 
         assert f.evidence["first_mover"] is None
         assert f.evidence["planned_lr_ramp"]["metric"] == "lr"
         assert "lower the peak LR or lengthen the warmup" in f.message
+        assert f.message.count("lengthen the warmup") == 1  # said once, not by both steps
     # a one-off spike on the way is no sustained rise: the climbing LR is not its cause
     spikes = [f for f in a.findings if f.code == "LOSS001" and f.severity.value == "info"]
     assert spikes and all(f.evidence["first_mover"] is None for f in spikes)

@@ -719,10 +719,11 @@ def _explained(f: Finding, chain: list[Move], logged: list[str]) -> Finding:
             )
         tail = f"what moved first: {text}; {advice}"
     elif ramp is not None:
-        tail = (
-            f"nothing departed from its plan, but the lr was {ramp.what}: the planned peak "
-            "may be too high for this run — lower it or lengthen the warmup"
-        )
+        tail = f"nothing departed from its plan, but the lr was {ramp.what}"
+        if not f.evidence.get("in_warmup"):  # LOSS003 inside the warmup already advises it
+            tail += (
+                ": the planned peak may be too high for this run — lower it or lengthen the warmup"
+            )
     elif f.severity.rank >= 1:
         names = ", ".join(_LABEL[m] for m in logged)
         where = {
