@@ -96,6 +96,25 @@ def test_fast_scores_equal_the_full_computation(
     assert np.array_equal(sig[known], esig[known])
 
 
+@pytest.mark.parametrize("tail", [0, 1, 99, 100, 5000])
+@pytest.mark.parametrize("which", ["grad", "loss"])
+def test_fast_scores_with_a_short_tail(
+    tail: int, which: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Warmup ending near or after the last step: the come-back quantile over fewer than
+    100 points (or none) is no quantile, with or without the million-point z array."""
+    steps, g, v = _noisy(1, 20_000, 0.05, 0.01, 3)
+    p = gs.Params()
+    args = list(_grad_args(steps, g, p) if which == "grad" else _loss_args(steps, v, p))
+    args[3] = int(steps[-1]) + 1 - tail  # steps run 0, 1, 2, ... (odd seed)
+    fast = gs._scores(*args, screen=False)
+    exact = _exact(tuple(args), monkeypatch, screen=False)
+    assert fast is not None and exact is not None
+    assert np.array_equal(fast[2], exact[2]) and fast[3] == exact[3]
+    if which == "grad" and tail < 100:  # no quantile: the fast path is always exact
+        assert np.isnan(fast[1]).mean() > 0.5  # and was taken
+
+
 def test_the_fast_path_is_taken_on_realistic_noise(monkeypatch: pytest.MonkeyPatch) -> None:
     """On llm.c-like noise (log grad norm MAD-sigma ~0.056) few points need a sigma, so the
     fast path runs (sigma NaN elsewhere) and agrees with the full one."""

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainlens.detectors import lr_schedule, memory, tensors
-from trainlens.detectors._stats import median, median_rows, quantile
+from trainlens.detectors._stats import median, median_rows, quantile, quantile_filled
 
 
 @settings(max_examples=300, deadline=None)
@@ -183,6 +183,34 @@ def test_quantile_of_large_noisy_arrays() -> None:
         z = np.abs(rng.standard_t(3, n))
         for q in (0.99, 0.5, 0.9):
             assert quantile(z, q) == float(np.quantile(z, q))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    known=st.lists(
+        st.one_of(
+            st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([2.99, 2.999997, 3.0, 4.1])
+        ),
+        max_size=120,
+    ),
+    count=st.integers(0, 400),
+    fill=st.sampled_from([2.999997, 0.0, -1.5, 3.0]),
+    q=st.one_of(st.sampled_from([0.0, 0.5, 0.99, 1.0]), st.floats(0.0, 1.0)),
+)
+def test_quantile_filled_is_numpys_of_the_whole_array(
+    known: list[float], count: int, fill: float, q: float
+) -> None:
+    """grad_spikes' come-back quantile over a series that is one number but for a few."""
+    x = np.array(known, dtype=np.float64)
+    whole = np.r_[x, np.full(count, fill)]
+    if whole.size == 0:
+        return
+    rng = np.random.default_rng(count)
+    want = float(np.quantile(rng.permutation(whole), q))
+    got = quantile_filled(x, fill, count, q)
+    assert got == want
+    if got != 0:
+        assert got.hex() == want.hex()
 
 
 def _buckets_by_polars(x: np.ndarray, y: np.ndarray, nb: int) -> tuple[np.ndarray, np.ndarray]:

@@ -135,6 +135,35 @@ def quantile(x: np.ndarray, q: float) -> float:
     return float(b - d * (1 - t)) if t >= 0.5 else float(a + d * t)
 
 
+def quantile_filled(x: np.ndarray, fill: float, count: int, q: float) -> float:
+    """``quantile(np.r_[x, np.full(count, fill)], q)`` — numpy's linear quantile, the
+    same float — without the array: for a series whose values are all one number but for
+    a few (``x``, finite), the order statistics come from ``x`` sorted and the count of
+    ``fill`` placed among them (the million-point partition costs ~10 ms)."""
+    x = np.asarray(x, dtype=np.float64)
+    n = x.size + count
+    v = (n - 1) * q
+    if n == 0 or count < 0 or not v >= 0 or not (math.isfinite(fill) and np.isfinite(x).all()):
+        return quantile(np.r_[x, np.full(max(count, 0), fill)], q)
+    s = np.sort(x)
+    below = int(np.searchsorted(s, fill, side="left"))
+
+    def at(i: int) -> float:
+        if i < below:
+            return float(s[i])
+        return fill if i < below + count else float(s[i - count])
+
+    if v >= n - 1:  # numpy takes the last value for both neighbours
+        a = b = at(n - 1)
+        t = v + 1
+    else:
+        lo = math.floor(v)
+        a, b = at(lo), at(lo + 1)
+        t = v - lo
+    d = b - a  # numpy's _lerp, from the nearer end
+    return float(b - d * (1 - t)) if t >= 0.5 else float(a + d * t)
+
+
 def median_rows(a: np.ndarray) -> np.ndarray:
     """``np.median(a, axis=1)`` bit for bit, for a 2-D float64 array without NaN, by one
     partition of each row (block medians of a 1M-point series: 12 ms by numpy, 2 ms so);
@@ -263,8 +292,8 @@ def medians_before(
     ``pl.Series(a).rolling_median(window, min_samples=min_count)`` gives at i - 1, for finite
     ``a``: polars takes the middle value of an odd count and ``lower + (upper - lower) *
     0.5`` of an even one (numpy's median, their mean, differs from it in the last bit in
-    about 2 % of windows of 50). For a few points of a long series: about 0.6 µs a window
-    of 50, against 60 ns a point for polars over the whole series."""
+    about 2 % of windows of 50). For some points of a long series: about 0.12 µs a
+    window of 50, against 60 ns a point for polars over the whole series."""
     idx = np.asarray(idx, dtype=np.int64)
     out = np.full(idx.size, np.nan)
     lo, hi = (window - 1) // 2, window // 2

@@ -107,16 +107,24 @@ def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool]:
     for _, sf in timed[1:]:
         steps = sf.get_column("step").to_numpy()
         wall = sf.get_column("wall_time").to_numpy()
-        at = np.minimum(np.searchsorted(dense_steps, steps), dense_steps.size - 1)
+        if np.array_equal(steps, dense_steps):
+            # logged on the same lines as the densest metric (most metrics of a long run):
+            # each row's step is the dense row's at its own index, no search and no gather
+            # (~15 ms a metric on 1M steps, 0.15 s on the noisy 1M run's 11 metrics)
+            off_dense = np.zeros(steps.size, dtype=bool)
+            dense_at = dense_wall
+        else:
+            at = np.minimum(np.searchsorted(dense_steps, steps), dense_steps.size - 1)
+            off_dense = dense_steps[at] != steps
+            dense_at = dense_wall[at]
         # a step logged twice (HF's train summary, then the final eval, both at the last
         # step, each with an `epoch`) keeps the densest metric's later time: another
         # metric written earlier at that step is the step's time, not the eval's end
         # (a T5 run: a 54-minute final eval read as a stall before the last step)
-        earlier = np.greater(
-            dense_wall[at], wall, where=~np.isnan(wall), out=np.zeros(wall.size, bool)
-        )
-        extra = sf.filter(pl.Series((dense_steps[at] != steps) | earlier))
-        if extra.height:
+        earlier = np.greater(dense_at, wall, where=~np.isnan(wall), out=np.zeros(wall.size, bool))
+        keep = off_dense | earlier
+        if keep.any():  # no filter of a 1M-row frame for nothing
+            extra = sf.filter(pl.Series(keep))
             parts.append(extra.select("step", pl.lit(False).alias("superseded"), "wall_time"))
     if run.frame.get_column("superseded").any():
         parts.append(
