@@ -182,3 +182,21 @@ def test_a_parser_error_over_several_lines_is_one_sentence(
     assert err.strip().splitlines() == [
         f"trainlens: error: {path}: cannot be read as jsonl: could not parse"
     ]
+
+
+@pytest.mark.parametrize("command", ["analyze", "gate"])
+def test_ignore_flag_adds_to_the_configured_ignores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fixture_runs: Path, command: str
+) -> None:
+    """One meaning in both commands: what the config ignores stays ignored, and --ignore
+    adds to it (analyze used to replace the list, gate to add to it)."""
+    cfg = tmp_path / "trainlens.toml"
+    cfg.write_text('ignore = ["LR001"]\n')
+    run = fixture_runs / "lr_shock_recover" / "metrics.jsonl"
+    args = [command, str(run), "--config", str(cfg), "--ignore", "grad001"]
+    main([*args, *(["--json"] if command == "analyze" else ["--format", "json"])])
+    doc = json.loads(capsys.readouterr().out)
+    found = doc["runs"][0]["findings"] if command == "analyze" else doc["findings"]
+    codes = {f["code"] for f in found}
+    assert "LOSS003" in codes  # what neither list names is still reported
+    assert not codes & {"LR001", "GRAD001"}, codes

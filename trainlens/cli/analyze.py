@@ -181,10 +181,7 @@ def analyze(
     cfg = load_config(config)
     if schedule:
         cfg.schedule = parse_schedule(schedule)
-    if select:
-        cfg.select = [s.upper() for s in select]
-    if ignore:
-        cfg.ignore = [s.upper() for s in ignore]
+    cfg.apply_flags(select, ignore)
     cfg.aliases = {**cfg.aliases, **_parse_aliases(alias)}
     cfg.model = {**cfg.model, **_model_overrides(params, gpu, gpus)}
     level = (fail_on or cfg.fail_on or "none").lower()

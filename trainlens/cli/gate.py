@@ -129,10 +129,7 @@ def gate(
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1")
     cfg = load_config(config)
-    if select:
-        cfg.select = [s.upper() for s in select]
-    if ignore:
-        cfg.ignore = [*cfg.ignore, *(s.upper() for s in ignore)]
+    cfg.apply_flags(select, ignore)
 
     progress = _Progress() if _progress_wanted() else None
     try:

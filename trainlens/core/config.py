@@ -47,6 +47,17 @@ class Config:
     perplexity: bool | str = "auto"
     path: Path | None = None
 
+    def apply_flags(self, select: list[str] | None, ignore: list[str] | None) -> None:
+        """``--select`` replaces the configured list; ``--ignore`` adds to it (what the
+        config ignores on purpose stays ignored), in ``analyze`` and ``gate`` alike."""
+        if select:
+            self.select = [s.upper() for s in select]
+        if ignore:
+            self.ignore = [
+                *self.ignore,
+                *(s.upper() for s in ignore if s.upper() not in self.ignore),
+            ]
+
 
 def parse_config(table: dict[str, Any], *, origin: str = "config") -> Config:
     cfg = Config()
