@@ -200,3 +200,26 @@ def test_ignore_flag_adds_to_the_configured_ignores(
     codes = {f["code"] for f in found}
     assert "LOSS003" in codes  # what neither list names is still reported
     assert not codes & {"LR001", "GRAD001"}, codes
+
+
+@pytest.mark.parametrize("command", ["analyze", "gate"])
+@pytest.mark.parametrize(("level", "code"), [("warning", 1), ("error", 0), ("none", 0)])
+def test_fail_on_is_one_rule_in_analyze_and_gate(
+    capsys: pytest.CaptureFixture[str], fixture_runs: Path, command: str, level: str, code: int
+) -> None:
+    # lr_shock_recover: two warnings (LR001, GRAD001), no error
+    run = fixture_runs / "lr_shock_recover" / "metrics.jsonl"
+    assert main([command, str(run), "--fail-on", level]) == code
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("command", ["analyze", "gate"])
+def test_an_unknown_fail_level_is_the_same_usage_error(
+    capsys: pytest.CaptureFixture[str], fixture_runs: Path, command: str
+) -> None:
+    run = fixture_runs / "lr_shock_recover" / "metrics.jsonl"
+    assert main([command, str(run), "--fail-on", "fatal"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (
+        "trainlens: error: --fail-on must be one of none, info, warning, error, not 'fatal'"
+    )

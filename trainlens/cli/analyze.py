@@ -9,8 +9,7 @@ import typer
 
 from trainlens.cli.app import app
 from trainlens.core.errors import UsageError
-
-FAIL_LEVELS = ("none", "info", "warning", "error")
+from trainlens.core.findings import fail_rank
 
 PathsArg = Annotated[
     list[Path],
@@ -184,9 +183,7 @@ def analyze(
     cfg.apply_flags(select, ignore)
     cfg.aliases = {**cfg.aliases, **_parse_aliases(alias)}
     cfg.model = {**cfg.model, **_model_overrides(params, gpu, gpus)}
-    level = (fail_on or cfg.fail_on or "none").lower()
-    if level not in FAIL_LEVELS:
-        raise UsageError(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}, not {level!r}")
+    threshold = fail_rank(fail_on or cfg.fail_on or "none")  # checked before the read
 
     analyses = analyze_paths(paths, config=cfg, format=format, runs=run, regex=regex)
     if json_out:
@@ -205,9 +202,6 @@ def analyze(
         written = write_report(analyses, report, smoothing=_smoothing(None, cfg.report, origin))
         if not json_out:
             typer.echo(f"report: {written}")
-    if level == "none":
-        return 0
-    threshold = FAIL_LEVELS.index(level) - 1  # info=0, warning=1, error=2
     worst = max((f.severity.rank for a in analyses for f in a.findings), default=-1)
     return 1 if worst >= threshold else 0
 

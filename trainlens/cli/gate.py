@@ -115,17 +115,17 @@ def gate(
     """Judge every run found for CI: exit 1 when a run fails, 2 when an input is unreadable."""
     from trainlens.core.config import load_config
     from trainlens.core.errors import UsageError
+    from trainlens.core.findings import fail_rank
     from trainlens.gate import gate as run_gate
     from trainlens.gate.output import render
-    from trainlens.gate.result import FAIL_LEVELS
 
     fmt = output_format.lower()
     if fmt not in OUTPUT_FORMATS:
         raise UsageError(
             f"--format must be one of {', '.join(OUTPUT_FORMATS)}, not {output_format!r}"
         )
-    if fail_on is not None and fail_on.lower() not in FAIL_LEVELS:
-        raise UsageError(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}, not {fail_on!r}")
+    if fail_on is not None:
+        fail_rank(fail_on)  # a usage error before any run is read
     if jobs is not None and jobs < 1:
         raise UsageError("--jobs must be at least 1")
     cfg = load_config(config)

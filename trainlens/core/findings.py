@@ -34,6 +34,21 @@ class Severity(StrEnum):
         return self.value
 
 
+#: what --fail-on / fail_on take: a severity, or none (nothing fails)
+FAIL_LEVELS: tuple[str, ...] = ("none", "info", "warning", "error")
+
+
+def fail_rank(level: str) -> int:
+    """The lowest severity rank that fails ``analyze`` or the gate at ``level`` (``none``:
+    nothing does); a level that is none of FAIL_LEVELS is a usage error."""
+    level = level.strip().lower()
+    if level not in FAIL_LEVELS:
+        from trainlens.core.errors import UsageError
+
+        raise UsageError(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}, not {level!r}")
+    return 99 if level == "none" else Severity(level).rank
+
+
 def _jsonable(value: Any) -> Any:
     """Evidence values as JSON can carry them (non-finite floats become strings)."""
     if isinstance(value, dict):

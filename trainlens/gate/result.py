@@ -13,19 +13,8 @@ from typing import Any
 
 from trainlens.core.findings import Finding, Severity
 
-FAIL_LEVELS: tuple[str, ...] = ("none", "info", "warning", "error")
-
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 UNREADABLE = "unreadable"
-
-
-def fail_rank(level: str) -> int:
-    """The lowest severity rank that fails the gate (``none``: nothing fails)."""
-    if level not in FAIL_LEVELS:
-        from trainlens.core.errors import UsageError
-
-        raise UsageError(f"--fail-on must be one of {', '.join(FAIL_LEVELS)}, not {level!r}")
-    return 99 if level == "none" else FAIL_LEVELS.index(level) - 1
 
 
 def steps_text(f: Finding) -> str:

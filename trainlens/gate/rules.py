@@ -16,9 +16,8 @@ from typing import Any
 
 from trainlens.core.config import Config
 from trainlens.core.errors import ConfigError, did_you_mean
-from trainlens.core.findings import Finding, Severity
+from trainlens.core.findings import FAIL_LEVELS, Finding, Severity
 from trainlens.gate.codes import GATE_CODES
-from trainlens.gate.result import FAIL_LEVELS
 
 GATE_KEYS: dict[str, str] = {
     "fail_on": "exit 1 at or above this severity: none, info, warning, error (default error)",
