@@ -577,3 +577,27 @@ def test_a_run_config_it_cannot_understand_is_a_note_in_the_gate_report(
     _, doc, _ = gate_json([str(tmp_path)], capsys)
     [run] = doc["runs"]
     assert [d for d in run["data_quality"] if d["kind"] == "bad-config"], run["data_quality"]
+
+
+def test_an_event_file_is_what_tensorboard_reads_in_analyze_and_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One rule for "an event file" (TensorBoard's: "tfevents" in the name): a renamed
+    copy that TensorBoard and analyze read is a run the gate finds too (its stricter
+    pattern of its own skipped it)."""
+    from tensorboardX import SummaryWriter
+
+    from trainlens.api import read
+
+    with SummaryWriter(str(tmp_path / "w")) as w:
+        for i in range(1, 61):
+            w.add_scalar("loss", 3.0 / i, i)
+    [written] = (tmp_path / "w").iterdir()
+    store = tmp_path / "runs" / "copied"
+    store.mkdir(parents=True)
+    copy = store / f"backup-tfevents-{written.name.split('tfevents.', 1)[1]}"
+    copy.write_bytes(written.read_bytes())
+    [run] = read(copy)
+    assert run.series("train/loss")[0].size == 60
+    _, doc, _ = gate_json([str(tmp_path / "runs")], capsys)
+    assert [r["run"] for r in doc["runs"]] == ["copied"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainlens.core.errors import TrainlensError, UsageError
-from trainlens.readers._sniff import entry_is_dir, entry_is_file
+from trainlens.readers._sniff import entry_is_dir, entry_is_file, is_event_file_name
 
 SKIP_NAMES = frozenset(
     {
@@ -54,7 +54,6 @@ MAYBE_SUFFIXES = (".json", ".log", ".txt", ".out", ".db", ".sqlite")
 GENERIC_STEMS = frozenset({"metrics", "trainer_state", "log", "train", "events", "scalars"})
 STRIP_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".log", ".txt")
 _GLOB_CHARS = re.compile(r"[*?\[]")
-_EVENT_FILE = re.compile(r"(^|\.)tfevents\.")
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ def _hidden(name: str) -> bool:
 
 def _has_event_files(path: Path) -> bool:
     try:
-        return any(_EVENT_FILE.search(e.name) and entry_is_file(e) for e in os.scandir(path))
+        return any(is_event_file_name(e.name) and entry_is_file(e) for e in os.scandir(path))
     except OSError:
         return False
 
@@ -102,7 +101,7 @@ def _file_is_run(path: Path) -> bool:
     lower = name.lower()
     if lower in SKIP_NAMES or lower.endswith(".config.json") or _hidden(name):
         return False
-    if _EVENT_FILE.search(name):
+    if is_event_file_name(name):
         return True
     if lower.endswith(METRIC_SUFFIXES):
         return True
@@ -221,7 +220,7 @@ def run_name(source: Path, root: Path) -> str:
             if stem.lower().endswith(suffix):
                 stem = stem[: -len(suffix)]
                 break
-        if stem.lower() in GENERIC_STEMS or _EVENT_FILE.search(last):
+        if stem.lower() in GENERIC_STEMS or is_event_file_name(last):
             parts.pop()
             if not parts:
                 parent = source.resolve().parent.name

@@ -71,6 +71,8 @@ def lfs_message(path: Path) -> str:
 
 
 def is_event_file_name(name: str) -> bool:
+    """TensorBoard's own rule (``io_wrapper.IsTensorFlowEventsFile``): "tfevents" in the
+    file's name. The one test of it: the readers, sniffing and the gate's discovery."""
     return "tfevents" in name
 
 
