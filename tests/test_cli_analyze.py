@@ -223,3 +223,14 @@ def test_an_unknown_fail_level_is_the_same_usage_error(
     assert err.strip() == (
         "trainlens: error: --fail-on must be one of none, info, warning, error, not 'fatal'"
     )
+
+
+def test_schedule_help_names_every_shape() -> None:
+    from typing import get_type_hints
+
+    from trainlens.cli.analyze import analyze
+    from trainlens.detectors._schedules import SHAPES
+
+    option = get_type_hints(analyze, include_extras=True)["schedule"].__metadata__[0]
+    listed = option.help.split("(shapes:", 1)[1].rstrip(").").split(",")
+    assert [s.strip() for s in listed] == list(SHAPES)

@@ -379,11 +379,11 @@ def read_schedule(raw: dict[str, Any]) -> tuple[dict[str, Any], list[ConfigProbl
         if key == "shape":
             shape = _shape(str(value), where)
             if shape is None:
+                from trainlens.detectors._schedules import SHAPES
+
                 problems.append(
                     ConfigProblem(
-                        where,
-                        f"unknown schedule shape {value!r}; use one of constant, linear, "
-                        "cosine, inverse-sqrt, step, warmup-stable-decay",
+                        where, f"unknown schedule shape {value!r}; use one of {', '.join(SHAPES)}"
                     )
                 )
             out["shape"] = shape
