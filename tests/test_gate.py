@@ -601,3 +601,28 @@ def test_an_event_file_is_what_tensorboard_reads_in_analyze_and_gate(
     assert run.series("train/loss")[0].size == 60
     _, doc, _ = gate_json([str(tmp_path / "runs")], capsys)
     assert [r["run"] for r in doc["runs"]] == ["copied"]
+
+
+def test_the_gate_mfu_is_analyzes_mfu(tmp_path: Path) -> None:
+    """One MFU: the gate's own computation (runs judged without the detectors, e.g. a
+    baseline) gives analyze's figure, Lightning's precision names and the attention term
+    included (it had a 3-entry dtype map and no attention term of its own)."""
+    from trainlens.api import analyze, read
+    from trainlens.core.config import Config
+    from trainlens.gate.outcomes import mfu
+
+    path = write_run(tmp_path / "r" / "metrics.jsonl")
+    model = {
+        "n_params": 1.0e8,
+        "gpu": "h100",
+        "dtype": "bf16-mixed",
+        "layers": 12,
+        "heads": 12,
+        "head_dim": 64,
+        "seq_len": 2048,
+    }
+    [a] = analyze(path, config=Config(model=model))
+    [run] = read(path)
+    gate_mfu = mfu(run, {}, model)
+    assert gate_mfu["mean"] == pytest.approx(a.summary["mfu"]["mean"], rel=1e-12)
+    assert a.summary["mfu"]["dtype"] == "bf16"

@@ -9,6 +9,7 @@ summary, not raised: the rest of the analysis stands.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,63 @@ def total_tokens(run: Run) -> float | None:
     return float(got[1][-1]) if got is not None and got[1].size else None
 
 
+#: framework spellings of a training precision -> the hardware table's dtype names
+DTYPES = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "float32": "fp32",
+    "16-mixed": "fp16",
+    "bf16-mixed": "bf16",
+    "32": "fp32",
+    "32-true": "fp32",
+}
+
+
+def dtype_of(model: dict[str, Any]) -> str:
+    """The model's training precision as the hardware table names it (bf16 by default)."""
+    dtype = str(model.get("dtype") or "bf16").lower()
+    return DTYPES.get(dtype, dtype)
+
+
+def attention_per_token(model: dict[str, Any]) -> float:
+    """Attention FLOPs per token when layers, heads, head_dim and seq_len are known, else 0."""
+    layers, heads, seq_len = _int(model, "layers"), _int(model, "heads"), _int(model, "seq_len")
+    head_dim = _int(model, "head_dim")
+    if layers and heads and seq_len and head_dim:
+        return attention_flops_per_token(layers, heads, head_dim, seq_len)
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Mfu:
+    """MFU at each logged tokens/s point, and what it was computed against."""
+
+    values: np.ndarray
+    gpu: str
+    dtype: str
+    peak_flops: float
+    n_gpus: int
+    params: float
+
+
+def mfu_of(run: Run, model: dict[str, Any], row: Any = None) -> Mfu:
+    """The run's MFU from its logged tokens/s: the one computation behind analyze's summary
+    and the gate's MFU check (6·N plus the attention term where the shape is known).
+    Raises TrainlensError (a sentence) when the model size, the GPU or tokens/s is missing."""
+    raw = model.get("n_params")
+    if raw is None:
+        raise TrainlensError("needs n_params (--params, [tool.trainlens.model] or a run config)")
+    params = parse_number(raw, "n_params")
+    if row is None:
+        row, _ = resolve_gpu(str(model.get("gpu")))
+    dtype = dtype_of(model)
+    peak = row.peak_flops(dtype)
+    n_gpus = _int(model, "n_gpus") or 1
+    _, tps = run.series("tokens_per_sec")
+    values = mfu_series(tps, params, peak, n_gpus, attention_per_token(model))
+    return Mfu(values, row.name, dtype, peak, n_gpus, params)
+
+
 def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> None:
     """Add ``mfu`` and ``compute`` to ``summary`` (and an ``mfu`` series to the run)."""
     raw_params = model.get("n_params")
@@ -87,21 +145,7 @@ def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> 
         summary["efficiency_note"] = str(exc)
         return
     n_gpus = _int(model, "n_gpus") or 1
-    dtype = str(model.get("dtype") or "bf16").lower()
-    dtype = {
-        "bfloat16": "bf16",
-        "float16": "fp16",
-        "float32": "fp32",
-        "16-mixed": "fp16",
-        "bf16-mixed": "bf16",
-        "32": "fp32",
-        "32-true": "fp32",
-    }.get(dtype, dtype)
-    layers, heads, seq_len = _int(model, "layers"), _int(model, "heads"), _int(model, "seq_len")
-    head_dim = _int(model, "head_dim")
-    attn = 0.0
-    if layers and heads and seq_len and head_dim:
-        attn = attention_flops_per_token(layers, heads, head_dim, seq_len)
+    attn = attention_per_token(model)
 
     tokens = total_tokens(run)
     compute: dict[str, Any] = {"params": params, "tokens": tokens}
@@ -121,13 +165,13 @@ def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> 
             summary["efficiency_note"] = f"MFU not computed: {exc}"
     if row is not None and run.has("tokens_per_sec"):
         try:
-            peak = row.peak_flops(dtype)
+            got: Mfu | None = mfu_of(run, model, row)
         except TrainlensError as exc:
             summary["efficiency_note"] = f"MFU not computed: {exc}"
-            peak = None
-        if peak is not None:
+            got = None
+        if got is not None:
             frame = run.series_frame("tokens_per_sec")
-            values = mfu_series(frame["value"].to_numpy(), params, peak, n_gpus, attn)
+            values = got.values
             run.add_derived("mfu", frame.with_columns(pl.Series("value", values, dtype=pl.Float64)))
             run.metadata.setdefault("derived", []).append("mfu")
             finite = values[np.isfinite(values)]
@@ -135,14 +179,14 @@ def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> 
                 summary["mfu"] = {
                     "mean": float(finite.mean()),
                     "p50": float(np.median(finite)),
-                    "gpu": row.name,
-                    "dtype": dtype,
-                    "peak_flops": peak,
-                    "n_gpus": n_gpus,
+                    "gpu": got.gpu,
+                    "dtype": got.dtype,
+                    "peak_flops": got.peak_flops,
+                    "n_gpus": got.n_gpus,
                     "text": (
                         f"MFU mean {finite.mean():.1%} (median {np.median(finite):.1%}) of "
-                        f"{n_gpus} × {row.name}, dense {dtype} {peak / 1e12:g} TFLOP/s, "
-                        f"6·N with N = {params:.3g}"
+                        f"{got.n_gpus} × {got.gpu}, dense {got.dtype} "
+                        f"{got.peak_flops / 1e12:g} TFLOP/s, 6·N with N = {params:.3g}"
                     ),
                 }
     if row is not None and wall and row.tdp_w:

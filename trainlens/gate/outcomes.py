@@ -130,22 +130,16 @@ def mfu(run: Run, summary: dict[str, Any], model: dict[str, Any]) -> dict[str, A
             "mean": None,
             "reason": f"needs {' and '.join(missing)} ([tool.trainlens.model] or a run config)",
         }
-    from trainlens.calculators import mfu_series, parse_number, resolve_gpu
+    from trainlens.efficiency import mfu_of  # analyze's own computation
 
     try:
-        n = parse_number(params, "n_params")
-        row, _ = resolve_gpu(str(gpu))
-        dtype = str(model.get("dtype") or "bf16").lower()
-        dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(dtype, dtype)
-        n_gpus = int(parse_number(model.get("n_gpus") or 1, "n_gpus"))
-        _, tps = run.series("tokens_per_sec", finite=True)
-        values = mfu_series(tps, n, row.peak_flops(dtype), n_gpus)
+        got = mfu_of(run, model)
     except TrainlensError as exc:
         return {"mean": None, "reason": str(exc)}
-    finite = values[np.isfinite(values)]
+    finite = got.values[np.isfinite(got.values)]
     if not finite.size:
         return {"mean": None, "reason": "no finite tokens_per_sec"}
-    return {"mean": float(finite.mean()), "gpu": row.name, "n_gpus": n_gpus}
+    return {"mean": float(finite.mean()), "gpu": got.gpu, "n_gpus": got.n_gpus}
 
 
 def outcome_metrics(
