@@ -626,3 +626,21 @@ def test_the_gate_mfu_is_analyzes_mfu(tmp_path: Path) -> None:
     gate_mfu = mfu(run, {}, model)
     assert gate_mfu["mean"] == pytest.approx(a.summary["mfu"]["mean"], rel=1e-12)
     assert a.summary["mfu"]["dtype"] == "bf16"
+
+
+def test_gate_formats_are_one_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fixture_runs: Path
+) -> None:
+    """The formats --format accepts, render renders and --help names are one list."""
+    from typing import get_type_hints
+
+    from trainlens.cli.gate import gate as gate_command
+    from trainlens.gate.output import OUTPUT_FORMATS
+
+    helptext = get_type_hints(gate_command, include_extras=True)["output_format"]
+    listed = helptext.__metadata__[0].help
+    assert all(f in listed for f in OUTPUT_FORMATS)
+    run = fixture_runs / "healthy_cosine" / "metrics.jsonl"
+    for fmt in OUTPUT_FORMATS:
+        assert main(["gate", str(run), "--format", fmt.upper(), "--exit-zero"]) == 0
+        assert capsys.readouterr().out.strip()

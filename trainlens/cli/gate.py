@@ -12,8 +12,6 @@ import typer
 from trainlens.cli.analyze import IgnoreOpt, SelectOpt
 from trainlens.cli.app import app
 
-OUTPUT_FORMATS = ("text", "json", "junit", "github", "markdown")
-
 
 class _Progress:
     """``gate [#######.......]  12/40 runs`` on stderr, redrawn in place."""
@@ -117,13 +115,10 @@ def gate(
     from trainlens.core.errors import UsageError
     from trainlens.core.findings import fail_rank
     from trainlens.gate import gate as run_gate
+    from trainlens.gate.output import output_format as checked_format
     from trainlens.gate.output import render
 
-    fmt = output_format.lower()
-    if fmt not in OUTPUT_FORMATS:
-        raise UsageError(
-            f"--format must be one of {', '.join(OUTPUT_FORMATS)}, not {output_format!r}"
-        )
+    fmt = checked_format(output_format)  # a usage error before any run is read
     if fail_on is not None:
         fail_rank(fail_on)  # a usage error before any run is read
     if jobs is not None and jobs < 1:

@@ -12,6 +12,17 @@ from trainlens.gate.result import FAIL, UNREADABLE, GateResult, RunReport, steps
 OUTPUT_FORMATS = ("text", "json", "junit", "github", "markdown")
 
 
+def output_format(fmt: str) -> str:
+    """``fmt`` as one of OUTPUT_FORMATS (any case); anything else is a usage error, said
+    before any run is read."""
+    name = fmt.strip().lower()
+    if name not in OUTPUT_FORMATS:
+        from trainlens.core.errors import UsageError
+
+        raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, not {fmt!r}")
+    return name
+
+
 def verdict_text(r: RunReport) -> str:
     return {FAIL: "FAIL", UNREADABLE: "UNREADABLE"}.get(r.verdict, "pass")
 
@@ -84,6 +95,7 @@ def render_json(result: GateResult) -> str:
 
 
 def render(result: GateResult, fmt: str) -> str:
+    fmt = output_format(fmt)
     if fmt == "text":
         return render_text(result)
     if fmt == "json":
@@ -100,6 +112,4 @@ def render(result: GateResult, fmt: str) -> str:
         from trainlens.formatters.markdown import render_markdown
 
         return render_markdown(result)
-    from trainlens.core.errors import UsageError
-
-    raise UsageError(f"--format must be one of {', '.join(OUTPUT_FORMATS)}, not {fmt!r}")
+    raise AssertionError(fmt)  # output_format admitted it: every format has a branch
