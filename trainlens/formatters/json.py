@@ -13,11 +13,13 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """``value`` as strict JSON can carry it: string keys, lists for tuples, and null for
+    a non-finite float (analyze's and the gate's JSON alike)."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
@@ -25,4 +27,4 @@ def _clean(value: Any) -> Any:
 
 def render(analyses: Sequence[Analysis]) -> str:
     doc = {"version": SCHEMA_VERSION, "runs": [a.to_dict() for a in analyses]}
-    return json.dumps(_clean(doc), indent=2, allow_nan=False) + "\n"
+    return json.dumps(json_safe(doc), indent=2, allow_nan=False) + "\n"

@@ -4,8 +4,6 @@ including the CI formats in :mod:`trainlens.formatters` (junit, github, markdown
 from __future__ import annotations
 
 import json
-import math
-from typing import Any
 
 from trainlens.gate.result import FAIL, UNREADABLE, GateResult, RunReport, steps_text
 
@@ -80,18 +78,10 @@ def render_text(result: GateResult) -> str:
     return out + f"\n\ngate {verdict}: {result.headline()}\n"
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def render_json(result: GateResult) -> str:
-    return json.dumps(_clean(result.to_dict()), indent=2, allow_nan=False) + "\n"
+    from trainlens.formatters.json import json_safe
+
+    return json.dumps(json_safe(result.to_dict()), indent=2, allow_nan=False) + "\n"
 
 
 def render(result: GateResult, fmt: str) -> str:
