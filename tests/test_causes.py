@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 import pytest
 
 import trainlens
+from tests.detector_cases.series import make_run, run_of
 from trainlens.core.config import Config
 from trainlens.core.findings import Finding, Severity
-from trainlens.core.run import Run, build_run
+from trainlens.core.run import Run
 from trainlens.detectors import _causes
 from trainlens.detectors._causes import chain_for
 from trainlens.detectors.base import Context
@@ -201,33 +201,17 @@ def test_qwen_grad_norm_doubling_is_noise_not_a_mover(shared_dir: Path) -> None:
 # ---- direct series --------------------------------------------------------------------------
 
 
-def _run(series: dict[str, tuple[np.ndarray, np.ndarray]]) -> Run:
-    frames = [
-        pl.DataFrame(
-            {"step": s, "metric": [m] * len(s), "value": v, "wall_time": [None] * len(s)},
-            schema={
-                "step": pl.Int64,
-                "metric": pl.String,
-                "value": pl.Float64,
-                "wall_time": pl.Float64,
-            },
-        )
-        for m, (s, v) in series.items()
-    ]
-    return build_run(pl.concat(frames), name="t", source="<t>", fmt="synthetic")
-
-
-def _warmup_run() -> Run:
+def _warmuprun_of() -> Run:
     s = np.arange(1, 3001)
     lr = 1e-3 * np.minimum(s / 2000, 1.0)  # 2000-step linear warmup
     rng = np.random.default_rng(0)
     loss = 3.0 * np.exp(-s / 300) + 0.5 + rng.normal(0, 0.005, s.size)
     loss[s >= 1500] += 0.002 * (s[s >= 1500] - 1500)  # turns up as the LR keeps rising
-    return _run({"lr": (s, lr), "train/loss": (s, loss)})
+    return run_of({"lr": (s, lr), "train/loss": (s, loss)})
 
 
 def test_planned_warmup_is_not_a_mover_but_is_said() -> None:
-    run = _warmup_run()
+    run = _warmuprun_of()
     plan = {"shape": "linear", "warmup_steps": 2000, "peak_lr": 1e-3, "total_steps": 100_000}
     ctx = Context(schedule=plan)
     ev = _event("LOSS003", 1500)
@@ -247,7 +231,7 @@ def test_a_move_over_before_the_loss_is_another_event() -> None:
     g = np.ones(s.size)
     g[500] = 50.0
     loss = np.full(s.size, 2.0)
-    run = _run({"grad_norm": (s, g), "train/loss": (s, loss)})
+    run = run_of({"grad_norm": (s, g), "train/loss": (s, loss)})
     assert [m.metric for m in chain_for(_event("LOSS001", 540), run, Context())] == ["train/loss"]
     # within the pairing lag (10 steps) it leads
     moves = chain_for(_event("LOSS001", 505), run, Context())
@@ -260,7 +244,7 @@ def test_onset_is_where_it_left_the_tail_not_where_it_crossed_3x() -> None:
     rng = np.random.default_rng(1)
     g = np.exp(rng.normal(0, 0.05, s.size))
     g[200:204] = [1.8, 2.5, 4.0, 10.0]
-    run = _run({"grad_norm": (s, g), "train/loss": (s, np.full(s.size, 2.0))})
+    run = run_of({"grad_norm": (s, g), "train/loss": (s, np.full(s.size, 2.0))})
     moves = chain_for(_event("LOSS001", 204), run, Context())
     assert moves[0].metric == "grad_norm" and moves[0].step == 200
 
@@ -271,7 +255,7 @@ def test_routine_loss_scale_drops_are_not_movers() -> None:
     rng = np.random.default_rng(2)
     drops = rng.random(s.size) < 0.01
     scale = 2.0 ** (16 + np.cumsum(np.where(drops, -1, 0)) + s // 200)
-    run = _run({"loss_scale": (s, scale), "train/loss": (s, np.full(s.size, 2.0))})
+    run = run_of({"loss_scale": (s, scale), "train/loss": (s, np.full(s.size, 2.0))})
     named = 0
     for step in range(300, 3900, 100):
         named += any(
@@ -287,7 +271,6 @@ def test_bad_batches_on_healthy_noise_name_nothing() -> None:
     """Bad-batch loss spikes (after warmup and inside an undeclared one) on runs whose
     optimizer-side signals are healthy noise: cosine LR, fp16 scale doubling every 500
     steps, log-normal grad norm and update ratio (sigma 0.05 to 0.3)."""
-    from tests.detector_cases.series import make_run
     from trainlens.core.config import Config
     from trainlens.detectors import run_detectors
 
@@ -358,7 +341,6 @@ def test_bad_batches_on_healthy_noise_name_nothing() -> None:
 def test_grad_spikes_builds_its_advice_from_the_shared_clauses() -> None:
     """The step replaces grad_spikes' default advice by matching these clauses: if their
     wording drifted apart, both advices would be printed."""
-    from tests.detector_cases.series import make_run
     from trainlens.detectors import grad_spikes
 
     case = {
@@ -406,14 +388,14 @@ def test_an_lr_blip_that_ended_before_the_loss_is_no_mover() -> None:
     s = np.arange(0, 1000)
     lr = np.full(s.size, 1e-3)
     lr[500] = 4e-2  # one step at x40, then back
-    run = _run({"lr": (s, lr), "train/loss": (s, np.full(s.size, 2.0))})
+    run = run_of({"lr": (s, lr), "train/loss": (s, np.full(s.size, 2.0))})
     late = chain_for(_event("LOSS001", 540), run, Context())
     assert [m.metric for m in late] == ["train/loss"]  # neither the jump nor the way back
     moves = chain_for(_event("LOSS001", 501), run, Context())
     assert [(m.metric, m.step) for m in moves] == [("lr", 500), ("train/loss", 501)]
     assert moves[0].what == "rose ×40 at step 500 (from 0.001)"
     lr[500:] = 1e-4  # a drop that stays is a move, however long before (in the window)
-    run = _run({"lr": (s, lr), "train/loss": (s, np.full(s.size, 2.0))})
+    run = run_of({"lr": (s, lr), "train/loss": (s, np.full(s.size, 2.0))})
     moves = chain_for(_event("LOSS001", 540), run, Context())
     assert [(m.metric, m.step) for m in moves] == [("lr", 500), ("train/loss", 540)]
     assert moves[0].what.startswith("fell ×0.1 at step 500")
@@ -422,7 +404,7 @@ def test_an_lr_blip_that_ended_before_the_loss_is_no_mover() -> None:
 def test_a_grad001_always_names_its_own_lead() -> None:
     # a flat run where the tails see nothing: the GRAD001's own lead stands in
     s = np.arange(0, 200)
-    run = _run({"grad_norm": (s, np.ones(s.size)), "train/loss": (s, np.full(s.size, 2.0))})
+    run = run_of({"grad_norm": (s, np.ones(s.size)), "train/loss": (s, np.full(s.size, 2.0))})
     ev = _event(
         "GRAD001", 150, lead_step=150, lag_step=151, grad_ratio_at_lead=9.9, grad_baseline=0.242
     )
@@ -435,7 +417,6 @@ def test_a_grad001_always_names_its_own_lead() -> None:
 def test_a_slow_rise_looks_back_further() -> None:
     """LOSS003 is seen late (it needs 5 % of the run above the minimum): an undeclared LR
     tripled 78 steps before its onset is still what moved first."""
-    from tests.detector_cases.series import make_run
     from trainlens.core.config import Config
     from trainlens.detectors import run_detectors
 

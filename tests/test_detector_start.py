@@ -3,27 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 
-from trainlens.core.run import Run, build_run
+from tests.detector_cases.series import run_of
 from trainlens.detectors._start import declared_warmup, lr_ramp_end, run_start
 from trainlens.detectors.base import Context
-
-
-def _run(series: dict[str, tuple[np.ndarray, np.ndarray]]) -> Run:
-    frames = [
-        pl.DataFrame(
-            {"step": st, "metric": [m] * st.size, "value": v, "wall_time": [None] * st.size},
-            schema={
-                "step": pl.Int64,
-                "metric": pl.String,
-                "value": pl.Float64,
-                "wall_time": pl.Float64,
-            },
-        )
-        for m, (st, v) in series.items()
-    ]
-    return build_run(pl.concat(frames), name="t", source="mem", fmt="jsonl")
 
 
 def test_lr_ramp_end_is_where_the_lr_reaches_95_percent_of_its_peak() -> None:
@@ -46,11 +29,11 @@ def test_lr_ramp_end_is_where_the_lr_reaches_95_percent_of_its_peak() -> None:
 def test_a_declared_warmup_is_compared_with_the_real_steps() -> None:
     ctx = Context(schedule={"warmup_steps": 2000})
     st = np.arange(29020, 30020, 10)
-    late = run_start(_run({"train/loss": (st, np.full(st.size, 2.3))}), st, ctx)
+    late = run_start(run_of({"train/loss": (st, np.full(st.size, 2.3))}), st, ctx)
     assert late.warmup_end == 29020 and late.warmup is None
     assert late.resumed == "the log starts at step 29020"
     st = np.arange(0, 5000, 10)
-    fresh = run_start(_run({"train/loss": (st, np.full(st.size, 2.3))}), st, ctx)
+    fresh = run_start(run_of({"train/loss": (st, np.full(st.size, 2.3))}), st, ctx)
     assert fresh.warmup_end == 2000 and fresh.resumed is None
     assert declared_warmup(Context(schedule={"warmup_steps": "n/a"})) == 0
 
@@ -59,11 +42,11 @@ def test_first_step_one_interval_in_is_a_fresh_start() -> None:
     # Megatron logs iteration 10 first with --log-interval 10; HF logs logging_steps first
     for first, every in ((10, 10), (1, 1), (500, 500), (49, 50)):
         st = np.arange(first, first + 100 * every, every)
-        start = run_start(_run({"train/loss": (st, np.full(st.size, 3.0))}), st, Context())
+        start = run_start(run_of({"train/loss": (st, np.full(st.size, 3.0))}), st, Context())
         assert start.resumed is None, (first, every)
 
 
 def test_an_epoch_counter_that_starts_late_is_a_resume() -> None:
     st = np.arange(9, 14669, 10)
-    run = _run({"train/loss": (st, np.full(st.size, 0.38)), "epoch": (st, 100.0 + st // 640)})
+    run = run_of({"train/loss": (st, np.full(st.size, 0.38)), "epoch": (st, 100.0 + st // 640)})
     assert run_start(run, st, Context()).resumed == "the log starts at epoch 100"

@@ -111,6 +111,32 @@ def apply_events(values: np.ndarray, steps: np.ndarray, events: list[dict[str, A
     return v
 
 
+def long_frame(
+    metric: str, steps: np.ndarray, values: np.ndarray, wall: np.ndarray | None = None
+) -> pl.DataFrame:
+    """One metric's rows of the canonical long frame."""
+    return pl.DataFrame(
+        {
+            "step": steps,
+            "metric": [metric] * len(steps),
+            "value": values,
+            "wall_time": wall if wall is not None else [None] * len(steps),
+        },
+        schema={
+            "step": pl.Int64,
+            "metric": pl.String,
+            "value": pl.Float64,
+            "wall_time": pl.Float64,
+        },
+    )
+
+
+def run_of(series: dict[str, tuple[np.ndarray, np.ndarray]], name: str = "t") -> Run:
+    """A run of the given (steps, values) per metric, no wall times."""
+    frames = [long_frame(m, st, v) for m, (st, v) in series.items()]
+    return build_run(pl.concat(frames), name=name, source=f"<{name}>", fmt="synthetic")
+
+
 def make_run(case: dict[str, Any], name: str = "case") -> Run:
     n = int(case.get("steps", 1000))
     first = int(case.get("first_step", 0))
@@ -138,21 +164,6 @@ def make_run(case: dict[str, Any], name: str = "case") -> Run:
         )
         vals = apply_noise(vals, spec.get("noise"), rng)
         vals = apply_events(vals, steps, spec.get("events", []))
-        frames.append(
-            pl.DataFrame(
-                {
-                    "step": steps,
-                    "metric": [metric] * len(steps),
-                    "value": vals,
-                    "wall_time": wall[mask] if wall is not None else [None] * len(steps),
-                },
-                schema={
-                    "step": pl.Int64,
-                    "metric": pl.String,
-                    "value": pl.Float64,
-                    "wall_time": pl.Float64,
-                },
-            )
-        )
+        frames.append(long_frame(metric, steps, vals, wall[mask] if wall is not None else None))
     long = pl.concat(frames)
     return build_run(long, name=name, source=f"<case {name}>", fmt="synthetic")
