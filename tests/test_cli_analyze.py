@@ -229,7 +229,7 @@ def test_schedule_help_names_every_shape() -> None:
     from typing import get_type_hints
 
     from trainlens.cli.analyze import analyze
-    from trainlens.detectors._schedules import SHAPES
+    from trainlens.core.schedules import SHAPES
 
     option = get_type_hints(analyze, include_extras=True)["schedule"].__metadata__[0]
     listed = option.help.split("(shapes:", 1)[1].rstrip(").").split(",")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from trainlens.detectors._stats import theil_sen
+from trainlens.core.stats import theil_sen
 
 
 @functools.cache

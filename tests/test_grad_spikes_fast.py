@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainlens.core.stats import centered_rolling_median, medians_before
 from trainlens.detectors import grad_spikes as gs
-from trainlens.detectors._stats import centered_rolling_median, medians_before
 
 
 def _noisy(seed: int, n: int, grad_scale: float, loss_scale: float, df: int) -> tuple:

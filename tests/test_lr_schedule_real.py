@@ -16,8 +16,8 @@ import pytest
 from trainlens.core.config import Config
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run, build_run
+from trainlens.core.schedules import declared_lr
 from trainlens.detectors import lr_schedule
-from trainlens.detectors._schedules import declared_lr
 from trainlens.detectors.base import Context, Skip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -392,7 +392,7 @@ def _sweep_case(rng: np.random.Generator) -> tuple[dict[str, Any], np.ndarray, n
 
 
 def test_sweep_sane_schedules_silent_and_bugs_named() -> None:
-    from trainlens.detectors._schedules import lr_at
+    from trainlens.core.schedules import lr_at
 
     rng = np.random.default_rng(20240601)
     bugs = {
@@ -468,7 +468,7 @@ def test_sweep_offset_logs_are_aligned() -> None:
     """Sane schedules logged from a random step on, with their steps counted from the start
     again (a resumed run whose step count restarted): the offset is found within the timing
     conventions (±3 steps) and nothing is flagged."""
-    from trainlens.detectors._schedules import lr_at
+    from trainlens.core.schedules import lr_at
 
     rng = np.random.default_rng(7)
     for i in range(24):
@@ -503,7 +503,7 @@ def test_offset_log_with_a_shock_is_aligned_and_the_shock_flagged() -> None:
 
 
 def test_offset_candidates_invert_the_plan() -> None:
-    from trainlens.detectors._schedules import offset_candidates
+    from trainlens.core.schedules import offset_candidates
 
     sched = {"shape": "cosine", "warmup_steps": 100, "peak_lr": 1.0, "total_steps": 10_000}
     n = np.arange(1.0, 2001.0, 50.0)

@@ -11,8 +11,8 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainlens.core.stats import median, median_rows, quantile, quantile_filled
 from trainlens.detectors import lr_schedule, memory, tensors
-from trainlens.detectors._stats import median, median_rows, quantile, quantile_filled
 
 
 @settings(max_examples=300, deadline=None)

@@ -10,8 +10,8 @@ import numpy as np
 import polars as pl
 
 from trainlens.core.run import Run, build_run
+from trainlens.core.stats import median_step
 from trainlens.detectors._start import lr_ramp_end, run_start
-from trainlens.detectors._stats import median_step
 
 
 def _run(n: int = 400) -> Run:

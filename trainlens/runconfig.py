@@ -343,7 +343,7 @@ _HF_FACTORY = re.compile(r"get_(\w+?)_schedule(_with_warmup)?")
 
 def _shape(value: str, where: str) -> str | None:
     # the one table of shape spellings is the schedule model's
-    from trainlens.detectors._schedules import shape_of
+    from trainlens.core.schedules import shape_of
 
     name = value.strip()
     if _KEY_SEP.split(where)[-1] == "_target_":
@@ -379,7 +379,7 @@ def read_schedule(raw: dict[str, Any]) -> tuple[dict[str, Any], list[ConfigProbl
         if key == "shape":
             shape = _shape(str(value), where)
             if shape is None:
-                from trainlens.detectors._schedules import SHAPES
+                from trainlens.core.schedules import SHAPES
 
                 problems.append(
                     ConfigProblem(

@@ -128,7 +128,7 @@ def analyze(
         typer.Option(
             "--schedule",
             # the shapes spelled out (the schedule model imports numpy; --help stays
-            # instant), kept equal to _schedules.SHAPES by a test
+            # instant), kept equal to core.schedules.SHAPES by a test
             help="The declared LR schedule, e.g. 'cosine:warmup_steps="
             "100,peak_lr=3e-4,min_lr=3e-5,total_steps=10000' (shapes: constant, "
             "linear, cosine, inverse-sqrt, step, warmup-stable-decay).",

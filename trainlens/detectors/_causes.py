@@ -58,8 +58,8 @@ import numpy as np
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.detectors._schedules import declared_lr
-from trainlens.detectors._stats import MAD_TO_SIGMA, median_rows, median_step, runs_of
+from trainlens.core.schedules import declared_lr
+from trainlens.core.stats import MAD_TO_SIGMA, median_rows, median_step, runs_of
 from trainlens.detectors.base import Context
 
 LR, SCALE, GRAD, UPDATE, LOSS = "lr", "loss_scale", "grad_norm", "update_ratio", "train/loss"

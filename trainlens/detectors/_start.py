@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainlens.core.run import Run
-from trainlens.detectors._stats import centered_rolling_median, median_step
+from trainlens.core.stats import centered_rolling_median, median_step
 from trainlens.detectors.base import Context
 
 LR = "lr"

@@ -61,7 +61,7 @@ import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.detectors._stats import runs_of
+from trainlens.core.stats import runs_of
 from trainlens.detectors.base import Context, Skip, finding
 from trainlens.detectors.throughput import centered_median, odd, refine_split
 

@@ -60,8 +60,8 @@ import numpy as np
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
+from trainlens.core.stats import runs_of
 from trainlens.detectors._start import run_start
-from trainlens.detectors._stats import runs_of
 from trainlens.detectors.base import Context, Skip, finding, require
 from trainlens.detectors.throughput import centered_median, odd, robust_sigma
 

@@ -90,12 +90,12 @@ from typing import NamedTuple
 import numpy as np
 import polars as pl
 
-import trainlens.detectors._stats as _stats
+import trainlens.core.stats as _stats
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
+from trainlens.core.stats import MAD_TO_SIGMA, centered_rolling_median, median3, runs_of
 from trainlens.detectors._causes import AFTER_LOSS_NOTE, DATA_ADVICE
 from trainlens.detectors._start import run_start
-from trainlens.detectors._stats import MAD_TO_SIGMA, centered_rolling_median, median3, runs_of
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {

@@ -67,8 +67,8 @@ import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
+from trainlens.core.stats import MAD_TO_SIGMA, median_rows, runs_of, theil_sen
 from trainlens.detectors._start import Start, run_start
-from trainlens.detectors._stats import MAD_TO_SIGMA, median_rows, runs_of, theil_sen
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {

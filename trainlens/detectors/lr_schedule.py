@@ -93,13 +93,13 @@ import numpy as np
 
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import Run
-from trainlens.detectors._schedules import (
+from trainlens.core.schedules import (
     lr_at,
     missing_keys,
     offset_candidates,
     shape_of,
 )
-from trainlens.detectors._stats import runs_of
+from trainlens.core.stats import runs_of
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {

@@ -63,7 +63,7 @@ import numpy as np
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.detectors._stats import run_medians, theil_sen
+from trainlens.core.stats import run_medians, theil_sen
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"MEM001": "memory-creep"}

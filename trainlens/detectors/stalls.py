@@ -52,7 +52,7 @@ import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.detectors._stats import median
+from trainlens.core.stats import median
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"DATA002": "stall"}

@@ -46,7 +46,7 @@ import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.detectors._stats import runs_of
+from trainlens.core.stats import runs_of
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"TENSOR001": "dead-tensor", "TENSOR002": "update-ratio-out-of-band"}

@@ -86,7 +86,7 @@ import numpy as np
 from trainlens.core.findings import Finding
 from trainlens.core.names import AliasTable
 from trainlens.core.run import Run
-from trainlens.detectors._stats import (
+from trainlens.core.stats import (
     MAD_TO_SIGMA,
     centered_rolling_median,
     median,

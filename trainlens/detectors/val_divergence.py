@@ -55,7 +55,7 @@ import numpy as np
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.detectors._stats import MAD_TO_SIGMA, theil_sen
+from trainlens.core.stats import MAD_TO_SIGMA, theil_sen
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"VAL001": "val-train-divergence"}

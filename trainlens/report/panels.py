@@ -44,7 +44,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.text import Annotation, Text
 
 from trainlens.core.findings import Finding
-from trainlens.detectors._stats import ema
+from trainlens.core.stats import ema
 from trainlens.report.decimate import (
     bucket_ids,
     decimate,
@@ -770,7 +770,7 @@ class _Builder:
     ) -> tuple[np.ndarray, np.ndarray] | str:
         declared: Callable[[dict[str, Any], np.ndarray], np.ndarray]
         try:
-            from trainlens.detectors._schedules import declared_lr as declared
+            from trainlens.core.schedules import declared_lr as declared
         except ImportError:  # pragma: no cover - the schedule helper is part of the package
             return "the declared schedule is not drawn: this installation cannot compute it"
         steps = self.series[run]["lr"].steps
