@@ -11,14 +11,13 @@ A notebook user gets the same numbers as ``trainlens analyze``::
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
+from trainlens.core.analysis import Analysis, Context
 from trainlens.core.errors import UsageError
-from trainlens.core.findings import Finding, Severity
 from trainlens.core.names import AliasTable
 from trainlens.core.run import DataIssue, Run
 from trainlens.readers import ReadOptions, read_runs
@@ -27,44 +26,6 @@ if TYPE_CHECKING:  # config, detectors and run configs are imported where they a
     # reading a run needs none of them (nor tomllib), so `trainlens.read` starts faster
     from trainlens.core.config import Config
     from trainlens.detectors import DetectionResult
-    from trainlens.detectors.base import Context
-
-
-def _no_context() -> Context:
-    from trainlens.detectors.base import Context
-
-    return Context()
-
-
-@dataclass
-class Analysis:
-    """One run, its summary and what the detectors found."""
-
-    run: Run
-    summary: dict[str, Any]
-    findings: list[Finding]
-    skipped: dict[str, str] = field(default_factory=dict)
-    context: Context = field(default_factory=_no_context)
-
-    @property
-    def data_quality(self) -> list[DataIssue]:
-        return self.run.data_quality
-
-    def worst(self) -> Severity | None:
-        return max((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run": self.run.name,
-            "source": self.run.source,
-            "format": self.run.format,
-            "summary": self.summary,
-            "findings": [f.to_dict() for f in self.findings],
-            "data_quality": [d.to_dict() for d in self.run.data_quality],
-            "skipped_detectors": self.skipped,
-            "schedule": self.context.schedule or None,
-            "schedule_source": self.context.schedule_source,
-        }
 
 
 def read(
@@ -86,7 +47,6 @@ def build_context(run: Run, config: Config) -> Context:
     The user's schedule (``--schedule``, ``[tool.trainlens]``) is strict (ConfigError); a
     run's own config that cannot be read or understood is a data-quality note on the run
     and the run is judged without it (:mod:`trainlens.runconfig`)."""
-    from trainlens.detectors.base import Context
     from trainlens.runconfig import find_run_config, model_info, normalize_schedule, run_schedule
 
     ctx = Context()

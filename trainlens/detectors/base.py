@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from trainlens.core.analysis import Context  # re-exported: the context detectors run in
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import Run
-
-
-@dataclass
-class Context:
-    """What a detector may know beyond the frame: the declared schedule and the model.
-
-    ``schedule``: the declared LR schedule (keys: shape, warmup_steps, peak_lr, min_lr,
-    total_steps, decay_steps, stable_steps, step_size, gamma), from config, a flag, or a
-    run config archived beside the run; empty when none was declared.
-    ``model``: n_params, gpu, n_gpus, dtype, device_memory_bytes, ... when known.
-    ``step_offset``: what to add to the log's steps to reach the declared schedule's (a
-    resumed run whose step count restarted while its scheduler went on); 0 unless the LR
-    detector pinned one (LR008), which :func:`trainlens.detectors.run_detectors` sets
-    before the other detectors run, so a declared warmup and the plan are compared with
-    the real steps everywhere.
-    """
-
-    schedule: dict[str, Any] = field(default_factory=dict)
-    model: dict[str, Any] = field(default_factory=dict)
-    schedule_source: str | None = None
-    step_offset: int = 0
 
 
 class Skip(Exception):
@@ -66,3 +45,6 @@ def require(run: Run, *metrics: str) -> None:
     missing = [m for m in metrics if not run.has(m)]
     if missing:
         raise Skip(f"needs {', '.join(missing)}, not logged")
+
+
+__all__ = ["Context", "Skip", "finding", "require"]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trainlens.api import Analysis
+    from trainlens.core.analysis import Analysis
 
 SCHEMA_VERSION = 1
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trainlens.api import Analysis
+    from trainlens.core.analysis import Analysis
 
 
 def _num(x: float | None, digits: int = 4) -> str:

@@ -17,7 +17,7 @@ from trainlens.core.errors import UsageError
 from trainlens.report.panels import DPI, DrawnFinding, Figures, Panel, build_figures, style
 
 if TYPE_CHECKING:
-    from trainlens.api import Analysis
+    from trainlens.core.analysis import Analysis
 
 
 def _save(panel: Panel, out_dir: Path) -> bytes:

@@ -18,7 +18,7 @@ from trainlens.formatters.text import duration_text
 from trainlens.report.panels import Figures, Panel, summary_mfu
 
 if TYPE_CHECKING:
-    from trainlens.api import Analysis
+    from trainlens.core.analysis import Analysis
 
 SECTIONS = (
     ("dashboard", "Dashboard"),

@@ -18,7 +18,7 @@ from trainlens.report.html import steps_text, summary_rows
 from trainlens.report.panels import Figures
 
 if TYPE_CHECKING:
-    from trainlens.api import Analysis
+    from trainlens.core.analysis import Analysis
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _TAG = re.compile(r"<[^>]+>")
