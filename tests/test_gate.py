@@ -14,6 +14,7 @@ import pytest
 
 import trainlens.cli.gate  # noqa: F401  (registers the command until cli/__init__ imports it)
 from trainlens.cli import main
+from trainlens.core.findings import steps_text
 from trainlens.formatters.github import escape_data, escape_property
 
 # ---- synthetic runs: what a hand-rolled training loop writes --------------------------------
@@ -465,7 +466,11 @@ def test_github_annotations(
     _, doc, _ = gate_json([str(root), "-j", "1"], capsys)
     [nan] = [f for f in doc["findings"] if f["code"] == "NAN001" and f["metric"] == "train/loss"]
     path = str(root / "a,b:c" / "metrics.jsonl").replace(":", "%3A").replace(",", "%2C")
-    expected = f"::error file={path},line=1,title=NAN001 non-finite-value::a,b:c: {nan['message']}"
+    where = steps_text(nan["step_start"], nan["step_end"])  # the title says where, too
+    expected = (
+        f"::error file={path},line=1,title=NAN001 non-finite-value ({where})::a,b:c: "
+        f"{nan['message']}"
+    )
     lines = out.splitlines()
     assert expected in lines
     assert lines[0].startswith("::error ")  # what fails the gate comes first

@@ -453,7 +453,7 @@ def test_markdown_references_the_pngs(written: Path, figures: Figures) -> None:
     text = (written.parent / "report.md").read_text()
     for p in figures.panels:
         assert f"]({p.key}.png)" in text
-    assert "| **GRAD001** | warning | 1,200–1,207 |" in text
+    assert "| **GRAD001** | warning | steps 1200–1207 |" in text
 
 
 def test_strings_from_the_input_are_escaped() -> None:

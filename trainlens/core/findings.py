@@ -49,6 +49,20 @@ def fail_rank(level: str) -> int:
     return 99 if level == "none" else Severity(level).rank
 
 
+def steps_text(start: int | None, end: int | None) -> str:
+    """Where a finding is, as every rendering writes it: ``step 5``, ``steps 5–9``, or ``""``
+    for a finding about the whole run (no step). The one spelling for the terminal, the
+    report and the gate's outputs (they had three, one of which dropped a finding's step
+    when only its end was known)."""
+    if start is None:
+        start = end
+    if start is None:
+        return ""
+    if end is None or end == start:
+        return f"step {start}"
+    return f"steps {start}–{end}"
+
+
 def _jsonable(value: Any) -> Any:
     """Evidence values as JSON can carry them (non-finite floats become strings)."""
     if isinstance(value, dict):
@@ -74,6 +88,11 @@ class Finding:
     step_end: int | None
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        """:func:`steps_text` of this finding's steps."""
+        return steps_text(self.step_start, self.step_end)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -16,8 +16,6 @@ def _cell(text: str) -> str:
 
 
 def render_markdown(result: GateResult) -> str:
-    from trainlens.gate.result import steps_text
-
     icon = "✅" if result.verdict == "pass" else "❌"
     lines = [
         f"## {icon} trainlens gate: {result.headline()}",
@@ -41,7 +39,7 @@ def render_markdown(result: GateResult) -> str:
             lines.append(f"- `{_cell(r.name)}` (`{_cell(r.source)}`)")
             for g in r.failing:
                 f = g.finding
-                where = steps_text(f)
+                where = f.where
                 lines.append(
                     f"  - **{f.code}** {f.name}"
                     + (f" ({where})" if where else "")
@@ -51,7 +49,7 @@ def render_markdown(result: GateResult) -> str:
     if acked:
         lines += ["", "### Acknowledged", ""]
         for r, g in acked:
-            where = steps_text(g.finding)
+            where = g.finding.where
             lines.append(
                 f"- `{_cell(r.name)}` **{g.finding.code}**"
                 + (f" ({where})" if where else "")

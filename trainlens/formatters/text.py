@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -9,9 +10,18 @@ if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
 
 
-def _num(x: float | None, digits: int = 4) -> str:
+def number_text(x: Any, digits: int = 4) -> str:
+    """A summary number as every rendering writes it: ``—`` when unknown, integers with
+    thousands separators, floats to ``digits`` significant digits (scientific outside
+    1e-3..1e5); anything else as its text (the HTML report escapes what this returns)."""
     if x is None:
         return "—"
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    if not math.isfinite(x):
+        return str(x)
     if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
         return f"{x:.{digits - 1}e}"
     return f"{x:.{digits}g}"
@@ -53,9 +63,9 @@ def _wall_clock_text(s: dict[str, Any]) -> str:
 
 
 def _step_time_text(t: dict[str, Any]) -> str:
-    text = f"step time   mean {_num(t['mean'])} s"
+    text = f"step time   mean {number_text(t['mean'])} s"
     if t.get("p50") is not None:
-        text += f"   p50 {_num(t['p50'])} s   p95 {_num(t['p95'])} s"
+        text += f"   p50 {number_text(t['p50'])} s   p95 {number_text(t['p95'])} s"
     source = t.get("source")
     if source and source != "step_time":
         text += f"   (from {source})"
@@ -63,7 +73,7 @@ def _step_time_text(t: dict[str, Any]) -> str:
 
 
 def _ppl(x: float | None) -> str:
-    return f" (perplexity {_num(x)})" if x is not None else ""
+    return f" (perplexity {number_text(x)})" if x is not None else ""
 
 
 def _loss_lines(s: dict[str, Any], *, verbose: bool) -> list[str]:
@@ -72,17 +82,17 @@ def _loss_lines(s: dict[str, Any], *, verbose: bool) -> list[str]:
     t = s.get("train_loss")
     if t:
         text = (
-            f"train loss  final {_num(t['final'])} at step {t['final_step']}"
+            f"train loss  final {number_text(t['final'])} at step {t['final_step']}"
             f"{_ppl(t['final_perplexity'])}"
         )
         if t.get("final_mean_last_k") is not None:
-            text += f"   mean of last {t['final_window']} {_num(t['final_mean_last_k'])}"
-        lines.append(f"{text}   min {_num(t['min'])} at step {t['min_step']}")
+            text += f"   mean of last {t['final_window']} {number_text(t['final_mean_last_k'])}"
+        lines.append(f"{text}   min {number_text(t['min'])} at step {t['min_step']}")
     v = s.get("val_loss")
     if v:
         lines.append(
-            f"val loss    best {_num(v['best'])} at step {v['best_step']}   final "
-            f"{_num(v['final'])} at step {v['final_step']}{_ppl(v['final_perplexity'])}"
+            f"val loss    best {number_text(v['best'])} at step {v['best_step']}   final "
+            f"{number_text(v['final'])} at step {v['final_step']}{_ppl(v['final_perplexity'])}"
         )
     p = s.get("perplexity")
     if (t or v) and p and (p.get("shown") or verbose):
@@ -106,9 +116,9 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
         lines.append(_step_time_text(t))
     tput = []
     if s.get("tokens_per_sec"):
-        tput.append(f"{_num(s['tokens_per_sec']['mean'])} tokens/s")
+        tput.append(f"{number_text(s['tokens_per_sec']['mean'])} tokens/s")
     if s.get("samples_per_sec"):
-        tput.append(f"{_num(s['samples_per_sec']['mean'])} samples/s")
+        tput.append(f"{number_text(s['samples_per_sec']['mean'])} samples/s")
     if tput:
         lines.append(f"throughput  mean {'   '.join(tput)}")
     ep = s.get("epochs")
@@ -116,7 +126,7 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
         per = ", ".join(
             f"{k}: {duration_text(v)}" for k, v in list(ep["seconds_per_epoch"].items())[:6]
         )
-        lines.append(f"epochs      {_num(ep['count'])}   time per epoch {per}")
+        lines.append(f"epochs      {number_text(ep['count'])}   time per epoch {per}")
     lines.extend(_loss_lines(s, verbose=verbose))
     for extra in ("mfu", "compute"):
         if s.get(extra):
@@ -134,12 +144,7 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
     if a.findings:
         lines.append(f"findings ({len(a.findings)})")
         for f in a.findings:
-            if f.step_start is None:
-                where = ""
-            elif f.step_end is None or f.step_end == f.step_start:
-                where = f"step {f.step_start}"
-            else:
-                where = f"steps {f.step_start}–{f.step_end}"
+            where = f.where
             lines.append(f"  {f.severity.value.upper():<7}  {f.code:<9} {where:<16} {f.message}")
             if verbose and f.evidence:
                 ev = ", ".join(f"{k}={_fmt_ev(v)}" for k, v in f.evidence.items())
@@ -177,7 +182,7 @@ def _absent(reason: str) -> bool:
 
 def _fmt_ev(v: Any) -> str:
     if isinstance(v, float):
-        return _num(v)
+        return number_text(v)
     return str(v)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from trainlens.gate.result import FAIL, UNREADABLE, GateResult, RunReport, steps_text
+from trainlens.gate.result import FAIL, UNREADABLE, GateResult, RunReport
 
 OUTPUT_FORMATS = ("text", "json", "junit", "github", "markdown")
 
@@ -65,7 +65,7 @@ def render_text(result: GateResult) -> str:
     if acked:
         details.append("acknowledged (not failing the gate):")
         details.extend(
-            f"  {r.name}: {g.finding.code} {steps_text(g.finding)} — {g.reason}" for r, g in acked
+            f"  {r.name}: {g.finding.code} {g.finding.where} — {g.reason}" for r, g in acked
         )
     for a in result.unused_acknowledgements:
         details.append(

@@ -17,14 +17,6 @@ PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 UNREADABLE = "unreadable"
 
 
-def steps_text(f: Finding) -> str:
-    if f.step_start is None:
-        return ""
-    if f.step_end is None or f.step_end == f.step_start:
-        return f"step {f.step_start}"
-    return f"steps {f.step_start}–{f.step_end}"
-
-
 @dataclass
 class CheckResult:
     """One check of one run: a detector that ran, or an outcome / baseline limit."""
@@ -50,7 +42,7 @@ class GateFinding:
 
     def line(self) -> str:
         f = self.finding
-        where = steps_text(f)
+        where = f.where
         return (
             f"{f.severity.value.upper()} {f.code} {f.name}"
             + (f" ({where})" if where else "")
@@ -115,7 +107,7 @@ class RunReport:
             g = self.worst()
             if g is None:
                 return "—"
-            where = steps_text(g.finding)
+            where = g.finding.where
             text = f"{g.finding.code} {g.finding.name}" + (f" ({where})" if where else "")
         if width is not None and len(text) > width:
             text = text[: width - 1] + "…"

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from trainlens.formatters.text import duration_text
+from trainlens.formatters.text import duration_text, number_text
 from trainlens.report.panels import Figures, Panel, summary_mfu
 
 if TYPE_CHECKING:
@@ -71,32 +70,14 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _num(x: Any, digits: int = 4) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return esc(x)
-    if isinstance(x, int):
-        return f"{x:,}"
-    if not math.isfinite(x):
-        return esc(x)
-    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
-        return f"{x:.{digits - 1}e}"
-    return f"{x:.{digits}g}"
+def _number(x: Any, digits: int = 4) -> str:
+    return esc(number_text(x, digits))
 
 
 def _ppl(loss: dict[str, Any]) -> str:
     """' (perplexity X)' where the summary gives one (a per-token LM loss), else ''."""
     x = loss.get("final_perplexity")
-    return f" (perplexity {_num(x)})" if x is not None else ""
-
-
-def steps_text(start: int | None, end: int | None) -> str:
-    if start is None and end is None:
-        return "whole run"
-    if start is None or end is None or start == end:
-        return f"{start if start is not None else end:,}"
-    return f"{start:,}–{end:,}"
+    return f" (perplexity {_number(x)})" if x is not None else ""
 
 
 def run_label(a: Analysis, index: int, multi: bool) -> str:
@@ -117,21 +98,24 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
         rows.append(
             (
                 "steps",
-                f"{_num(st.get('first'))} … {_num(st.get('last'))} "
-                f"({_num(st.get('count'))} steps, {_num(s.get('values'))} values)",
+                f"{_number(st.get('first'))} … {_number(st.get('last'))} "
+                f"({_number(st.get('count'))} steps, {_number(s.get('values'))} values)",
             )
         )
     rows.append(("metrics", f"{len(s.get('metrics') or {})}"))
     rows.append(("wall clock", esc(duration_text(s.get("wall_clock_seconds")))))
     if s.get("step_time"):
         t = s["step_time"]
-        rows.append(("step time", f"mean {_num(t.get('mean'))} s, p95 {_num(t.get('p95'))} s"))
+        rows.append(
+            ("step time", f"mean {_number(t.get('mean'))} s, p95 {_number(t.get('p95'))} s")
+        )
     for key, unit in (("tokens_per_sec", "tokens/s"), ("samples_per_sec", "samples/s")):
         if s.get(key):
             rows.append(
                 (
                     "throughput",
-                    f"mean {_num(s[key].get('mean'))} {unit}, last {_num(s[key].get('last'))}",
+                    f"mean {_number(s[key].get('mean'))} {unit}, "
+                    f"last {_number(s[key].get('last'))}",
                 )
             )
     if s.get("train_loss"):
@@ -139,8 +123,8 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
         rows.append(
             (
                 "train loss",
-                f"final {_num(t.get('final'))}{_ppl(t)}, min {_num(t.get('min'))} "
-                f"at step {_num(t.get('min_step'))}",
+                f"final {_number(t.get('final'))}{_ppl(t)}, min {_number(t.get('min'))} "
+                f"at step {_number(t.get('min_step'))}",
             )
         )
     if s.get("val_loss"):
@@ -148,9 +132,9 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
         rows.append(
             (
                 "val loss",
-                f"best {_num(v.get('best'))} at step {_num(v.get('best_step'))}"
-                f", final {_num(v.get('final'))} at step "
-                f"{_num(v.get('final_step'))}{_ppl(v)}",
+                f"best {_number(v.get('best'))} at step {_number(v.get('best_step'))}"
+                f", final {_number(v.get('final'))} at step "
+                f"{_number(v.get('final_step'))}{_ppl(v)}",
             )
         )
     mfu = summary_mfu(s)
@@ -176,7 +160,7 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
             (
                 "non-finite values",
                 "; ".join(
-                    f"{esc(m)}: {_num(d.get('count'))} from step {_num(d.get('first_step'))}"
+                    f"{esc(m)}: {_number(d.get('count'))} from step {_number(d.get('first_step'))}"
                     for m, d in nf.items()
                 ),
             )
@@ -187,7 +171,7 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
             (
                 "restarts",
                 "; ".join(
-                    f"{_num(r.get('from_step'))} → {_num(r.get('to_step'))}" for r in restarts
+                    f"{_number(r.get('from_step'))} → {_number(r.get('to_step'))}" for r in restarts
                 ),
             )
         )
@@ -225,7 +209,7 @@ def _evidence(ev: dict[str, Any]) -> str:
     if not ev:
         return ""
     items = "".join(
-        f"<li><code>{esc(k)}</code> = {_num(v) if isinstance(v, (int, float)) else esc(v)}</li>"
+        f"<li><code>{esc(k)}</code> = {_number(v) if isinstance(v, (int, float)) else esc(v)}</li>"
         for k, v in ev.items()
     )
     return f'<details><summary>evidence</summary><ul class="evidence">{items}</ul></details>'
@@ -239,7 +223,7 @@ def _findings_table(analyses: Sequence[Analysis], figures: Figures) -> str:
     titles = {p.key: p.title for p in figures.panels}
     head = (
         "<tr>" + ("<th>run</th>" if multi else "") + "<th>code</th><th>severity</th>"
-        "<th>steps</th><th>message</th><th>drawn on</th></tr>"
+        "<th>where</th><th>message</th><th>drawn on</th></tr>"
     )
     rows = [head]
     for r, a in enumerate(analyses):
@@ -263,7 +247,7 @@ def _findings_table(analyses: Sequence[Analysis], figures: Figures) -> str:
                 + (f"<td>{run_label(a, r, multi)}</td>" if multi else "")
                 + f'<td>{code}<br><span class="muted">{esc(f.name)}</span></td>'
                 f'<td><span class="sev sev-{sev}">{sev}</span></td>'
-                f'<td class="num">{esc(steps_text(f.step_start, f.step_end))}</td>'
+                f'<td class="num">{esc(f.where or "whole run")}</td>'
                 f"<td>{esc(f.message)}{_evidence(f.evidence)}</td><td>{link}</td></tr>"
             )
     return "<table>\n" + "\n".join(rows) + "\n</table>"
@@ -389,4 +373,4 @@ def render_html(
 """
 
 
-__all__ = ["esc", "render_html", "steps_text", "summary_rows"]
+__all__ = ["esc", "render_html", "summary_rows"]

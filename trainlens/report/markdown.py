@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from trainlens.report.html import steps_text, summary_rows
+from trainlens.report.html import summary_rows
 from trainlens.report.panels import Figures
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def render_markdown(analyses: Sequence[Analysis], figures: Figures) -> str:
         lines.append("None — nothing looks wrong.")
     else:
         multi = len(analyses) > 1
-        lines.append(("| run " if multi else "") + "| code | severity | steps | message | plot |")
+        lines.append(("| run " if multi else "") + "| code | severity | where | message | plot |")
         lines.append("|---" * (6 if multi else 5) + "|")
         for r, a in enumerate(analyses):
             for i, f in enumerate(a.findings):
@@ -72,7 +72,7 @@ def render_markdown(analyses: Sequence[Analysis], figures: Figures) -> str:
                 lines.append(
                     (f"| {md(a.run.name)}{tags[r]} " if multi else "")
                     + f"| **{md(f.code)}** | {md(f.severity.value)} | "
-                    f"{md(steps_text(f.step_start, f.step_end))} | {md(f.message)} | {plot} |"
+                    f"{md(f.where or 'whole run')} | {md(f.message)} | {plot} |"
                 )
     lines.append("")
     if figures.panels:
