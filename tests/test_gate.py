@@ -640,7 +640,7 @@ def test_gate_formats_are_one_list(
     from typing import get_type_hints
 
     from trainlens.cli.gate import gate as gate_command
-    from trainlens.gate.output import OUTPUT_FORMATS
+    from trainlens.formatters.gate import OUTPUT_FORMATS
 
     helptext = get_type_hints(gate_command, include_extras=True)["output_format"]
     listed = helptext.__metadata__[0].help

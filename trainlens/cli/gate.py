@@ -114,9 +114,9 @@ def gate(
     from trainlens.core.config import load_config
     from trainlens.core.errors import UsageError
     from trainlens.core.findings import fail_rank
+    from trainlens.formatters.gate import output_format as checked_format
+    from trainlens.formatters.gate import render
     from trainlens.gate import gate as run_gate
-    from trainlens.gate.output import output_format as checked_format
-    from trainlens.gate.output import render
 
     fmt = checked_format(output_format)  # a usage error before any run is read
     if fail_on is not None:

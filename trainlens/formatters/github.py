@@ -38,7 +38,9 @@ def annotation(run: str, file: str, g: GateFinding) -> str:
     message = f"{run}: {f.message}"
     if g.acknowledged:
         message += f" (acknowledged: {g.reason})"
-    return command(level, message, file=file, title=f"{f.code} {f.name}" + (f" ({f.where})" if f.where else ""))
+    return command(
+        level, message, file=file, title=f"{f.code} {f.name}" + (f" ({f.where})" if f.where else "")
+    )
 
 
 def render_github(result: GateResult) -> str:

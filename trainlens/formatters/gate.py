@@ -1,10 +1,13 @@
-"""The gate's own renderings: a human table (text) and JSON; ``render`` picks any format,
-including the CI formats in :mod:`trainlens.formatters` (junit, github, markdown)."""
+"""A gate result in any of its output formats: the human table (text) and JSON here;
+``render`` picks any format, the CI ones (junit, github, markdown) from their modules
+beside this one. The gate computes the result; rendering it lives here, with the
+analysis renderers, so the gate package never imports a formatter."""
 
 from __future__ import annotations
 
 import json
 
+from trainlens.formatters.json import json_safe
 from trainlens.gate.result import FAIL, UNREADABLE, GateResult, RunReport
 
 OUTPUT_FORMATS = ("text", "json", "junit", "github", "markdown")
@@ -79,8 +82,6 @@ def render_text(result: GateResult) -> str:
 
 
 def render_json(result: GateResult) -> str:
-    from trainlens.formatters.json import json_safe
-
     return json.dumps(json_safe(result.to_dict()), indent=2, allow_nan=False) + "\n"
 
 
