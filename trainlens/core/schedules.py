@@ -70,7 +70,8 @@ def shape_of(schedule: dict[str, Any]) -> str:
     return shape
 
 
-def _num(schedule: dict[str, Any], key: str) -> float | None:
+def _finite(schedule: dict[str, Any], key: str) -> float | None:
+    """The schedule's ``key`` as a finite float, or None when absent or not a number."""
     value = schedule.get(key)
     if value is None:
         return None
@@ -82,7 +83,7 @@ def _num(schedule: dict[str, Any], key: str) -> float | None:
 
 
 def _positive(schedule: dict[str, Any], key: str) -> float | None:
-    value = _num(schedule, key)
+    value = _finite(schedule, key)
     return value if value is not None and value > 0 else None
 
 
@@ -99,7 +100,7 @@ def missing_keys(schedule: dict[str, Any]) -> list[str]:
         has_total
         or (
             _positive(schedule, "decay_steps") is not None
-            and _num(schedule, "stable_steps") is not None
+            and _finite(schedule, "stable_steps") is not None
         )
     ):
         missing.append("total_steps")
@@ -130,9 +131,9 @@ def lr_at(
     if missing:
         raise ValueError(f"declared {shape} schedule lacks {', '.join(missing)}")
     n = np.asarray(n, dtype=np.float64)
-    peak = float(_num(schedule, "peak_lr") or 0.0)
-    lo = _num(schedule, "min_lr") or 0.0
-    warm = max(0, int(_num(schedule, "warmup_steps") or 0))
+    peak = float(_finite(schedule, "peak_lr") or 0.0)
+    lo = _finite(schedule, "min_lr") or 0.0
+    warm = max(0, int(_finite(schedule, "warmup_steps") or 0))
     total = _positive(schedule, "total_steps")
     decay_steps = _positive(schedule, "decay_steps")
 
@@ -149,12 +150,12 @@ def lr_at(
         out = np.maximum(out, lo)
     elif shape == "step":
         size = float(_positive(schedule, "step_size") or 1.0)
-        gamma = _num(schedule, "gamma")
+        gamma = _finite(schedule, "gamma")
         gamma = 0.1 if gamma is None else gamma
         k = np.floor(np.maximum(n - 1 - warm, 0.0) / size)
         out = np.maximum(peak * np.power(gamma, k), lo)
     else:  # warmup-stable-decay
-        stable = _num(schedule, "stable_steps")
+        stable = _finite(schedule, "stable_steps")
         if decay_steps is None:
             if total is not None and stable is not None:
                 decay_steps = max(total - warm - stable, 1.0)
@@ -185,16 +186,16 @@ def declared_lr(schedule: dict[str, Any], steps: np.ndarray) -> np.ndarray:
     step number of the first optimizer step. Raises ValueError when the schedule lacks a
     key its shape needs (see :func:`missing_keys`).
     """
-    first = int(_num(schedule, "first_step") or 0)
+    first = int(_finite(schedule, "first_step") or 0)
     n = np.asarray(steps, dtype=np.float64) - first + 1.0
     return lr_at(schedule, n)
 
 
 def _end_of_changes(schedule: dict[str, Any]) -> float:
     """The step count where the declared curve's last planned phase ends (0 if unknown)."""
-    warm = float(_num(schedule, "warmup_steps") or 0)
+    warm = float(_finite(schedule, "warmup_steps") or 0)
     total = _positive(schedule, "total_steps") or 0.0
-    stable = max(_num(schedule, "stable_steps") or 0.0, 0.0)
+    stable = max(_finite(schedule, "stable_steps") or 0.0, 0.0)
     decay = _positive(schedule, "decay_steps") or 0.0
     return max(warm, total, warm + stable + decay)
 
