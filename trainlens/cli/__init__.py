@@ -26,6 +26,7 @@ from trainlens.cli import analyze as _analyze  # noqa: F401
 from trainlens.cli import calc as _calc  # noqa: F401
 from trainlens.cli import gate as _gate  # noqa: F401
 from trainlens.cli import report as _report  # noqa: F401
+from trainlens.cli import watch as _watch  # noqa: F401
 from trainlens.cli.app import app
 from trainlens.core.errors import TrainlensError
 

@@ -24,6 +24,7 @@ TOP_KEYS = {
     "fail_on": "analyze: exit 1 at or above this severity (info/warning/error/none)",
     "gate": "trainlens gate rules ([tool.trainlens.gate])",
     "report": "report options (smoothing, ...)",
+    "watch": "trainlens watch settings ([tool.trainlens.watch]: poll, notify, exit_on, ...)",
     "perplexity": (
         "summary perplexity: 'auto' (only for a per-token language-model loss), true or false"
     ),
@@ -44,6 +45,7 @@ class Config:
     fail_on: str | None = None
     gate: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
+    watch: dict[str, Any] = field(default_factory=dict)
     perplexity: bool | str = "auto"
     path: Path | None = None
 

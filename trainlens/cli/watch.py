@@ -1,0 +1,152 @@
+"""``trainlens watch``: judge runs while they train; announce findings as they appear."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trainlens.cli.analyze import IgnoreOpt, SelectOpt
+from trainlens.cli.app import app
+
+
+@app.command()
+def watch(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Run files or folders of runs to follow (runs that appear later are found).",
+            show_default=False,
+        ),
+    ],
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="A trainlens.toml or pyproject.toml ([tool.trainlens.watch] and the rest; "
+            "default: the nearest one from the working directory).",
+            show_default=False,
+        ),
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="Force a reader (jsonl, csv, tensorboard, ...).",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="One JSON object per event on stdout.")
+    ] = False,
+    poll: Annotated[
+        float | None,
+        typer.Option(
+            "--poll",
+            help="Poll every SECONDS instead of waiting for file events (network "
+            "filesystems) [default: file events, or watch.poll].",
+            show_default=False,
+        ),
+    ] = None,
+    notify: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notify",
+            help="Send each finding to this URL (apprise: slack://, discord://, msteams://, "
+            "ntfys://, mailto://, json://host/path for a webhook); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    rate_limit: Annotated[
+        float | None,
+        typer.Option(
+            "--rate-limit",
+            help="At most one notification per SECONDS per target [default: 60].",
+            show_default=False,
+        ),
+    ] = None,
+    exec_cmd: Annotated[
+        str | None,
+        typer.Option(
+            "--exec",
+            help="Run this command for each announced finding (TRAINLENS_* variables "
+            "describe it), e.g. to checkpoint or stop the job.",
+            show_default=False,
+        ),
+    ] = None,
+    exit_on: Annotated[
+        str | None,
+        typer.Option(
+            "--exit-on",
+            help="End the watch with exit 1 at the first finding at or above: warning, error.",
+            show_default=False,
+        ),
+    ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(
+            "--prometheus",
+            help="Serve Prometheus metrics on HOST:PORT (/metrics).",
+            show_default=False,
+        ),
+    ] = None,
+    once: Annotated[
+        bool,
+        typer.Option("--once", help="Read what is there, judge, announce, and end."),
+    ] = False,
+    until_idle: Annotated[
+        float | None,
+        typer.Option(
+            "--until-idle",
+            help="End when no run has grown for SECONDS (job scripts).",
+            show_default=False,
+        ),
+    ] = None,
+    select: SelectOpt = None,
+    ignore: IgnoreOpt = None,
+) -> int:
+    """Follow runs while they are written and announce each finding once, when it appears
+    (exit 0 when stopped with Ctrl-C; 1 when --exit-on was reached)."""
+    from trainlens.core.config import load_config
+    from trainlens.core.errors import UsageError
+    from trainlens.core.names import AliasTable
+    from trainlens.readers import FORMATS, ReadOptions
+    from trainlens.watch.loop import watch as run_watch
+    from trainlens.watch.settings import WatchSettings
+    from trainlens.watch.sinks import build_sink
+
+    if fmt is not None and fmt not in FORMATS:
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise UsageError(f"{missing[0]}: no such file or directory")
+    if until_idle is not None and until_idle < 0:
+        raise UsageError("--until-idle must be at least 0")
+    cfg = load_config(config)
+    cfg.apply_flags(select, ignore)
+    origin = str(cfg.path) if cfg.path else "config"
+    settings = WatchSettings.from_table(cfg.watch, origin=origin).with_flags(
+        poll=poll,
+        notify=notify or None,
+        rate_limit=rate_limit,
+        exec=exec_cmd,
+        exit_on=exit_on,
+        prometheus=prometheus,
+    )
+    sink = build_sink(settings, json=json_out, tty=sys.stdout.isatty())
+    try:
+        return run_watch(
+            paths,
+            config=cfg,
+            settings=settings,
+            sink=sink,
+            format=fmt,
+            options=ReadOptions(aliases=AliasTable(cfg.aliases)),
+            once=once,
+            until_idle=until_idle,
+        )
+    finally:
+        sink.close()

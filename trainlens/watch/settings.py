@@ -1,0 +1,101 @@
+"""``[tool.trainlens.watch]``: the watch's settings, validated like every other section.
+
+Precedence as everywhere: defaults < the config file < flags (the CLI passes its flags to
+:meth:`WatchSettings.with_flags`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainlens.core.errors import ConfigError, did_you_mean
+
+EXIT_LEVELS = ("info", "warning", "error")
+
+#: Every key of ``[tool.trainlens.watch]`` and what it means (the docs list this table).
+WATCH_KEYS = {
+    "poll": "seconds between polls instead of file events (network filesystems); 0: events",
+    "notify": "notification URLs (apprise: slack://, discord://, ntfys://, json://, mailto://...)",
+    "rate_limit": "seconds: at most one notification per this interval per target (default 60)",
+    "exit_on": "end the watch with exit 1 at the first finding at or above: warning or error",
+    "exec": "a command run once per announced finding, the finding in its environment",
+    "prometheus": "HOST:PORT to serve /metrics on",
+    "stall_factor": "a run is stalled after its usual gap between records x this (default 10)",
+    "min_stall_seconds": "... and at least this many seconds (default 30)",
+    "judge_budget": "share of one core the re-judging may take on average (default 0.04)",
+}
+
+
+@dataclass
+class WatchSettings:
+    poll: float = 0.0
+    notify: list[str] = field(default_factory=list)
+    rate_limit: float = 60.0
+    exit_on: str | None = None
+    exec: str | None = None
+    prometheus: str | None = None
+    stall_factor: float = 10.0
+    min_stall_seconds: float = 30.0
+    judge_budget: float = 0.04
+
+    @classmethod
+    def from_table(cls, table: dict[str, Any], *, origin: str = "config") -> WatchSettings:
+        where = f"{origin}: [tool.trainlens.watch]"
+        out = cls()
+        for key, value in table.items():
+            if key not in WATCH_KEYS:
+                raise ConfigError(f"{where}: unknown key {key!r}{did_you_mean(key, WATCH_KEYS)}")
+            setattr(out, key, _checked(key, value, where))
+        return out
+
+    def with_flags(self, **flags: Any) -> WatchSettings:
+        """These settings with every flag that was given (not None) in place, checked."""
+        given = {k: _checked(k, v, "flag") for k, v in flags.items() if v is not None}
+        if "notify" in given:  # --notify adds to the configured targets
+            given["notify"] = [*self.notify, *(u for u in given["notify"] if u not in self.notify)]
+        return dataclasses.replace(self, **given)
+
+
+def _checked(key: str, value: Any, where: str) -> Any:
+    if key in {"poll", "rate_limit", "stall_factor", "min_stall_seconds", "judge_budget"}:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"{where}: {key!r} must be a number of at least 0, not {value!r}")
+        if key == "judge_budget" and not 0 < value <= 1:
+            raise ConfigError(f"{where}: 'judge_budget' must be in (0, 1], not {value!r}")
+        return float(value)
+    if key == "notify":
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{where}: 'notify' must be a list of URLs")
+        return list(value)
+    if key == "exit_on":
+        if not isinstance(value, str) or value.lower() not in (*EXIT_LEVELS, "none"):
+            raise ConfigError(
+                f"{where}: 'exit_on' must be one of {', '.join(EXIT_LEVELS)} or none, not {value!r}"
+            )
+        return None if value.lower() == "none" else value.lower()
+    if key == "prometheus":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: 'prometheus' must be HOST:PORT, not {value!r}")
+        parse_host_port(value, where)
+        return value
+    if key == "exec":
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}: 'exec' must be a command line")
+        return value
+    raise AssertionError(key)  # every WATCH_KEYS key has a branch
+
+
+def parse_host_port(text: str, where: str = "--prometheus") -> tuple[str, int]:
+    """``HOST:PORT`` (or ``:PORT`` / ``PORT`` for all interfaces' localhost default)."""
+    host, _, port = text.rpartition(":")
+    try:
+        number = int(port)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise ConfigError(f"{where}: {text!r} is not HOST:PORT (e.g. 127.0.0.1:9108)")
+    return (host.strip("[]") or "127.0.0.1"), number

@@ -1,0 +1,60 @@
+"""Where the watch's events go: the terminal (a live view on a TTY, plain lines or JSON
+otherwise), notifications, a command per finding, and a Prometheus endpoint."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from trainlens.watch.events import WatchEvent
+
+
+class Fanout:
+    """Every sink gets every event; one that raises is reported by the others and the watch
+    goes on (a sink should not raise; this is the last guard)."""
+
+    def __init__(self, sinks: list[Any]) -> None:
+        self.sinks = sinks
+
+    def emit(self, event: WatchEvent) -> None:
+        for sink in self.sinks:
+            try:
+                sink.emit(event)
+            except Exception as exc:
+                self._failed(sink, event, exc)
+
+    def update(self, state: Any) -> None:
+        for sink in self.sinks:
+            try:
+                sink.update(state)
+            except Exception as exc:
+                self._failed(sink, None, exc)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            with contextlib.suppress(Exception):  # closing is best effort at exit
+                sink.close()
+
+    def _failed(self, sink: Any, event: WatchEvent | None, exc: Exception) -> None:
+        note = WatchEvent(
+            "notify-failed",
+            event.run if event else "",
+            event.source if event else "",
+            event.time if event else 0.0,
+            event.step if event else None,
+            f"{type(sink).__name__} failed: {exc}",
+            severity="warning",
+        )
+        for other in self.sinks:
+            if other is not sink:
+                with contextlib.suppress(Exception):
+                    other.emit(note)
+
+
+def build_sink(settings: Any, *, json: bool, tty: bool) -> Fanout:
+    """The sinks the settings ask for: the terminal (JSON lines with ``json``; plain lines
+    when stdout is not a terminal), then notifications, ``--exec`` and Prometheus."""
+    from trainlens.watch.sinks.lines import JsonSink, LineSink
+
+    sinks: list[Any] = [JsonSink() if json else LineSink()]
+    return Fanout(sinks)

@@ -1,0 +1,34 @@
+"""Plain outputs: one line per event (not a TTY), or one JSON object per event (``--json``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+from trainlens.formatters.json import json_safe
+from trainlens.watch.events import WatchEvent
+
+
+class LineSink:
+    """Each event as one plain line, flushed at once (a log file or a pipe reads it live)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+
+    def emit(self, event: WatchEvent) -> None:
+        print(event.line(), file=self.stream, flush=True)
+
+    def update(self, state: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class JsonSink(LineSink):
+    """Each event as one JSON object on its own line (``--json``), for other programs."""
+
+    def emit(self, event: WatchEvent) -> None:
+        text = json.dumps(json_safe(event.to_dict()), allow_nan=False, separators=(",", ":"))
+        print(text, file=self.stream, flush=True)
