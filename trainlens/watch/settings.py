@@ -19,6 +19,7 @@ WATCH_KEYS = {
     "poll": "seconds between polls instead of file events (network filesystems); 0: events",
     "notify": "notification URLs (apprise: slack://, discord://, ntfys://, json://, mailto://...)",
     "rate_limit": "seconds: at most one notification per this interval per target (default 60)",
+    "notify_level": "the lowest severity sent to --notify and --exec (default warning)",
     "exit_on": "end the watch with exit 1 at the first finding at or above: warning or error",
     "exec": "a command run once per announced finding, the finding in its environment",
     "prometheus": "HOST:PORT to serve /metrics on",
@@ -33,6 +34,7 @@ class WatchSettings:
     poll: float = 0.0
     notify: list[str] = field(default_factory=list)
     rate_limit: float = 60.0
+    notify_level: str = "warning"
     exit_on: str | None = None
     exec: str | None = None
     prometheus: str | None = None
@@ -71,6 +73,12 @@ def _checked(key: str, value: Any, where: str) -> Any:
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             raise ConfigError(f"{where}: 'notify' must be a list of URLs")
         return list(value)
+    if key == "notify_level":
+        if not isinstance(value, str) or value.lower() not in EXIT_LEVELS:
+            raise ConfigError(
+                f"{where}: 'notify_level' must be one of {', '.join(EXIT_LEVELS)}, not {value!r}"
+            )
+        return value.lower()
     if key == "exit_on":
         if not isinstance(value, str) or value.lower() not in (*EXIT_LEVELS, "none"):
             raise ConfigError(

@@ -4,6 +4,7 @@ otherwise), notifications, a command per finding, and a Prometheus endpoint."""
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 from trainlens.watch.events import WatchEvent
@@ -29,11 +30,26 @@ class Fanout:
                 sink.update(state)
             except Exception as exc:
                 self._failed(sink, None, exc)
+        self._report_failures()
+
+    def _report_failures(self) -> None:
+        """Notifiers and --exec report their failures here (they run off the loop)."""
+        for sink in self.sinks:
+            drain = getattr(sink, "drain_failures", None)
+            for text in drain() if drain else []:
+                note = WatchEvent(
+                    "notify-failed", "", "", time.time(), None, text, severity="warning"
+                )
+                for other in self.sinks:
+                    if other is not sink:
+                        with contextlib.suppress(Exception):
+                            other.emit(note)
 
     def close(self) -> None:
         for sink in self.sinks:
             with contextlib.suppress(Exception):  # closing is best effort at exit
                 sink.close()
+        self._report_failures()
 
     def _failed(self, sink: Any, event: WatchEvent | None, exc: Exception) -> None:
         note = WatchEvent(
@@ -52,9 +68,31 @@ class Fanout:
 
 
 def build_sink(settings: Any, *, json: bool, tty: bool) -> Fanout:
-    """The sinks the settings ask for: the terminal (JSON lines with ``json``; plain lines
-    when stdout is not a terminal), then notifications, ``--exec`` and Prometheus."""
+    """The sinks the settings ask for: the terminal (JSON lines with ``json``; the live view
+    on a terminal; plain lines otherwise), then Prometheus, notifications and ``--exec``."""
     from trainlens.watch.sinks.lines import JsonSink, LineSink
 
-    sinks: list[Any] = [JsonSink() if json else LineSink()]
+    sinks: list[Any] = []
+    if json:
+        sinks.append(JsonSink())
+    elif tty:
+        from trainlens.watch.sinks.view import LiveView
+
+        sinks.append(LiveView())
+    else:
+        sinks.append(LineSink())
+    if settings.prometheus:
+        from trainlens.watch.sinks.prometheus import PrometheusSink
+
+        sinks.append(PrometheusSink(settings.prometheus))
+    if settings.notify:
+        from trainlens.watch.sinks.notify import NotifySink
+
+        sinks.append(
+            NotifySink(settings.notify, rate_limit=settings.rate_limit, level=settings.notify_level)
+        )
+    if settings.exec:
+        from trainlens.watch.sinks.notify import ExecSink
+
+        sinks.append(ExecSink(settings.exec, level=settings.notify_level))
     return Fanout(sinks)

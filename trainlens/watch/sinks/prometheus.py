@@ -1,0 +1,136 @@
+"""``--prometheus HOST:PORT``: the watched runs as Prometheus metrics on ``/metrics``.
+
+Served by prometheus_client from its own registry (not the process-global one: a library
+user's metrics stay theirs). The values are read from the watch's state when Prometheus
+scrapes, so ``trainlens_seconds_since_last_record`` is current at every scrape:
+
+- ``trainlens_metric{run, metric}``: the last value of each canonical metric (NaN stays
+  NaN: ``trainlens_metric != trainlens_metric`` finds it);
+- ``trainlens_last_step{run}``, ``trainlens_steps_per_second{run}``,
+  ``trainlens_seconds_since_last_record{run}``, ``trainlens_run_stalled{run}`` (0/1);
+- ``trainlens_findings_total{run, code, severity}``: findings opened (a counter);
+- ``trainlens_open_findings{run, severity}``: findings open now;
+- ``trainlens_early_warnings_total{run}``, ``trainlens_events_total``.
+
+docs/prometheus/trainlens-alerts.yml holds alert rules on these and
+docs/grafana/trainlens-dashboard.json a dashboard; docs/watch.md shows how to run both.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+from trainlens.watch.events import WatchEvent
+from trainlens.watch.settings import parse_host_port
+
+PREFIX = "trainlens"
+
+
+class _Collector:
+    """Builds the metric families from the latest state at each scrape."""
+
+    def __init__(self, sink: PrometheusSink) -> None:
+        self.sink = sink
+
+    def describe(self) -> list[Any]:
+        return []  # unchecked collector: the families vary with the runs
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        with self.sink.lock:
+            runs = list(self.sink.runs)
+            opened = Counter(self.sink.opened)
+            early = Counter(self.sink.early)
+            events = self.sink.events
+        metric = GaugeMetricFamily(
+            f"{PREFIX}_metric", "Last logged value of a canonical metric", labels=["run", "metric"]
+        )
+        last_step = GaugeMetricFamily(f"{PREFIX}_last_step", "Last logged step", labels=["run"])
+        sps = GaugeMetricFamily(
+            f"{PREFIX}_steps_per_second", "Steps per second the run is making", labels=["run"]
+        )
+        since = GaugeMetricFamily(
+            f"{PREFIX}_seconds_since_last_record",
+            "Seconds since a new record of the run was read",
+            labels=["run"],
+        )
+        stalled = GaugeMetricFamily(
+            f"{PREFIX}_run_stalled", "1 while the run counts as stalled", labels=["run"]
+        )
+        open_ = GaugeMetricFamily(
+            f"{PREFIX}_open_findings", "Findings open now", labels=["run", "severity"]
+        )
+        for live in runs:
+            name = live.name
+            for m, v in list(live.last_values.items()):
+                metric.add_metric([name, m], float(v) if v is not None else math.nan)
+            if live.last_step is not None:
+                last_step.add_metric([name], live.last_step)
+            rate = live.steps_per_sec()
+            if rate is not None:
+                sps.add_metric([name], rate)
+            s = live.seconds_since_record()
+            if s is not None:
+                since.add_metric([name], s)
+            stalled.add_metric([name], 1.0 if live.stalled else 0.0)
+            counts = Counter(f.severity.value for f in live.open_findings())
+            for sev in ("info", "warning", "error"):
+                open_.add_metric([name, sev], counts.get(sev, 0))
+        findings = CounterMetricFamily(
+            f"{PREFIX}_findings", "Findings opened", labels=["run", "code", "severity"]
+        )
+        for (run, code, sev), n in sorted(opened.items()):
+            findings.add_metric([run, code, sev], n)
+        warnings = CounterMetricFamily(
+            f"{PREFIX}_early_warnings", "Early warnings announced", labels=["run"]
+        )
+        for run, n in sorted(early.items()):
+            warnings.add_metric([run], n)
+        total = CounterMetricFamily(f"{PREFIX}_events", "Events announced")
+        total.add_metric([], events)
+        yield from (metric, last_step, sps, since, stalled, open_, findings, warnings, total)
+
+
+class PrometheusSink:
+    """Serves ``/metrics`` on ``address`` (HOST:PORT) while the watch runs."""
+
+    def __init__(self, address: str) -> None:
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from trainlens.core.errors import UsageError
+
+        host, port = parse_host_port(address)
+        self.lock = threading.Lock()
+        self.runs: list[Any] = []
+        self.opened: Counter[tuple[str, str, str]] = Counter()
+        self.early: Counter[str] = Counter()
+        self.events = 0
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+        try:
+            self.server, self.thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise UsageError(f"--prometheus {address}: cannot listen ({exc.strerror})") from None
+        self.port = self.server.server_port
+
+    def emit(self, event: WatchEvent) -> None:
+        with self.lock:
+            self.events += 1
+            if event.kind == "finding-opened" and event.finding is not None:
+                f = event.finding
+                self.opened[(event.run, f.code, f.severity.value)] += 1
+            elif event.kind == "early-warning":
+                self.early[event.run] += 1
+
+    def update(self, state: Any) -> None:
+        with self.lock:
+            self.runs = list(getattr(state, "runs", []))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
