@@ -68,24 +68,9 @@ def may_spike(
     if z < 0 or x.size <= m or not np.abs(x).max() < 1e300:  # NaN, ±inf, overflow
         return True, None  # nothing to bound with
     # 0. a real log has spikes, and the stages below then rule nothing out (30-40 ms on 1M
-    #    points, for nothing): the largest jump over the median of the three values
-    #    before (not over the one before, which may be a dip), against the floor, is
-    #    tested exactly first (its baseline and sigma from the medians of its windows),
-    #    and a spike there settles it
-    k = max(m, 3)
-    before = median3(x[k - 3 : -3], x[k - 2 : -2], x[k - 1 : -1])
-    jump = (x[k:] - before) / np.fmax(sigma_floor(np.abs(before)), 1e-300)
-    i = k + int(np.argmax(jump)) if jump.size else 0
-    if min_samples >= 1 and jump.size and judged[i]:
-        at = np.arange(max(m, i - window), i + 1)  # i and the points of its MAD window
-        med_at = _stats.medians_before(x, at, window, min_samples)
-        dev = np.abs(x[at[:-1]] - med_at[:-1])
-        mad = _stats.medians_before(dev, np.array([dev.size]), window, max(1, min_samples - 1))
-        med_i = med_at[-1:]
-        sig = np.fmax(np.nan_to_num(mad * MAD_TO_SIGMA, nan=0.0), sigma_floor(med_i))
-        excess = x[i] - med_i
-        if bool(np.all((excess >= least_excess(med_i)) & (excess >= z * sig))):
-            return True, None
+    #    points, for nothing): a spike at the largest jump settles it
+    if _largest_jump_spikes(x, judged, window, min_samples, z, least_excess, sigma_floor):
+        return True, None
 
     def can_spike(excess_at_most: np.ndarray, abs_med_at_least: np.ndarray) -> np.ndarray:
         floor = np.fmax(0.0, sigma_floor(abs_med_at_least))
@@ -122,6 +107,35 @@ def may_spike(
         if (excess[at] >= z * sig * (1.0 - 1e-9)).any():
             return True, med
     return False, med
+
+
+def _largest_jump_spikes(
+    x: np.ndarray,
+    judged: np.ndarray,
+    window: int,
+    min_samples: int,
+    z: float,
+    least_excess: Bound,
+    sigma_floor: Bound,
+) -> bool:
+    """Whether the largest jump over the median of the three values before (not over the
+    one before, which may be a dip), against the floor, is a spike by the exact test (its
+    baseline and sigma from the medians of its windows): :func:`may_spike`'s first stage."""
+    m = max(min_samples, 1)
+    k = max(m, 3)
+    before = median3(x[k - 3 : -3], x[k - 2 : -2], x[k - 1 : -1])
+    jump = (x[k:] - before) / np.fmax(sigma_floor(np.abs(before)), 1e-300)
+    i = k + int(np.argmax(jump)) if jump.size else 0
+    if not (min_samples >= 1 and jump.size and judged[i]):
+        return False
+    at = np.arange(max(m, i - window), i + 1)  # i and the points of its MAD window
+    med_at = _stats.medians_before(x, at, window, min_samples)
+    dev = np.abs(x[at[:-1]] - med_at[:-1])
+    mad = _stats.medians_before(dev, np.array([dev.size]), window, max(1, min_samples - 1))
+    med_i = med_at[-1:]
+    sig = np.fmax(np.nan_to_num(mad * MAD_TO_SIGMA, nan=0.0), sigma_floor(med_i))
+    excess = x[i] - med_i
+    return bool(np.all((excess >= least_excess(med_i)) & (excess >= z * sig)))
 
 
 def _medians_before(

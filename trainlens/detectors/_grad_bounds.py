@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -14,6 +16,30 @@ from trainlens.core.findings import Finding
 from trainlens.core.stats import MAD_TO_SIGMA, centered_rolling_median, runs_of
 from trainlens.detectors._grad_common import GRAD, SpikeParams
 from trainlens.detectors.base import finding
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One absolute bound: GRAD003 below ``vanish_below``, GRAD004 above ``explode_above``;
+    ``relaxed`` is the bound loosened by the hysteresis factor (where a stretch ends)."""
+
+    code: str
+    bound: float
+    relaxed: float
+    up: bool
+
+    def beyond(self, x: np.ndarray, level: float) -> np.ndarray:
+        return x > level if self.up else x < level
+
+
+class _Stretch(NamedTuple):
+    """Indices of a stretch beyond a bound: where it began (past the relaxed bound), where
+    it crossed the bound itself, its last point; and how many points lay beyond."""
+
+    a0: int
+    a: int
+    b: int
+    hits: int
 
 
 def _bounds(
@@ -33,26 +59,15 @@ def _bounds(
         return out  # no median of values inside the loose bounds lies outside them
     sm = centered_rolling_median(gv, 5)
     span = max(int(st[-1] - st[0]), 1)
-    for code, core, loose, bound, relaxed in (
-        (
-            "GRAD003",
-            sm < p.vanish_below,
-            sm < p.vanish_below * h,
-            p.vanish_below,
-            p.vanish_below * h,
-        ),
-        (
-            "GRAD004",
-            sm > p.explode_above,
-            sm > p.explode_above / h,
-            p.explode_above,
-            p.explode_above / h,
-        ),
+    for side in (
+        _Side("GRAD003", p.vanish_below, p.vanish_below * h, up=False),
+        _Side("GRAD004", p.explode_above, p.explode_above / h, up=True),
     ):
+        core = side.beyond(sm, side.bound)
         # a stretch starts where the norm crosses the bound and lasts until it is back
         # past the relaxed bound (hysteresis), so dips around the bound do not split it
         inside = np.cumsum(core)
-        for a0, b in runs_of(loose):
+        for a0, b in runs_of(side.beyond(sm, side.relaxed)):
             hits = int(inside[b] - (inside[a0 - 1] if a0 else 0))
             if hits == 0:
                 continue
@@ -62,83 +77,110 @@ def _bounds(
             sustained = n >= p.sustain_points or (n >= 5 and length >= p.sustain_frac * span)
             if not sustained or hits < 0.5 * n:
                 continue
-            before = gv[max(0, a - p.window) : a]
-            # moved in: the norm came from outside the hysteresis band, or moved by that
-            # factor itself, not from just over the bound. A converged LoRA fine-tune
-            # (SmolVLM, loss 19 -> 0.0023) whose norm sat at a median of 0.0123 for 600
-            # steps and dipped to 0.0096 for 9 points was noise around 1e-2, not gradients
-            # that vanished; 0.013 -> 0.001 would be
-            inside_med = float(np.median(gv[a : b + 1]))
-            before_med = float(np.median(before)) if before.size else math.nan
-            moved_in = (
-                before.size >= p.min_baseline
-                and int(st[a]) >= w_end
-                and (
-                    before_med >= relaxed or before_med >= h * inside_med
-                    if code == "GRAD003"
-                    else before_med <= relaxed or before_med * h <= inside_med
-                )
-            )
-            onset, tail_med = _left_tail(gv, sm, a0, a, up=code == "GRAD004", p=p)
-            falling = _loss_falls(loss, int(st[a]), int(st[b]))
-            if code == "GRAD003":
-                sev = "warning" if moved_in and falling is not True else "info"
-                what = "vanishing"
-                hint = (
-                    "check for a frozen or detached module, a dead activation, or an LR near zero"
-                )
-            else:
-                sev = "warning" if moved_in or falling is False else "info"
-                what = "exploding"
-                hint = "lower the LR or add/tighten gradient clipping"
-            note = ""
-            near = before.size >= p.min_baseline and int(st[a]) >= w_end and not moved_in
-            if sev == "info":
-                note = (
-                    " (the loss keeps falling, so training still progresses)"
-                    if moved_in
-                    else f" (it was already near the bound: median {float(np.median(before)):.3g}"
-                    f" over the {before.size} points before; grad norms are scaled per "
-                    "implementation, so this may be normal)"
-                    if near
-                    else " (from the start of the log"
-                    + (", while the loss keeps falling" if falling else "")
-                    + "; grad norms are scaled per implementation, so this may be normal)"
-                )
-            med = float(np.median(gv[a : b + 1]))
-            out.append(
-                finding(
-                    code,
-                    codes[code],
-                    sev,
-                    (
-                        f"grad_norm is {'below' if code == 'GRAD003' else 'above'} {bound:g} "
-                        f"from the first logged step {int(st[a])} and stayed "
-                        if a == 0
-                        else f"grad_norm {'fell below' if code == 'GRAD003' else 'rose above'} "
-                        f"{bound:g} at step {int(st[a])} and stayed "
-                        if onset == a
-                        else f"grad_norm left its tail (median {tail_med:.3g} before) at step "
-                        f"{int(st[onset])}, {'fell below' if code == 'GRAD003' else 'rose above'}"
-                        f" {bound:g} at step {int(st[a])} and stayed "
-                    )
-                    + f"{'below' if code == 'GRAD003' else 'above'} {relaxed:.3g} until step "
-                    f"{int(st[b])} ({n} logged points, median {med:.3g}): {what} "
-                    f"gradients{note}; {hint}.",
-                    metric=GRAD,
-                    step_start=int(st[onset]),
-                    crossed_step=int(st[a]),
-                    step_end=int(st[b]),
-                    bound=bound,
-                    points=n,
-                    points_beyond_bound=hits,
-                    steps=length,
-                    median=med,
-                    median_before=float(np.median(before)) if before.size else None,
-                    loss_falling=falling,
-                )
-            )
+            stretch = _Stretch(a0, a, b, hits)
+            out.append(_stretch_finding(side, stretch, st, gv, sm, loss, w_end, p, codes))
     return out
+
+
+def _moved_in(
+    side: _Side, before: np.ndarray, inside_med: float, at_step: int, w_end: int, p: SpikeParams
+) -> bool:
+    """The norm moved into the band: it came from outside the hysteresis band, or moved by
+    that factor itself, not from just over the bound (and after warmup). A converged LoRA
+    fine-tune (SmolVLM, loss 19 -> 0.0023) whose norm sat at a median of 0.0123 for 600
+    steps and dipped to 0.0096 for 9 points was noise around 1e-2, not gradients that
+    vanished; 0.013 -> 0.001 would be."""
+    h = p.bound_hysteresis
+    before_med = float(np.median(before)) if before.size else math.nan
+    return (
+        before.size >= p.min_baseline
+        and at_step >= w_end
+        and (
+            before_med >= side.relaxed or before_med >= h * inside_med
+            if not side.up
+            else before_med <= side.relaxed or before_med * h <= inside_med
+        )
+    )
+
+
+def _stretch_finding(
+    side: _Side,
+    s: _Stretch,
+    st: np.ndarray,
+    gv: np.ndarray,
+    sm: np.ndarray,
+    loss: tuple[np.ndarray, np.ndarray] | None,
+    w_end: int,
+    p: SpikeParams,
+    codes: Mapping[str, str],
+) -> Finding:
+    """The GRAD003 / GRAD004 finding of one sustained stretch."""
+    a, b = s.a, s.b
+    before = gv[max(0, a - p.window) : a]
+    moved_in = _moved_in(side, before, float(np.median(gv[a : b + 1])), int(st[a]), w_end, p)
+    onset, tail_med = _left_tail(gv, sm, s.a0, a, up=side.up, p=p)
+    falling = _loss_falls(loss, int(st[a]), int(st[b]))
+    if not side.up:
+        sev = "warning" if moved_in and falling is not True else "info"
+        what = "vanishing"
+        hint = "check for a frozen or detached module, a dead activation, or an LR near zero"
+    else:
+        sev = "warning" if moved_in or falling is False else "info"
+        what = "exploding"
+        hint = "lower the LR or add/tighten gradient clipping"
+    note = ""
+    near = before.size >= p.min_baseline and int(st[a]) >= w_end and not moved_in
+    if sev == "info":
+        note = _info_note(before, moved_in=moved_in, near=near, falling=falling)
+    n = b - a + 1
+    med = float(np.median(gv[a : b + 1]))
+    below = side.code == "GRAD003"
+    crossed = "fell below" if below else "rose above"
+    return finding(
+        side.code,
+        codes[side.code],
+        sev,
+        (
+            f"grad_norm is {'below' if below else 'above'} {side.bound:g} "
+            f"from the first logged step {int(st[a])} and stayed "
+            if a == 0
+            else f"grad_norm {crossed} {side.bound:g} at step {int(st[a])} and stayed "
+            if onset == a
+            else f"grad_norm left its tail (median {tail_med:.3g} before) at step "
+            f"{int(st[onset])}, {crossed} {side.bound:g} at step {int(st[a])} and stayed "
+        )
+        + f"{'below' if below else 'above'} {side.relaxed:.3g} until step "
+        f"{int(st[b])} ({n} logged points, median {med:.3g}): {what} "
+        f"gradients{note}; {hint}.",
+        metric=GRAD,
+        step_start=int(st[onset]),
+        crossed_step=int(st[a]),
+        step_end=int(st[b]),
+        bound=side.bound,
+        points=n,
+        points_beyond_bound=s.hits,
+        steps=int(st[b] - st[a]),
+        median=med,
+        median_before=float(np.median(before)) if before.size else None,
+        loss_falling=falling,
+    )
+
+
+def _info_note(before: np.ndarray, *, moved_in: bool, near: bool, falling: bool | None) -> str:
+    """Why an info-level stretch is only a note."""
+    if moved_in:
+        return " (the loss keeps falling, so training still progresses)"
+    if near:
+        return (
+            f" (it was already near the bound: median {float(np.median(before)):.3g}"
+            f" over the {before.size} points before; grad norms are scaled per "
+            "implementation, so this may be normal)"
+        )
+    return (
+        " (from the start of the log"
+        + (", while the loss keeps falling" if falling else "")
+        + "; grad norms are scaled per implementation, so this may be normal)"
+    )
 
 
 def _left_tail(

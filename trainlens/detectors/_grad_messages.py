@@ -193,6 +193,29 @@ def _loss_moved(gs: _Series, ev: _Event, ls: _Series | None, p: SpikeParams) -> 
     )
 
 
+def _grad002_cluster(
+    name: str, gs: _Series, evs: list[_Event], steps: list[int], ratios: list[float], why: str
+) -> Finding:
+    """One GRAD002 warning for grad-only spikes repeated in a cluster (``steps`` and
+    ``ratios``: their first steps and peak ratios)."""
+    return finding(
+        "GRAD002",
+        name,
+        "warning",
+        f"grad_norm spiked {len(evs)} times between steps {steps[0]} and "
+        f"{steps[-1]} (up to {max(ratios):.1f}x its rolling median) and {why}; "
+        "repeated spikes are an early sign of instability — check the LR, warmup "
+        "and clipping.",
+        metric=GRAD,
+        step_start=steps[0],
+        step_end=int(gs.steps[evs[-1].end]),
+        spike_steps=steps,
+        grad_ratios=ratios,
+        count=len(evs),
+        lead_step=steps[0],
+    )
+
+
 def _grad002_one(name: str, gs: _Series, ev: _Event, sev: str, why: str, p: SpikeParams) -> Finding:
     s0 = int(gs.steps[ev.start])
     if ev.recovered is not None:

@@ -11,10 +11,11 @@ from functools import partial
 import numpy as np
 
 from trainlens.core.stats import runs_of
-from trainlens.detectors._causes_catalogue import DATA_ADVICE
-from trainlens.detectors._grad_common import GRAD, SpikeParams, _Pending, _Series, gaps_in
+from trainlens.detectors._causes_catalogue import DATA_ADVICE, GRAD_ADVICE
+from trainlens.detectors._grad_common import SpikeParams, _Event, _Pending, _Series, gaps_in
 from trainlens.detectors._grad_messages import (
     _grad001,
+    _grad002_cluster,
     _grad002_one,
     _grad_persistent,
     _loss001,
@@ -23,7 +24,6 @@ from trainlens.detectors._grad_messages import (
     _ratio,
     _span,
 )
-from trainlens.detectors.base import finding
 
 
 def _pair(
@@ -33,83 +33,96 @@ def _pair(
     codes: Mapping[str, str],
     no_grad: str = "is not logged",
 ) -> list[_Pending]:
+    """Every spike event of both series, decided: GRAD001 (a grad spike the loss
+    followed), LOSS001 (a loss spike no grad spike led), GRAD002 (a grad spike alone)."""
     out: list[_Pending] = []
     loss_used = np.zeros(len(ls.events) if ls is not None else 0, dtype=bool)
     grad_answered = np.zeros(len(gs.events) if gs is not None else 0, dtype=bool)
     if gs is not None and ls is not None and gs.events and ls.events:
-        win = max(p.lag_window, p.lag_window_points * max(gs.interval, ls.interval))
-        l_idx = np.array([e.start for e in ls.events], dtype=np.int64)
-        l_start = ls.steps[l_idx]
-        l_end = ls.steps[np.array([e.end for e in ls.events], dtype=np.int64)]
-        # a loss spike after a gap in the log is not paired across it: nothing logged
-        # joins the two (a spliced excerpt's typical interval can make the window long)
-        gap_steps = ls.steps[gaps_in(ls.steps, ls.interval, p.gap_intervals)]
-        for gi, ge in enumerate(gs.events):
-            # a loss spike follows from the grad spike's first step to lag_window after
-            # its last spike point
-            g0, g1 = int(gs.steps[ge.start]), int(gs.steps[ge.last_spike])
-            reach = g1 + win
-            ng = int(np.searchsorted(gap_steps, g1, side="left"))
-            if ng < gap_steps.size:
-                reach = min(reach, int(gap_steps[ng]))
-            li = int(np.searchsorted(l_start, g0, side="left"))
-            while li < l_start.size and l_start[li] <= reach and loss_used[li]:
-                li += 1
-            if li < l_start.size and l_start[li] <= reach:
-                loss_used[li] = grad_answered[gi] = True
-                le = ls.events[li]
-                sev, clause = _loss_response(ls, le, p)
-                if sev == "info" and _grad_persistent(ge, p):
-                    sev = "warning"
-                    clause += f"; grad_norm stayed elevated {_span(gs, ge)}"
-                if sev == "warning":
-                    clause += "; if it recurs, lower the LR or tighten gradient clipping"
-                out.append(
-                    _Pending(
-                        "GRAD001",
-                        sev,
-                        _ratio(ge, gs.values),
-                        g0,
-                        partial(_grad001, codes["GRAD001"], gs, ge, ls, le, sev, clause),
-                    )
-                )
-                continue
-            # a loss spike already under way when the grad norm spiked: the grad norm
-            # did not lead, but the spike is not unanswered either
-            lb = int(np.searchsorted(l_start, g0, side="left")) - 1
-            if lb >= 0 and l_end[lb] >= g0 - win:
-                grad_answered[gi] = True
-                extra = ls.events[lb].extra
-                extra.setdefault("grad_spike_step", g0)
-                extra.setdefault("grad_ratio", _ratio(ge, gs.values))
+        out.extend(_lead_lag(gs, ls, p, codes["GRAD001"], loss_used, grad_answered))
     if ls is not None:
+        no_grad_why = None if gs else no_grad
         for li in np.flatnonzero(~loss_used).tolist():
-            le = ls.events[li]
-            sev, clause = _loss_response(ls, le, p)
-            if sev == "warning":
-                clause += "; " + DATA_ADVICE  # replaced by _causes when something moved first
-            z = (float(ls.values[le.peak]) - le.base) / le.sigma if le.sigma > 0 else 0.0
-            out.append(
-                _Pending(
-                    "LOSS001",
-                    sev,
-                    z,
-                    int(ls.steps[le.start]),
-                    partial(
-                        _loss001,
-                        codes["LOSS001"],
-                        ls,
-                        le,
-                        sev,
-                        clause,
-                        no_grad=None if gs else no_grad,
-                    ),
-                )
-            )
+            out.append(_loss_only(ls, ls.events[li], p, codes["LOSS001"], no_grad_why))
     if gs is not None:
         lone = np.flatnonzero(~grad_answered).tolist()
         out.extend(_grad002(gs, lone, p, ls, codes["GRAD002"]))
     return out
+
+
+def _lead_lag(
+    gs: _Series,
+    ls: _Series,
+    p: SpikeParams,
+    name: str,
+    loss_used: np.ndarray,
+    grad_answered: np.ndarray,
+) -> list[_Pending]:
+    """GRAD001 for each grad spike a loss spike followed within the lag window; marks the
+    loss spikes used and the grad spikes answered (also by a loss spike under way)."""
+    out: list[_Pending] = []
+    win = max(p.lag_window, p.lag_window_points * max(gs.interval, ls.interval))
+    l_idx = np.array([e.start for e in ls.events], dtype=np.int64)
+    l_start = ls.steps[l_idx]
+    l_end = ls.steps[np.array([e.end for e in ls.events], dtype=np.int64)]
+    # a loss spike after a gap in the log is not paired across it: nothing logged
+    # joins the two (a spliced excerpt's typical interval can make the window long)
+    gap_steps = ls.steps[gaps_in(ls.steps, ls.interval, p.gap_intervals)]
+    for gi, ge in enumerate(gs.events):
+        # a loss spike follows from the grad spike's first step to lag_window after
+        # its last spike point
+        g0, g1 = int(gs.steps[ge.start]), int(gs.steps[ge.last_spike])
+        reach = g1 + win
+        ng = int(np.searchsorted(gap_steps, g1, side="left"))
+        if ng < gap_steps.size:
+            reach = min(reach, int(gap_steps[ng]))
+        li = int(np.searchsorted(l_start, g0, side="left"))
+        while li < l_start.size and l_start[li] <= reach and loss_used[li]:
+            li += 1
+        if li < l_start.size and l_start[li] <= reach:
+            loss_used[li] = grad_answered[gi] = True
+            le = ls.events[li]
+            sev, clause = _loss_response(ls, le, p)
+            if sev == "info" and _grad_persistent(ge, p):
+                sev = "warning"
+                clause += f"; grad_norm stayed elevated {_span(gs, ge)}"
+            if sev == "warning":
+                clause += "; " + GRAD_ADVICE  # replaced by _causes when something moved first
+            out.append(
+                _Pending(
+                    "GRAD001",
+                    sev,
+                    _ratio(ge, gs.values),
+                    g0,
+                    partial(_grad001, name, gs, ge, ls, le, sev, clause),
+                )
+            )
+            continue
+        # a loss spike already under way when the grad norm spiked: the grad norm
+        # did not lead, but the spike is not unanswered either
+        lb = int(np.searchsorted(l_start, g0, side="left")) - 1
+        if lb >= 0 and l_end[lb] >= g0 - win:
+            grad_answered[gi] = True
+            extra = ls.events[lb].extra
+            extra.setdefault("grad_spike_step", g0)
+            extra.setdefault("grad_ratio", _ratio(ge, gs.values))
+    return out
+
+
+def _loss_only(ls: _Series, le: _Event, p: SpikeParams, name: str, no_grad: str | None) -> _Pending:
+    """LOSS001 for a loss spike no grad spike led (``no_grad``: why there is no grad-norm
+    series to check a lead in; None: there is)."""
+    sev, clause = _loss_response(ls, le, p)
+    if sev == "warning":
+        clause += "; " + DATA_ADVICE  # replaced by _causes when something moved first
+    z = (float(ls.values[le.peak]) - le.base) / le.sigma if le.sigma > 0 else 0.0
+    return _Pending(
+        "LOSS001",
+        sev,
+        z,
+        int(ls.steps[le.start]),
+        partial(_loss001, name, ls, le, sev, clause, no_grad=no_grad),
+    )
 
 
 def _grad002(
@@ -152,23 +165,7 @@ def _grad002(
                 "warning",
                 max(ratios),
                 steps[0],
-                partial(
-                    finding,
-                    "GRAD002",
-                    name,
-                    "warning",
-                    f"grad_norm spiked {len(evs)} times between steps {steps[0]} and "
-                    f"{steps[-1]} (up to {max(ratios):.1f}x its rolling median) and {why}; "
-                    "repeated spikes are an early sign of instability — check the LR, warmup "
-                    "and clipping.",
-                    metric=GRAD,
-                    step_start=steps[0],
-                    step_end=int(gs.steps[evs[-1].end]),
-                    spike_steps=steps,
-                    grad_ratios=ratios,
-                    count=len(evs),
-                    lead_step=steps[0],
-                ),
+                partial(_grad002_cluster, name, gs, evs, steps, ratios, why),
             )
         )
     for j, i in enumerate(lone):
