@@ -18,6 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainlens.core.stats import centered_rolling_median, medians_before
+from trainlens.detectors import _grad_baseline as gb
+from trainlens.detectors import _grad_events as ge
 from trainlens.detectors import grad_spikes as gs
 
 
@@ -69,8 +71,8 @@ def _loss_args(steps: np.ndarray, v: np.ndarray, p: gs.Params) -> tuple:
 
 def _exact(args: tuple, monkeypatch: pytest.MonkeyPatch, screen: bool) -> tuple | None:
     with monkeypatch.context() as m:
-        m.setattr(gs, "_SIGMA_AT_POINTS_MAX", -1.0)  # always the full rolling MAD
-        return gs._scores(*args, screen=screen)
+        m.setattr(gb, "_SIGMA_AT_POINTS_MAX", -1.0)  # always the full rolling MAD
+        return gb._scores(*args, screen=screen)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -83,7 +85,7 @@ def test_fast_scores_equal_the_full_computation(
     steps, g, v = _noisy(seed, n, rng.choice([0.02, 0.05, 0.1]), rng.choice([0.003, 0.01]), 3)
     p = gs.Params()
     args = _grad_args(steps, g, p) if which == "grad" else _loss_args(steps, v, p)
-    fast = gs._scores(*args, screen=False)
+    fast = gb._scores(*args, screen=False)
     exact = _exact(args, monkeypatch, screen=False)
     assert fast is not None and exact is not None
     med, sig, spike, k = fast
@@ -107,7 +109,7 @@ def test_fast_scores_with_a_short_tail(
     p = gs.Params()
     args = list(_grad_args(steps, g, p) if which == "grad" else _loss_args(steps, v, p))
     args[3] = int(steps[-1]) + 1 - tail  # steps run 0, 1, 2, ... (odd seed)
-    fast = gs._scores(*args, screen=False)
+    fast = gb._scores(*args, screen=False)
     exact = _exact(tuple(args), monkeypatch, screen=False)
     assert fast is not None and exact is not None
     assert np.array_equal(fast[2], exact[2]) and fast[3] == exact[3]
@@ -121,7 +123,7 @@ def test_the_fast_path_is_taken_on_realistic_noise(monkeypatch: pytest.MonkeyPat
     steps, g, _ = _noisy(1, 50_000, 0.05, 0.01, 3)
     p = gs.Params()
     args = _grad_args(steps, g, p)
-    fast = gs._scores(*args, screen=True)
+    fast = gb._scores(*args, screen=True)
     exact = _exact(args, monkeypatch, screen=True)
     assert fast is not None and exact is not None
     assert np.isnan(fast[1]).mean() > 0.9
@@ -138,10 +140,10 @@ def test_fast_events_equal_the_full_computation(seed: int, monkeypatch: pytest.M
     w_end = int(steps[0]) + 50
 
     def events() -> tuple[list, list]:
-        return gs._grad_events(steps, g, p, w_end), gs._loss_events(steps, v, p, w_end, (steps, v))
+        return ge._grad_events(steps, g, p, w_end), ge._loss_events(steps, v, p, w_end, (steps, v))
 
     fast = events()
-    monkeypatch.setattr(gs, "_SIGMA_AT_POINTS_MAX", -1.0)
+    monkeypatch.setattr(gb, "_SIGMA_AT_POINTS_MAX", -1.0)
     assert fast == events()
 
 
@@ -191,8 +193,8 @@ def test_the_quick_proof_of_a_spike_is_right(seed: int, which: str) -> None:
     p = gs.Params()
     args = _grad_args(steps, g, p) if which == "grad" else _loss_args(steps, v, p)
     x, judged, z, least_excess, sigma_floor = args[0], args[2], args[5], args[6], args[7]
-    possible, med = gs.may_spike(x, judged, p.window, p.min_baseline, z, least_excess, sigma_floor)
-    exact = gs._scores(*args, screen=False)
+    possible, med = gb.may_spike(x, judged, p.window, p.min_baseline, z, least_excess, sigma_floor)
+    exact = gb._scores(*args, screen=False)
     assert exact is not None
     if possible and med is None:  # the largest jump over the median of the three before
         before = np.median(np.stack([x[:-3], x[1:-2], x[2:-1]]), axis=0)

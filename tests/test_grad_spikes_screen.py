@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from trainlens.detectors import _grad_baseline as gb
+from trainlens.detectors import _grad_events as ge
 from trainlens.detectors import grad_spikes as gs
 
 
@@ -32,14 +34,14 @@ def _events(steps: np.ndarray, g: np.ndarray, v: np.ndarray) -> tuple[list, list
     p = gs.Params()
     w_end = int(steps[0]) + 5
     raw = (steps, v)
-    return gs._grad_events(steps, g, p, w_end), gs._loss_events(steps, v, p, w_end, raw)
+    return ge._grad_events(steps, g, p, w_end), ge._loss_events(steps, v, p, w_end, raw)
 
 
 @pytest.mark.parametrize("seed", range(300))
 def test_screen_changes_no_event(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     steps, g, v = _series(seed)
     screened = _events(steps, g, v)
-    monkeypatch.setattr(gs, "may_spike", lambda *args: (True, None))
+    monkeypatch.setattr(gb, "may_spike", lambda *args: (True, None))
     assert screened == _events(steps, g, v)
 
 
@@ -49,7 +51,7 @@ def test_screen_rules_out_a_quiet_series_and_keeps_a_spike() -> None:
     judged = np.ones(x.size, dtype=bool)
 
     def screen(values: np.ndarray) -> bool:
-        return gs.may_spike(values, judged, 50, 3, 6.0, lambda m: np.log(3.0), lambda m: 0.05)[0]
+        return gb.may_spike(values, judged, 50, 3, 6.0, lambda m: np.log(3.0), lambda m: 0.05)[0]
 
     assert not screen(x)
     x[3000] += np.log(4.0)
