@@ -18,7 +18,7 @@ mlflow = pytest.importorskip("mlflow")
 from mlflow.entities import Metric, Param, RunTag, ViewType  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-import trainlens.readers.mlflow as mlflow_reader  # noqa: E402
+import trainlens.readers.mlflow._metricfiles as mlflow_reader  # noqa: E402
 from trainlens.core.errors import UnreadableInputError  # noqa: E402
 from trainlens.core.run import Run  # noqa: E402
 from trainlens.core.yamlio import read_yaml  # noqa: E402
