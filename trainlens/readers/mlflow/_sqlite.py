@@ -91,8 +91,8 @@ def _read_sqlite_con(con: sqlite3.Connection, path: Path, opts: ReadOptions) -> 
         )
     infos = _sqlite_runs(con, tables)
     # runs that logged metrics but have no row in `runs` (a partial copy) still count
-    per_pair = _has_run_key_index(con)
-    metric_runs = _distinct_runs(con, indexed=per_pair)
+    index = _run_key_index(con)
+    metric_runs = _distinct_runs(con, indexed=index is not None)
     for rid in metric_runs:
         if rid not in infos:
             infos[rid] = RunInfo(
@@ -116,7 +116,7 @@ def _read_sqlite_con(con: sqlite3.Connection, path: Path, opts: ReadOptions) -> 
 
     is_nan = "is_nan" if "is_nan" in mcols else "0"
     data = _sqlite_metrics(
-        con, [r.run_id for r in runs], source=str(path), is_nan=is_nan, per_pair=per_pair
+        con, [r.run_id for r in runs], source=str(path), is_nan=is_nan, index=index
     )
     latest = _latest_metrics(con, tables)
     names = unique_names(runs)
@@ -194,14 +194,19 @@ def _sqlite_kv(con: sqlite3.Connection, table: str, tables: set[str]) -> dict[st
     return {rid: dict(sorted(kv.items())) for rid, kv in out.items()}
 
 
-def _has_run_key_index(con: sqlite3.Connection) -> bool:
-    """MLflow indexes metrics on (run_uuid, key, step); without such an index, one full
-    scan beats a query per metric."""
+def _run_key_index(con: sqlite3.Connection) -> str | None:
+    """The name of an index on metrics (run_uuid, key, …), as MLflow makes; without
+    one, one full scan beats a query per metric."""
     for row in con.execute('PRAGMA index_list("metrics")'):
-        cols = [r[2] for r in con.execute(f'PRAGMA index_info("{row[1]}")')]
+        cols = [r[2] for r in con.execute(f'PRAGMA index_info("{_quoted(row[1])}")')]
         if cols[:2] == ["run_uuid", "key"]:
-            return True
-    return False
+            return str(row[1])
+    return None
+
+
+def _quoted(name: str) -> str:
+    """An identifier read from the database, safe between double quotes."""
+    return str(name).replace('"', '""')
 
 
 def _distinct_runs(con: sqlite3.Connection, *, indexed: bool) -> list[str]:
@@ -244,7 +249,7 @@ def _sqlite_metrics(
     *,
     source: str,
     is_nan: str,
-    per_pair: bool,
+    index: str | None,
 ) -> dict[str, _RunData]:
     """run id -> (metric names, rows per metric, (step, value, timestamp), issues).
 
@@ -279,11 +284,13 @@ def _sqlite_metrics(
                 )
             )
 
-    if per_pair:
+    if index is not None:
+        # named: without statistics SQLite's planner takes MLflow's primary key, which
+        # starts with `key`, and walks that metric's rows of every run (measured on 200
+        # runs written by MlflowClient: 14.5 ms a query, 0.64 ms through this index)
+        pick = f'SELECT {cols} FROM metrics INDEXED BY "{_quoted(index)}" '
         for rid, key in _distinct_keys(con, run_ids):
-            cur = con.execute(
-                f"SELECT {cols} FROM metrics WHERE run_uuid = ? AND key = ?", (rid, key)
-            )
+            cur = con.execute(pick + "WHERE run_uuid = ? AND key = ?", (rid, key))
             add(str(rid), str(key), _chunks(cur))
     else:
         wanted = set(run_ids)
