@@ -34,6 +34,11 @@ Deleted runs are left out unless selected by id or name. Run metadata: ``store``
 ``run_id``, ``run_name``, ``experiment_id``, ``experiment``, ``status``,
 ``lifecycle_stage``, ``start_time`` / ``end_time`` (seconds since the epoch),
 ``user_id``, ``params`` and ``tags`` (dicts of strings, verbatim).
+
+Modules, one job each: :mod:`._filestore` (which folders are runs and experiments, their
+meta.yaml, params and tags), :mod:`._metricfiles` (metric files through polars, bad lines
+reported), :mod:`._sqlite`, :mod:`._export`, and :mod:`._runs` (what all three share: run
+selection, display names, metadata, the long frame). This module sniffs and dispatches.
 """
 
 from __future__ import annotations
