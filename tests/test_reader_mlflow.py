@@ -18,7 +18,7 @@ mlflow = pytest.importorskip("mlflow")
 from mlflow.entities import Metric, Param, RunTag, ViewType  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-import trainlens.readers.mlflow as mlflow_reader  # noqa: E402
+import trainlens.readers.mlflow._metricfiles as mlflow_reader  # noqa: E402
 from trainlens.core.errors import UnreadableInputError  # noqa: E402
 from trainlens.core.run import Run  # noqa: E402
 from trainlens.core.yamlio import read_yaml  # noqa: E402
@@ -590,6 +590,89 @@ def test_export_shapes_other_than_the_current_one(
 
 
 def test_trainlens_does_not_import_mlflow() -> None:
-    src = Path(__file__).resolve().parents[1] / "trainlens" / "readers" / "mlflow.py"
-    text = src.read_text()
-    assert "import mlflow" not in text and "from mlflow" not in text
+    package = Path(__file__).resolve().parents[1] / "trainlens" / "readers" / "mlflow"
+    sources = sorted(package.glob("*.py"))
+    assert sources
+    for src in sources:
+        text = src.read_text()
+        assert "import mlflow" not in text and "from mlflow" not in text, src
+
+
+# ---- bad input: one sentence naming the file, never a traceback ----------------------------
+
+
+@pytest.mark.parametrize("which", ["run", "experiment"])
+def test_meta_yaml_pyyaml_rejects_is_one_sentence_naming_the_file(
+    file_store: tuple[Path, dict[str, str]], tmp_path: Path, which: str
+) -> None:
+    root, ids = file_store
+    store = tmp_path / "mlruns"
+    shutil.copytree(root, store)
+    run_dir = next(p.parent for p in store.rglob("meta.yaml") if p.parent.name == ids["beta"])
+    meta = (run_dir if which == "run" else run_dir.parent) / "meta.yaml"
+    meta.write_text(meta.read_text() + "status: [3\nrun_name: {oops\n")  # not YAML
+    runs = _by_id(read_mlflow(store, ReadOptions()))
+    beta = runs[ids["beta"]]
+    [note] = [d for d in beta.data_quality if d.kind == "bad-metadata"]
+    assert note.source == str(meta)
+    assert note.message.startswith("not valid YAML (line ") and "\n" not in note.message
+    assert "Traceback" not in note.message
+    # every metric is still read; the name falls back to the mlflow.runName tag
+    assert beta.name == "beta" and beta.frame.height > 0
+    if which == "run":
+        assert beta.metadata["status"] is None  # only meta.yaml knows it
+    else:  # the experiment's other run carries the same note; its own meta.yaml is fine
+        alpha = runs[ids["alpha"]]
+        assert [d.source for d in alpha.data_quality if d.kind == "bad-metadata"] == [str(meta)]
+        assert alpha.metadata["status"] == "FINISHED" and alpha.metadata["experiment"] is None
+
+
+def test_run_folder_without_metric_files_is_a_clear_error(
+    file_store: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    root, ids = file_store
+    store = tmp_path / "mlruns"
+    shutil.copytree(root, store)
+    run_dir = next(p.parent for p in store.rglob("meta.yaml") if p.parent.name == ids["beta"])
+    shutil.rmtree(run_dir / "metrics")
+    with pytest.raises(UnreadableInputError) as err:
+        read_mlflow(run_dir, ReadOptions())
+    msg = str(err.value)
+    assert msg.startswith(f"{run_dir}: no metrics logged") and ids["beta"] in msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize("damage", ["overwritten", "truncated"])
+def test_corrupt_sqlite_database_is_one_sentence_naming_the_file(
+    sqlite_store: tuple[Path, dict[str, str]], tmp_path: Path, damage: str
+) -> None:
+    db, _ids = sqlite_store
+    data = db.read_bytes()
+    bad = tmp_path / "mlflow.db"
+    if damage == "overwritten":  # the header page kept, every page after it garbage
+        bad.write_bytes(data[:4096] + b"\x5a" * (len(data) - 4096))
+    else:
+        bad.write_bytes(data[: len(data) // 3])
+    with pytest.raises(UnreadableInputError) as err:
+        read_mlflow(bad, ReadOptions())
+    msg = str(err.value)
+    assert msg.startswith(f"{bad}: cannot read the MLflow database: ") and "\n" not in msg
+
+
+@pytest.mark.slow  # sqlite3 waits its 5 s busy timeout before it gives up
+def test_locked_sqlite_database_is_one_sentence_naming_the_file(
+    sqlite_store: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    db, _ids = sqlite_store
+    copy = tmp_path / "mlflow.db"
+    shutil.copy(db, copy)
+    writer = sqlite3.connect(copy, isolation_level=None)
+    try:
+        writer.execute("BEGIN EXCLUSIVE")  # another process in the middle of a write
+        with pytest.raises(UnreadableInputError) as err:
+            read_mlflow(copy, ReadOptions())
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert str(err.value) == f"{copy}: cannot read the MLflow database: database is locked"
+    assert read_mlflow(copy, ReadOptions())  # readable again once the writer is done
