@@ -1,0 +1,265 @@
+"""trainlens watch's outputs: notifications (apprise to a local HTTP server), --exec,
+Prometheus (scraped and parsed with prometheus_client's parser), the shipped alert rules
+and Grafana dashboard."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from trainlens.cli import main
+from trainlens.core.findings import Finding, Severity
+from trainlens.watch.events import WatchEvent
+from trainlens.watch.settings import WatchSettings
+from trainlens.watch.sinks import Fanout, build_sink
+from trainlens.watch.sinks.lines import LineSink
+from trainlens.watch.sinks.notify import ExecSink, NotifySink, redacted
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+class _Hook(http.server.BaseHTTPRequestHandler):
+    received: list[dict[str, Any]]
+
+    def do_POST(self) -> None:
+        n = int(self.headers.get("Content-Length", 0))
+        type(self).received.append(json.loads(self.rfile.read(n)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A webhook receiver on 127.0.0.1: (its apprise URL, the bodies it received)."""
+    received: list[dict[str, Any]] = []
+    handler = type("Hook", (_Hook,), {"received": received})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"json://127.0.0.1:{server.server_port}/hook", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _event(code: str = "NAN001", sev: str = "error", run: str = "r") -> WatchEvent:
+    f = Finding(code, "non-finite", Severity.parse(sev), "train/loss", 5, 9, f"{code} at 5")
+    return WatchEvent("finding-opened", run, "r.jsonl", time.time(), 9, f.message, f, sev)
+
+
+def test_a_finding_is_one_message_and_the_overflow_one_digest(
+    hook: tuple[str, list[dict[str, Any]]],
+) -> None:
+    url, received = hook
+    sink = NotifySink([url], rate_limit=3600)
+    sink.emit(_event("NAN001"))
+    sink.emit(_event("GRAD001", "warning"))
+    sink.emit(_event("LOSS001", "info"))  # under the notify level: not sent
+    sink.emit(_event("LR001", "warning"))
+    sink.close()
+    assert len(received) == 2, received
+    first, digest = received
+    assert "NAN001" in first["title"] and first["message"].startswith("NAN001 at 5")
+    assert first["type"] == "failure"  # apprise's name for an error
+    assert "2 alerts" in digest["title"]
+    assert "GRAD001" in digest["message"] and "LR001" in digest["message"]
+    assert "LOSS001" not in digest["message"]
+    assert sink.drain_failures() == []
+
+
+def test_a_failing_notifier_is_reported_and_the_watch_goes_on() -> None:
+    port = _free_port()  # nothing listens there
+    out = StringIO()
+    fan = Fanout([LineSink(out), NotifySink([f"json://127.0.0.1:{port}/x"], rate_limit=0)])
+    fan.emit(_event())
+    fan.close()
+    text = out.getvalue()
+    assert "[notify-failed]" in text and "json://127.0.0.1/…" in text
+    assert "[finding-opened]" in text
+
+
+def test_watch_once_notifies_the_nan_run(
+    fixture_runs: Path, hook: tuple[str, list[dict[str, Any]]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, received = hook
+    code = main(
+        ["watch", str(fixture_runs / "nan_divergence"), "--once", "--json", "--notify", url]
+    )
+    assert code == 0
+    capsys.readouterr()
+    from trainlens.api import analyze
+
+    alerts = [
+        f
+        for f in analyze(fixture_runs / "nan_divergence")[0].findings
+        if f.severity.rank >= Severity.WARNING.rank
+    ]
+    assert len(alerts) > 2  # info findings (a transient TPUT001) are not sent
+    # the first alert at once, the others (within the rate limit) as one digest at exit
+    assert len(received) == 2
+    assert "NAN001" in received[0]["title"]
+    rest = len(alerts) - 1
+    assert f"{rest} alerts" in received[1]["title"]
+    assert received[1]["message"].count("\n") == rest - 1
+
+
+def test_notify_rejects_an_unknown_scheme() -> None:
+    from trainlens.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="not a URL apprise knows"):
+        NotifySink(["nosuchscheme://x"], rate_limit=1)
+
+
+def test_redacted_keeps_tokens_out() -> None:
+    assert redacted("slack://T000/B000/XXXXSECRET") == "slack://t000/…"
+    assert "SECRET" not in redacted("json://host/path?token=SECRET")
+
+
+def test_exec_runs_the_command_with_the_finding_in_its_environment(tmp_path: Path) -> None:
+    out = tmp_path / "out.txt"
+    sink = ExecSink(f'echo "$TRAINLENS_CODE $TRAINLENS_SEVERITY $TRAINLENS_STEP" >> {out}')
+    sink.emit(_event("NAN001", "error"))
+    sink.emit(_event("LOSS001", "info"))  # under the level
+    sink.close()
+    assert out.read_text().split("\n")[0] == "NAN001 error 9"
+    failing = ExecSink("exit 3")
+    failing.emit(_event())
+    failing.close()
+    assert failing.drain_failures() == ["--exec for NAN001 in r exited with 3"]
+
+
+# ---- Prometheus ---------------------------------------------------------------------------
+
+
+def _scrape(port: int) -> dict[str, list[Any]]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def test_prometheus_serves_what_the_watch_sees(tmp_path: Path) -> None:
+    run = tmp_path / "run.jsonl"
+    run.write_text('{"step": -1, "loss": 2.0, "grad_norm": 1.0}\n')
+    port = _free_port()
+    watcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainlens",
+            "watch",
+            str(run),
+            "--json",
+            "--prometheus",
+            f"127.0.0.1:{port}",
+            "--until-idle",
+            "4",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert watcher.stdout is not None
+    assert json.loads(watcher.stdout.readline())["event"] == "run-appeared"
+    with run.open("a") as fh:
+        for s in range(200):
+            loss = float("nan") if s >= 150 else 2.0 - s / 1000
+            fh.write(json.dumps({"step": s, "loss": loss, "grad_norm": 1.0}) + "\n")
+    deadline = time.time() + 30
+    families: dict[str, list[Any]] = {}
+    while time.time() < deadline:
+        families = _scrape(port)
+        if any(s.labels.get("code") == "NAN001" for s in families.get("trainlens_findings", [])):
+            break
+        time.sleep(0.3)
+    watcher.communicate(timeout=60)
+    values = {s.labels["metric"]: s.value for s in families["trainlens_metric"]}
+    assert values["grad_norm"] == 1.0 and values["train/loss"] != values["train/loss"]  # NaN
+    [last] = families["trainlens_last_step"]
+    assert last.value == 199 and last.labels == {"run": "run"}
+    nan = [s for s in families["trainlens_findings"] if s.labels.get("code") == "NAN001"]
+    assert nan and nan[0].name == "trainlens_findings_total" and nan[0].value == 1
+    assert families["trainlens_seconds_since_last_record"][0].value >= 0
+    opened = {s.labels["severity"]: s.value for s in families["trainlens_open_findings"]}
+    assert opened["error"] >= 1
+
+
+def test_a_port_in_use_is_a_usage_error() -> None:
+    from trainlens.core.errors import UsageError
+    from trainlens.watch.sinks.prometheus import PrometheusSink
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(UsageError, match="cannot listen"):
+            PrometheusSink(f"127.0.0.1:{port}")
+
+
+def _exported() -> set[str]:
+    """The metric names the Prometheus sink exports (counters with their _total)."""
+    from trainlens.watch.sinks import prometheus
+
+    names = set(re.findall(r'f"\{PREFIX\}_(\w+)"', Path(prometheus.__file__).read_text()))
+    counters = {"findings", "early_warnings", "events"}
+    return {f"trainlens_{n}" + ("_total" if n in counters else "") for n in names}
+
+
+def test_shipped_alert_rules_use_exported_metrics() -> None:
+    rules = yaml.safe_load((DOCS / "prometheus" / "trainlens-alerts.yml").read_text())
+    alerts = [r for g in rules["groups"] for r in g["rules"]]
+    names = {a["alert"] for a in alerts}
+    assert {
+        "TrainlensNaNLoss",
+        "TrainlensGradExplosion",
+        "TrainlensLowThroughput",
+        "TrainlensRunStalled",
+        "TrainlensErrorFinding",
+    } <= names
+    exported = _exported()
+    for a in alerts:
+        used = set(re.findall(r"\btrainlens_\w+", a["expr"]))
+        assert used and used <= exported, (a["alert"], used - exported)
+        assert a["annotations"]["summary"]
+
+
+def test_shipped_grafana_dashboard_uses_exported_metrics() -> None:
+    board = json.loads((DOCS / "grafana" / "trainlens-dashboard.json").read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 6
+    exported = _exported()
+    for e in exprs:
+        used = set(re.findall(r"\btrainlens_\w+", e))
+        assert used and used <= exported, (e, used - exported)
+
+
+def test_build_sink_takes_what_the_settings_ask_for(hook: tuple[str, list[Any]]) -> None:
+    url, _ = hook
+    fan = build_sink(WatchSettings(notify=[url], exec="true"), json=True, tty=False)
+    kinds = [type(s).__name__ for s in fan.sinks]
+    fan.close()
+    assert kinds == ["JsonSink", "NotifySink", "ExecSink"]
