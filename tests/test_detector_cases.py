@@ -16,6 +16,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
+from tests.conftest import DOCS  # noqa: E402
 from tests.detector_cases.series import make_run  # noqa: E402
 from trainlens.core.config import Config  # noqa: E402
 from trainlens.detectors import available, load, run_detectors  # noqa: E402
@@ -103,7 +104,7 @@ def test_every_available_detector_has_cases() -> None:
 def test_every_detector_has_a_docs_page() -> None:
     from trainlens.detectors import DOC_SECTIONS, available
 
-    docs = Path(__file__).resolve().parents[1] / "docs" / "detectors"
+    docs = DOCS / "detectors"
     for name in available():
         page = docs / f"{name}.md"
         assert page.is_file(), f"docs/detectors/{name}.md missing"
