@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from tests.conftest import DOCS
 from trainlens import detectors
 from trainlens.core.codes import GATE_CODES
 from trainlens.detectors import FAMILIES, available, family, listing_key, load, module_names
@@ -99,3 +102,58 @@ def test_every_code_a_detector_module_spells_is_declared() -> None:
         allowed = set(load(name).CODES) if name in names else set(owners)
         stray = spelled - allowed
         assert not stray, f"{path.name} spells codes not declared in its CODES: {sorted(stray)}"
+
+
+#: detector modules other changes of issue 14 are editing at the time of writing: their
+#: docs pages are still the hand-written ones, and the docstrings that carry those pages'
+#: content are in the issue's notes (registry.md), to be put in the modules on merging;
+#: then ``python docs/gen_detectors.py`` and this list goes
+PAGES_PENDING = {"data_path", "entropy", "grad_spikes", "lr_schedule", "throughput"}
+
+
+def _gen_detectors() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_detectors", DOCS / "gen_detectors.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            n,
+            marks=[pytest.mark.xfail(strict=False, reason="docstring pending")]
+            if n in PAGES_PENDING
+            else [],
+        )
+        for n in available()
+    ],
+)
+def test_docs_page_is_generated_from_the_module(name: str) -> None:
+    page = DOCS / "detectors" / f"{name}.md"
+    assert page.read_text("utf-8") == _gen_detectors().render(name), (
+        f"docs/detectors/{name}.md differs from its module: run python docs/gen_detectors.py"
+    )
+
+
+def test_the_generated_page_holds_every_section_code_and_parameter() -> None:
+    gen = _gen_detectors()
+    import dataclasses
+
+    for name in available():
+        text = gen.render(name)
+        module = load(name)
+        for code in module.CODES:
+            assert f"`{code}`" in text
+        for field in dataclasses.fields(module.Params):
+            assert f"| `{field.name}` |" in text, (name, field.name)
+        heads = [line[3:] for line in text.splitlines() if line.startswith("## ")]
+        for section in detectors.DOC_SECTIONS:
+            assert any(h.startswith(section) for h in heads), (name, section, heads)
+
+
+def test_no_docs_page_without_a_detector() -> None:
+    pages = {p.stem for p in (DOCS / "detectors").glob("*.md")}
+    assert pages == set(available())
