@@ -122,6 +122,7 @@ def _heavy_tailed_run(n: int, seed: int) -> Run:
     return build_run(long, name="heavy", source="<synthetic>", fmt="synthetic")
 
 
+@pytest.mark.slow
 def test_long_heavy_tailed_run_gives_no_warning() -> None:
     run = _heavy_tailed_run(300_000, seed=0)
     found = _detect(run)
