@@ -1,24 +1,86 @@
+"""Paths and loaders every test file shares (import them: ``from tests.conftest import ...``).
+
+The long tests carry ``@pytest.mark.slow`` (declared in pyproject.toml): ``pytest -m "not
+slow"`` is the quick loop, the full suite runs them all.
+"""
+
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+if TYPE_CHECKING:
+    from trainlens.core.run import Run
+    from trainlens.detectors.base import Context
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+REAL_LOGS = SHARED / "real-logs"
 FIXTURES = REPO / "fixtures"
+FIXTURE_RUNS = FIXTURES / "runs"
+LABELS_PATH = FIXTURES / "labels.json"
+DOCS = REPO / "docs"
+BENCH = REPO / "bench"
+
+
+@functools.cache
+def _all_labels() -> dict[str, Any]:
+    if not LABELS_PATH.is_file() or not FIXTURE_RUNS.is_dir():
+        return {}
+    doc = json.loads(LABELS_PATH.read_text("utf-8"))
+    runs: dict[str, Any] = doc.get("runs", doc)
+    return runs
+
+
+def fixture_labels(*, present_only: bool = False) -> dict[str, Any]:
+    """fixtures/labels.json's ``runs`` (what was injected in each fixture run, the ground
+    truth); ``{}`` when the fixture runs are not generated. ``present_only``: only the runs
+    whose metrics.jsonl is there."""
+    runs = _all_labels()
+    if present_only:
+        return {k: v for k, v in runs.items() if fixture_path(k, skip=False).is_file()}
+    return dict(runs)
+
+
+def labels_or_skip() -> dict[str, Any]:
+    """:func:`fixture_labels`, skipping the test when the fixture runs are not generated."""
+    runs = fixture_labels()
+    if not runs:
+        pytest.skip("fixture runs not generated (fixtures/runs, fixtures/labels.json)")
+    return runs
+
+
+def fixture_path(name: str, *, skip: bool = True) -> Path:
+    """fixtures/runs/<name>/metrics.jsonl; the test is skipped when it is absent."""
+    path = FIXTURE_RUNS / name / "metrics.jsonl"
+    if skip and not path.is_file():
+        pytest.skip(f"fixture run {name} not generated")
+    return path
+
+
+def read_fixture(name: str) -> tuple[Run, Context]:
+    """A fixture run, read, and the context ``analyze`` would give it (default config)."""
+    import trainlens
+    from trainlens.api import build_context
+    from trainlens.core.config import Config
+
+    run = trainlens.read(fixture_path(name))[0]
+    return run, build_context(run, Config())
 
 
 @pytest.fixture
 def shared_dir() -> Path:
-    if not (SHARED / "real-logs").is_dir():
+    if not REAL_LOGS.is_dir():
         pytest.skip("../shared is not beside this checkout")
     return SHARED
 
 
 @pytest.fixture
 def fixture_runs() -> Path:
-    runs = FIXTURES / "runs"
-    if not runs.is_dir():
+    if not FIXTURE_RUNS.is_dir():
         pytest.skip("fixtures/runs not generated")
-    return runs
+    return FIXTURE_RUNS

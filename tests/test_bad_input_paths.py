@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
 from trainlens.gate.discover import _glob, discover
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _runs_with_loops(root: Path) -> Path:

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 import trainlens
+from tests.conftest import REPO
 from trainlens.core.errors import TrainlensError
 from trainlens.core.run import Run
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _only(path: Path) -> Run:
@@ -176,6 +175,7 @@ def test_trainer_state_deep_entry_is_skipped_and_the_rest_kept(tmp_path: Path) -
 # ---- width --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
 def test_wide_rows_read_in_linear_time(tmp_path: Path, suffix: str) -> None:
     # 4,000 keys took about a minute when the schema was rebuilt per column (2,000: 15 s);

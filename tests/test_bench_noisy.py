@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import polars as pl
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+from tests.conftest import BENCH
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import trainlens
+from tests.conftest import fixture_path, labels_or_skip
 from tests.detector_cases.series import make_run, run_of
 from trainlens.core.config import Config
 from trainlens.core.findings import Finding, Severity
@@ -20,20 +21,13 @@ from trainlens.detectors import _causes
 from trainlens.detectors._causes import chain_for
 from trainlens.detectors.base import Context
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO / "fixtures"
-LABELS = FIXTURES / "labels.json"
-
 
 def _fixture(name: str) -> trainlens.api.Analysis:
-    path = FIXTURES / "runs" / name / "metrics.jsonl"
-    if not path.exists():
-        pytest.skip("fixtures/runs not generated")
-    return trainlens.analyze(path)[0]
+    return trainlens.analyze(fixture_path(name))[0]
 
 
 def _label(run: str, code: str) -> dict[str, Any]:
-    labels = json.loads(LABELS.read_text())["runs"][run]["events"]
+    labels = labels_or_skip()[run]["events"]
     return next(e for e in labels if e["code"] == code)
 
 
@@ -101,7 +95,7 @@ def test_nan_divergence_nothing_moved_first() -> None:
 
 
 def test_healthy_fixtures_name_no_mover() -> None:
-    runs = json.loads(LABELS.read_text())["runs"]
+    runs = labels_or_skip()
     for name, spec in runs.items():
         if not spec["healthy"]:
             continue

@@ -426,6 +426,7 @@ def test_cli_keeps_openblas_to_one_thread_unless_told(given: str | None, expecte
     assert proc.stdout.strip() == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command", [["gpus"], ["mfu", "--params", "1.3e9", "--tps", "4e4", "--gpu", "h100"]]
 )

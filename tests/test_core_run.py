@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from tests.conftest import DOCS
 from trainlens.core.config import ConfigError, load_config, parse_config
 from trainlens.core.names import AliasTable
 from trainlens.core.run import build_run
@@ -144,9 +145,8 @@ def test_pyproject_tool_table(tmp_path) -> None:  # type: ignore[no-untyped-def]
 
 def test_metrics_doc_is_current() -> None:
     import importlib.util
-    from pathlib import Path
 
-    docs = Path(__file__).resolve().parents[1] / "docs"
+    docs = DOCS
     spec = importlib.util.spec_from_file_location("gen_metrics", docs / "gen_metrics.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)

@@ -16,9 +16,10 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
+from tests.conftest import DOCS  # noqa: E402
 from tests.detector_cases.series import make_run  # noqa: E402
 from trainlens.core.config import Config  # noqa: E402
-from trainlens.detectors import DETECTORS, load, run_detectors  # noqa: E402
+from trainlens.detectors import available, load, run_detectors  # noqa: E402
 from trainlens.detectors.base import Context  # noqa: E402
 
 CASES_DIR = Path(__file__).parent / "detector_cases"
@@ -36,7 +37,7 @@ def _cases() -> list[Any]:
 
 @pytest.mark.parametrize(("detector", "case"), _cases())
 def test_case(detector: str, case: dict[str, Any]) -> None:
-    assert detector in DETECTORS, f"unknown detector {detector}"
+    assert detector in available(), f"unknown detector {detector}"
     run = make_run(case, name=case["name"])
     cfg = Config(select=[detector], detectors={detector: case.get("params", {})})
     ctx = Context(schedule=case.get("schedule", {}), model=case.get("model", {}))
@@ -46,6 +47,8 @@ def test_case(detector: str, case: dict[str, Any]) -> None:
         return
     assert detector not in result.skipped, result.skipped.get(detector)
     found = result.findings
+    undeclared = {f.code for f in found} - set(load(detector).CODES)
+    assert not undeclared, f"{detector} emitted codes not in its CODES: {undeclared}"
     for exp in case.get("expect", []):
         tol = int(exp.get("tol", 0))
         hits = [
@@ -101,7 +104,7 @@ def test_every_available_detector_has_cases() -> None:
 def test_every_detector_has_a_docs_page() -> None:
     from trainlens.detectors import DOC_SECTIONS, available
 
-    docs = Path(__file__).resolve().parents[1] / "docs" / "detectors"
+    docs = DOCS / "detectors"
     for name in available():
         page = docs / f"{name}.md"
         assert page.is_file(), f"docs/detectors/{name}.md missing"

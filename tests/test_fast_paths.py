@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from tests.conftest import BENCH
 from trainlens.core.names import AliasTable
 from trainlens.core.run import (
     FRAME_SCHEMA,
@@ -549,7 +550,7 @@ def test_bench_generator_writes_tensorboardx_bytes() -> None:
     pytest.importorskip("tensorboardX")
     import sys
 
-    bench = Path(__file__).resolve().parents[1] / "bench"
+    bench = BENCH
     sys.path.insert(0, str(bench))
     try:
         import generate  # type: ignore[import-not-found]

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from tests._events import MUTATIONS, event_files, mutate
+from tests.conftest import REPO
 
 torch_tb = pytest.importorskip("torch.utils.tensorboard")
 tensorboardX = pytest.importorskip("tensorboardX")
 
-REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "trainlens" / "readers" / "_tbscan.c"
 MUTANTS_PER_KIND = 40
 

@@ -103,6 +103,7 @@ def _rows_of(raw: bytes) -> list[Row]:
     return out
 
 
+@pytest.mark.slow
 @settings(
     max_examples=60,
     deadline=3000,

@@ -194,6 +194,7 @@ def test_jsonl_values_in_are_values_out_plus_values_reported(tmp_path: Path, kin
 CSV_BAD_STEPS = ["nan", "inf", "-inf", "1e400", "123456789012345678901234", "", "x"]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     rows=st.lists(

@@ -214,6 +214,7 @@ def test_globs_and_mixed_formats(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert code == 2 and "matches nothing" in err
 
 
+@pytest.mark.slow
 def test_parallel_matches_serial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = run_dir(tmp_path / "runs")
     _, one, _ = gate_json([str(root), "--jobs", "1"], capsys)
@@ -311,6 +312,7 @@ def test_overrides_by_run_glob(tmp_path: Path, capsys: pytest.CaptureFixture[str
 # ---- acknowledgements -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_acknowledgement_silences_its_finding_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -504,6 +506,7 @@ def test_markdown_and_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[
 MACHINE_DEPENDENT = {"TPUT001", "TPUT002", "DATA002", "DATA004", "MEM001"}
 
 
+@pytest.mark.slow
 def test_fixture_runs(fixture_runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The fixture runs as a team would gate them: warnings and errors fail. Healthy runs
     pass; each faulty run fails, with one of the codes its label expects among the

@@ -33,6 +33,7 @@ def _lightning_store(root: Path, versions: int = 2, steps: int = 40) -> Path:
     return root / "lightning_logs"
 
 
+@pytest.mark.slow
 def test_lightning_logs_is_a_run_store(tmp_path: Path) -> None:
     store = _lightning_store(tmp_path)
     runs = trainlens.read(store)
@@ -52,6 +53,7 @@ def test_lightning_logs_is_a_run_store(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_lightning_version_without_rows_is_a_note(tmp_path: Path) -> None:
     store = _lightning_store(tmp_path, versions=1)
     (store / "version_1").mkdir()

@@ -3,7 +3,6 @@ function against the schedulers of real libraries (PyTorch, Hugging Face)."""
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from tests.conftest import FIXTURES, REAL_LOGS, labels_or_skip, read_fixture
 from trainlens.core.config import Config
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run, build_run
@@ -20,12 +20,9 @@ from trainlens.core.schedules import declared_lr
 from trainlens.detectors import lr_schedule
 from trainlens.detectors.base import Context, Skip
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-LLMC = SHARED / "real-logs" / "modded_nanogpt" / "2024-10-13_llmc_main.log"
-BLOOM = SHARED / "real-logs" / "bigscience" / "tr11-176B-ml_chronicles.md"
-NANOGPT = SHARED / "real-logs" / "modded_nanogpt"
-FIXTURES = REPO / "fixtures"
+LLMC = REAL_LOGS / "modded_nanogpt" / "2024-10-13_llmc_main.log"
+BLOOM = REAL_LOGS / "bigscience" / "tr11-176B-ml_chronicles.md"
+NANOGPT = REAL_LOGS / "modded_nanogpt"
 
 # llm.c's schedule in that record run (train_gpt2.cu: linear warmup (step+1)/W over 700
 # steps, cosine to 0 at the last step 19560; learning_rate 6e-4, final_lr_frac 0)
@@ -134,23 +131,8 @@ def test_modded_nanogpt_logs_without_lr_are_skipped() -> None:
 # ---- fixture runs --------------------------------------------------------------------------
 
 
-def _labels() -> dict[str, Any]:
-    path = FIXTURES / "labels.json"
-    if not path.exists() or not (FIXTURES / "runs").is_dir():
-        pytest.skip("fixture runs not generated")
-    data = json.loads(path.read_text())
-    return dict(data.get("runs", data))
-
-
-def _fixture(name: str) -> tuple[Run, Context]:
-    import trainlens
-    from trainlens.api import build_context
-
-    path = FIXTURES / "runs" / name / "metrics.jsonl"
-    if not path.exists():
-        pytest.skip(f"fixture run {name} absent")
-    run = trainlens.read(path)[0]
-    return run, build_context(run, Config())
+_labels = labels_or_skip
+_fixture = read_fixture
 
 
 def test_fixture_lr_events_found_at_their_steps() -> None:
@@ -391,6 +373,7 @@ def _sweep_case(rng: np.random.Generator) -> tuple[dict[str, Any], np.ndarray, n
     return sched_log, steps, n
 
 
+@pytest.mark.slow
 def test_sweep_sane_schedules_silent_and_bugs_named() -> None:
     from trainlens.core.schedules import lr_at
 

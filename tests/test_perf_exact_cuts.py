@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,7 @@ from trainlens.core.stats import median, median_rows, quantile, quantile_filled
 from trainlens.detectors import lr_schedule, memory, tensors
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     n=st.integers(25, 400),
@@ -78,6 +80,7 @@ def _print_halfunit_pow(values: np.ndarray, max_digits: int = 6) -> np.ndarray:
     return np.where(ok, 0.5 * 10.0 ** (expo - k + 1), 0.0)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     n=st.integers(1, 3000),
@@ -101,6 +104,7 @@ def test_print_halfunit_same_as_a_pow_per_value(
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(
     values=st.lists(
@@ -130,6 +134,7 @@ def test_median_of_large_noisy_arrays() -> None:
         assert median(x) == float(np.median(x))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     rows=st.integers(0, 40),
@@ -154,6 +159,7 @@ def test_median_rows_is_numpys_bit_for_bit(rows: int, cols: int, pool: str, seed
     np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(
     values=st.lists(
@@ -185,6 +191,7 @@ def test_quantile_of_large_noisy_arrays() -> None:
             assert quantile(z, q) == float(np.quantile(z, q))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     known=st.lists(

@@ -45,6 +45,7 @@ def trainer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_trainer_state_matches_log_history(trainer_dir: Path) -> None:
     path = trainer_dir / "trainer_state.json"
     history = json.loads(path.read_text())["log_history"]
@@ -67,6 +68,7 @@ def test_trainer_state_matches_log_history(trainer_dir: Path) -> None:
     assert all(math.isfinite(x) for x in loss)
 
 
+@pytest.mark.slow
 def test_directory_and_checkpoint_dirs(trainer_dir: Path) -> None:
     [run] = trainlens.read(trainer_dir)
     assert run.series("train/loss")[0][-1] == 20

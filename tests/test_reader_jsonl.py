@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import trainlens
+from tests.conftest import REPO
 from trainlens.core.errors import UnreadableInputError
 from trainlens.readers import ReadOptions, detect_format
 from trainlens.readers.jsonl import read as read_jsonl
@@ -139,7 +140,7 @@ def test_sniffing_a_jsonl_file_imports_no_other_reader(tmp_path: Path) -> None:
         "    'trainlens.detectors', 'trainlens.core.config', 'trainlens.runconfig', 'tomllib')\n"
         "print(run.format, [m for m in others if m in sys.modules])\n"
     )
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     proc = subprocess.run(
         [sys.executable, "-c", code, str(path)], cwd=repo, capture_output=True, text=True
     )

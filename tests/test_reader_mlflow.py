@@ -426,6 +426,7 @@ def test_folders_that_are_not_mlflow_are_not_sniffed(tmp_path: Path) -> None:
 # ---- SQLite -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sqlite_agrees_with_mlflow_client(sqlite_store: tuple[Path, dict[str, str]]) -> None:
     db, ids = sqlite_store
     assert detect_format(db) == "mlflow"
@@ -444,6 +445,7 @@ def test_sqlite_agrees_with_mlflow_client(sqlite_store: tuple[Path, dict[str, st
     assert not [i for i in alpha.data_quality if i.kind == "store-mismatch"]
 
 
+@pytest.mark.slow
 def test_sqlite_metadata_and_selection(sqlite_store: tuple[Path, dict[str, str]]) -> None:
     db, ids = sqlite_store
     runs = _by_id(read_mlflow(db, ReadOptions()))
@@ -461,6 +463,7 @@ def test_sqlite_metadata_and_selection(sqlite_store: tuple[Path, dict[str, str]]
         read_mlflow(db, ReadOptions(runs=["nope"]))
 
 
+@pytest.mark.slow
 def test_sqlite_without_index_and_latest_metrics_cross_check(
     sqlite_store: tuple[Path, dict[str, str]], tmp_path: Path
 ) -> None:
@@ -524,6 +527,7 @@ def exported(
         yield out / "run", out / "experiment", client, ids
 
 
+@pytest.mark.slow
 def test_export_run_agrees_with_mlflow_client(
     exported: tuple[Path, Path, MlflowClient, dict[str, str]],
 ) -> None:
@@ -547,6 +551,7 @@ def test_export_run_agrees_with_mlflow_client(
     assert math.isnan(loss[10]) and loss[20] == math.inf and loss[30] == -math.inf
 
 
+@pytest.mark.slow
 def test_export_experiment_gives_each_run(
     exported: tuple[Path, Path, MlflowClient, dict[str, str]],
 ) -> None:
@@ -559,6 +564,7 @@ def test_export_experiment_gives_each_run(
     assert beta.frame.height == 40 + 25 + 10
 
 
+@pytest.mark.slow
 def test_export_shapes_other_than_the_current_one(
     exported: tuple[Path, Path, MlflowClient, dict[str, str]], tmp_path: Path
 ) -> None:

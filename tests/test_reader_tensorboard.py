@@ -893,6 +893,7 @@ def test_compiled_lane_leaves_other_files_to_the_numpy_reader(
         assert any(i.severity != "info" for i in got[0].data_quality)
 
 
+@pytest.mark.slow
 @lane
 def test_compiled_lane_on_random_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # random schedules of simple values: tag order changing, steps jumping and going back,

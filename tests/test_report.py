@@ -23,6 +23,7 @@ from matplotlib.patches import Polygon, Rectangle
 from matplotlib.text import Annotation, Text
 
 import trainlens.cli.report  # noqa: F401  (registers `trainlens report` until cli/__init__ does)
+from tests.conftest import REPO
 from trainlens.api import Analysis, analyze_run
 from trainlens.api import analyze as trainlens_analyze
 from trainlens.cli import main
@@ -37,7 +38,6 @@ from trainlens.report.limits import robust_ylim
 from trainlens.report.markdown import md, render_markdown
 from trainlens.summary import summarize
 
-REPO = Path(__file__).resolve().parents[1]
 N = 2000
 SPIKE, LAG = 1200, 3
 NAN_AT = (1600, 1605)
@@ -378,6 +378,7 @@ def test_heatmap_for_many_tensors_marks_the_finding_row() -> None:
     assert lo <= 0 and hi >= N - 1
 
 
+@pytest.mark.slow
 def test_smoothing_is_drawn_over_the_raw_line_and_named() -> None:
     figs = build_figures([_analysis(findings=[])], smoothing=0.1)
     ax = figs.panel("loss").axes[(0, "train/loss")]
@@ -394,6 +395,7 @@ def test_smoothing_is_drawn_over_the_raw_line_and_named() -> None:
         build_figures([_analysis(findings=[])], smoothing=1.5)
 
 
+@pytest.mark.slow
 def test_several_runs_overlay_with_a_legend_entry_per_run() -> None:
     a = _analysis("alpha", findings=[FINDINGS[0]], tensors=0)
     b = _analysis("beta", findings=[FINDINGS[3]], seed=1, scale=1.1, tensors=0)
@@ -419,6 +421,7 @@ def test_several_runs_overlay_with_a_legend_entry_per_run() -> None:
 # ---- written files ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_report_files_png_sizes_and_svgs(written: Path, figures: Figures) -> None:
     out = written.parent
     assert written.name == "report.html" and (out / "report.md").is_file()
@@ -434,6 +437,7 @@ def test_report_files_png_sizes_and_svgs(written: Path, figures: Figures) -> Non
     assert sum(f.stat().st_size for f in out.glob("*.svg")) < 5e6
 
 
+@pytest.mark.slow
 def test_every_finding_in_the_html_linked_to_its_panel(
     written: Path, demo: Analysis, figures: Figures
 ) -> None:
@@ -449,6 +453,7 @@ def test_every_finding_in_the_html_linked_to_its_panel(
         assert f'href="#finding-0-{i}"' in page  # and back from the panel's caption
 
 
+@pytest.mark.slow
 def test_markdown_references_the_pngs(written: Path, figures: Figures) -> None:
     text = (written.parent / "report.md").read_text()
     for p in figures.panels:
@@ -777,6 +782,7 @@ def test_detected_findings_are_all_drawn() -> None:
         assert f'<tr id="finding-0-{i}">' in page and esc(f.message) in page
 
 
+@pytest.mark.slow
 def test_cli_report_writes_the_directory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -816,6 +822,7 @@ def test_report_config_smoothing(tmp_path: Path) -> None:
 FIXTURE_RUNS = sorted((REPO / "fixtures" / "runs").glob("*/metrics.jsonl"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not FIXTURE_RUNS, reason="fixtures/runs not generated")
 def test_fixture_runs_every_finding_drawn() -> None:
     from trainlens.api import analyze
@@ -842,6 +849,7 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_chromium() is None, reason="chromium not installed")
 def test_headless_chromium_renders_the_page(written: Path, tmp_path: Path) -> None:
     shot = tmp_path / "shot.png"
@@ -873,6 +881,7 @@ def test_headless_chromium_renders_the_page(written: Path, tmp_path: Path) -> No
 # ---- on real logs nobody here wrote -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_real_logs_read_well(shared_dir: Path) -> None:
     from trainlens.api import analyze
 
@@ -902,6 +911,7 @@ def test_real_logs_read_well(shared_dir: Path) -> None:
     assert any(31_251 < x < 42_780 for x in xs[np.isnan(ys)])
 
 
+@pytest.mark.slow
 def test_perplexity_only_where_the_summary_gives_one(shared_dir: Path, tmp_path: Path) -> None:
     """An image classifier's cross-entropy (Keras CSVLogger) gets no perplexity axis and no
     '(perplexity —)' in the summary table; an llm.c log gets both (one rule: the summary)."""

@@ -296,6 +296,7 @@ def test_lightning_mlflow_logger_params_are_nested_keys(
     assert ctx.schedule == DECLARED and ctx.schedule_source == f"{run.source} (params)"
 
 
+@pytest.mark.slow
 def test_sqlite_runs_use_their_own_params_over_a_file_beside_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,7 +3,6 @@ fixture runs (each part skips cleanly when its data is absent)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +11,15 @@ import polars as pl
 import pytest
 
 import trainlens
-from trainlens.core.config import Config
+from tests.conftest import REAL_LOGS, fixture_path, labels_or_skip, read_fixture
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run, build_run
 from trainlens.detectors import grad_spikes, loss_trend
 from trainlens.detectors.base import Context
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-LOGS = SHARED / "real-logs"
+LOGS = REAL_LOGS
 BLOOM = LOGS / "bigscience" / "tr11-176B-ml_chronicles.md"
 NANOGPT = LOGS / "modded_nanogpt"
-FIXTURES = REPO / "fixtures"
 MY_CODES = set(grad_spikes.CODES) | set(loss_trend.CODES)
 
 
@@ -126,6 +122,7 @@ def _heavy_tailed_run(n: int, seed: int) -> Run:
     return build_run(long, name="heavy", source="<synthetic>", fmt="synthetic")
 
 
+@pytest.mark.slow
 def test_long_heavy_tailed_run_gives_no_warning() -> None:
     run = _heavy_tailed_run(300_000, seed=0)
     found = _detect(run)
@@ -139,22 +136,8 @@ def test_long_heavy_tailed_run_gives_no_warning() -> None:
 # ---- fixture runs (ground truth in fixtures/labels.json) ------------------------------------
 
 
-def _fixture_labels() -> dict[str, Any]:
-    labels = FIXTURES / "labels.json"
-    if not labels.exists() or not (FIXTURES / "runs").is_dir():
-        pytest.skip("fixture runs not generated")
-    runs: dict[str, Any] = json.loads(labels.read_text())["runs"]
-    return runs
-
-
-def _fixture(name: str) -> tuple[Run, Context]:
-    from trainlens.api import build_context
-
-    path = FIXTURES / "runs" / name / "metrics.jsonl"
-    if not path.exists():
-        pytest.skip(f"fixture run {name} not generated")
-    run = trainlens.read(path)[0]
-    return run, build_context(run, Config())
+_fixture_labels = labels_or_skip
+_fixture = read_fixture
 
 
 def _events(labels: dict[str, Any], name: str, code: str) -> list[dict[str, Any]]:
@@ -201,7 +184,7 @@ def test_fixture_runs_of_other_faults_are_quiet_unless_labeled() -> None:
     for name, info in labels.items():
         if name.startswith("healthy") or name.startswith("lr_shock"):
             continue
-        if not (FIXTURES / "runs" / name / "metrics.jsonl").exists():
+        if not fixture_path(name, skip=False).exists():
             continue
         ours = {e.get("code") for e in info.get("events", [])} & MY_CODES
         run, ctx = _fixture(name)

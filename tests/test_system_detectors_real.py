@@ -20,18 +20,16 @@ from typing import Any
 import pytest
 
 import trainlens
+from tests.conftest import REAL_LOGS, fixture_labels, read_fixture
 from trainlens.core.config import Config
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.detectors import run_detectors
 from trainlens.detectors.base import Context
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-REAL = SHARED / "real-logs"
+REAL = REAL_LOGS
 BLOOM = REAL / "bigscience" / "tr11-176B-ml_chronicles.md"
 NANOGPT = REAL / "modded_nanogpt"
-FIXTURES = REPO / "fixtures"
 
 MINE = ["entropy", "throughput", "memory", "stalls", "data_path"]
 MY_CODES = {"ENT001", "TPUT001", "TPUT002", "MEM001", "DATA002", "DATA003", "DATA004"}
@@ -156,23 +154,11 @@ def test_requeue_pause_before_resume_is_a_stall(tmp_path: Path) -> None:
 # ---- fixture runs ---------------------------------------------------------------------------
 
 
-def _labels() -> dict[str, Any]:
-    path = FIXTURES / "labels.json"
-    if not path.is_file() or not (FIXTURES / "runs").is_dir():
-        return {}
-    doc = json.loads(path.read_text("utf-8"))
-    runs: dict[str, Any] = doc.get("runs", doc)
-    return {k: v for k, v in runs.items() if (FIXTURES / "runs" / k / "metrics.jsonl").is_file()}
-
-
-LABELS = _labels()
+LABELS = fixture_labels(present_only=True)
 
 
 def _fixture_findings(name: str) -> list[Finding]:
-    from trainlens.api import build_context
-
-    run = trainlens.read(FIXTURES / "runs" / name / "metrics.jsonl")[0]
-    return _analyze(run, build_context(run, Config()))
+    return _analyze(*read_fixture(name))
 
 
 @pytest.mark.skipif(not LABELS, reason="fixtures/runs not generated")

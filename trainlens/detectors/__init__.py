@@ -1,19 +1,27 @@
 """The detector registry: one module per detector, run over a Run, configured by Config.
 
-Each detector module defines:
+A detector is a public module of this package (its name does not start with ``_``; ``base``
+is the shared contract, not a detector) that defines:
 
 - ``CODES``: ``{code: name}`` of the findings it can emit (family prefix + number);
-- ``Params``: a frozen dataclass of its thresholds with documented defaults;
+- ``Params``: a frozen dataclass of its thresholds with documented defaults, each field
+  preceded by a ``#:`` comment (docs/gen_detectors.py puts them in its docs page);
 - ``detect(run, params, ctx) -> list[Finding]``: a pure function; it raises
   :class:`~trainlens.detectors.base.Skip` with a reason when the run lacks its metrics;
 - a module docstring with the sections What it flags / Why it matters / Default
   thresholds / Known false positives / Example (tests check they are there).
+
+Adding a detector is adding such a module (and its cases file under
+tests/detector_cases/); nothing else lists detectors.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
+import pkgutil
+import re
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -26,22 +34,6 @@ from trainlens.detectors.base import Context, Skip
 if TYPE_CHECKING:  # imported where used: importing a detector's helpers needs no TOML
     from trainlens.core.config import Config
 
-# module names under trainlens.detectors, in the order their findings are listed
-DETECTORS: tuple[str, ...] = (
-    "nonfinite",
-    "lr_schedule",
-    "grad_spikes",
-    "loss_trend",
-    "entropy",
-    "throughput",
-    "memory",
-    "val_divergence",
-    "tensors",
-    "restarts",
-    "stalls",
-    "data_path",
-)
-
 DOC_SECTIONS = (
     "What it flags",
     "Why it matters",
@@ -51,22 +43,66 @@ DOC_SECTIONS = (
 )
 
 
+#: the module attributes that make a public module of this package a detector
+CONTRACT = ("CODES", "Params", "detect")
+
+#: the finding-code families (DESIGN.md), in the order detectors are listed: non-finite
+#: values first (they make every later number meaningless), then the optimizer's signals
+#: (LR, gradients), the loss, then system and data signals. Detectors are listed by the
+#: family of their first code, then its number; findings at one step and severity, and
+#: the "skipped" lines, keep that order. A new family goes here (a test checks every code
+#: has its family listed).
+FAMILIES = ("NAN", "LR", "GRAD", "LOSS", "ENT", "TPUT", "MEM", "VAL", "TENSOR", "DATA", "MFU")
+
+_CODE = re.compile(r"([A-Z]+)(\d{3})")
+
+
+def family(code: str) -> str:
+    """``GRAD`` for ``GRAD001``; ValueError for a code not spelled family + 3 digits."""
+    m = _CODE.fullmatch(code)
+    if m is None:
+        raise ValueError(f"finding code {code!r} is not a family prefix and 3 digits")
+    return m.group(1)
+
+
+def listing_key(codes: dict[str, str]) -> tuple[int, str]:
+    """Where a detector with these codes is listed among the others (its first code)."""
+    first = next(iter(codes))
+    fam = family(first)
+    return (FAMILIES.index(fam) if fam in FAMILIES else len(FAMILIES), first)
+
+
 def load(name: str) -> ModuleType:
     return importlib.import_module(f"trainlens.detectors.{name}")
 
 
+def module_names() -> list[str]:
+    """The public module names of this package (a directory listing; nothing imported)."""
+    return sorted(
+        m.name
+        for m in pkgutil.iter_modules(__path__)
+        if not m.name.startswith("_") and m.name != "base"
+    )
+
+
+def is_detector(module: ModuleType) -> bool:
+    return all(hasattr(module, attr) for attr in CONTRACT)
+
+
+@functools.cache
+def _discovered() -> tuple[str, ...]:
+    mods = {name: load(name) for name in module_names()}
+    found = [name for name, mod in mods.items() if is_detector(mod)]
+    return tuple(sorted(found, key=lambda n: (*listing_key(mods[n].CODES), n)))
+
+
 def available() -> list[str]:
-    """Detector modules that exist in this installation."""
-    out = []
-    for name in DETECTORS:
-        try:
-            load(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != f"trainlens.detectors.{name}":
-                raise
-            continue
-        out.append(name)
-    return out
+    """The detectors, in the order their findings are listed (:func:`listing_key`).
+
+    Discovered once per process: every public module of this package that meets the
+    contract. ``analyze`` imports every detector anyway to run it, so discovering by
+    importing costs no start-up time (measured in the issue-14 notes)."""
+    return list(_discovered())
 
 
 @dataclass

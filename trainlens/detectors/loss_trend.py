@@ -1,29 +1,70 @@
 """Training-loss trend: a loss that never decreases, or one that climbs back up and stays.
 
-What it flags
-    LOSS002 ``loss-not-decreasing``: after warmup the training loss never gets
-    meaningfully below its early level and its robust slope shows no significant
-    decrease — the model is not learning (warning when the loss sits near its initial
-    value; info when it fell during warmup and stayed flat for the whole rest of the run).
-    LOSS003 ``loss-diverging``: after it had fallen, the smoothed training loss rises
-    above its running minimum by a clear margin and stays there for a long stretch — not
-    a spike, which the smoothing removes (warning; error when it ends above the loss the
-    run started from; info when it comes back down before the end).
+Needs `train/loss` · real logs: `tests/test_spikes_real.py`
 
-    Only ``train/loss`` is judged: a rising validation loss while the training loss falls
-    is overfitting (VAL001), and single spikes belong to LOSS001 / GRAD001.
+Severity by code
+    | code | name | severity |
+    |---|---|---|
+    | LOSS002 | loss-not-decreasing | warning (flat near its initial value, or exactly the same at every step) · info (fell only during warmup, flat since; or the log resumes a run) |
+    | LOSS003 | loss-diverging | warning (rose and stayed up) · error (ends above where it started) · info (came back down) |
+
+What it flags
+    - **LOSS002** — after warmup the training loss never gets meaningfully below its early
+      level and its robust slope shows no significant decrease: the model is not learning.
+      A plateau late in a long run is normal and never flagged: the loss must be flat from
+      the end of warmup on.
+      A loss that is exactly the same number at every logged step is said so (no update
+      reaches the loss). A loss of exactly 0 at every logged step of a log that starts at the
+      beginning is a warning of its own: nothing converges before it starts, so no loss was
+      computed (every label masked or ignored; HF Trainer dicts `{'loss': 0.0, 'grad_norm':
+      nan}`). A loss that reaches 0 after a descent is left alone. When the log resumes a run — its first step lies more than two
+      logging intervals past step 1, or its epoch counter starts at 2 or more — a flat loss
+      is what a converged run does: info, with advice about the resume (LR after resuming,
+      optimizer state), never "check that labels match the inputs".
+    - **LOSS003** — after it had fallen, the smoothed training loss rises above its running
+      minimum by a clear margin and stays there for a long stretch. A single spike is removed
+      by the smoothing (spikes are `grad_spikes`' job: GRAD001 / LOSS001). The finding
+      starts where the loss left its tail around the minimum (the last point whose 3-point
+      median lay within max(4 noise sigmas, half the margin) of the minimum), not where the
+      smoothed curve crossed the margin. Judged over the whole log, warmup included: a loss
+      that climbs back during the LR warm-up is diverging all the same; then the advice is
+      about the LR the warmup heads for (lower the peak LR or lengthen the warmup), and the
+      evidence has `in_warmup`. A loss spike that never came back (LOSS001) starting inside a
+      rise that stayed up is the same event seen by `grad_spikes`: it is folded into the
+      LOSS003, which takes the worse severity of the two (unless the config sets LOSS003's)
+      and the spike's step as `evidence.spike_step`.
+
+    **Warmup** is the run's own (`trainlens/detectors/_start.py`): the LR ramp seen in the
+    log (the LR starts at or below half its peak and climbs; the ramp ends where it reaches
+    95 % of it), or a declared `warmup_steps` compared with the real step numbers (a log
+    starting at step 29,020 with a 2,000-step warmup has none in it); otherwise none. LOSS002
+    compares the level after it when that leaves at least `min_points` and a quarter of the
+    log, else the whole log. Fewer than `min_points` = 10 finite values: skipped, with the
+    reason.
+
+    **Short logs** (under 250 points, the shortest smoothing window of 5): a point is part of
+    its own 5-point median, so the residuals understate the noise by a third to a half; the
+    noise is then at least the MAD of the one-step changes around their median change / √2.
+    And the running minimum of a noisy curve is itself an extreme — about √(2 ln m) sigmas
+    below the level over m = n / 5 independent smoothed values — so LOSS003's margin adds
+    that depth: a flat noisy 17-point excerpt does not "rise 8 % from its minimum".
+
+    Only `train/loss` is judged: validation loss rising while training loss falls is VAL001
+    (`val_divergence`).
+
+    Evidence — LOSS002: `initial`, `early`, `final`, `rel_change`, `total_decrease`,
+    `slope`, `slope_low`, `slope_high`, `noise`. LOSS003: `min_step`, `min_loss`,
+    `peak_step`, `peak_loss`, `rise`, `rise_rel`, `end_loss`, `initial_loss`, `recovered`,
+    `stretch_steps`, `smooth_window`.
 
 Why it matters
-    A loss that does not move after warmup means compute is being spent on nothing: an
-    LR far too small (or zero), frozen or detached parameters, labels that do not match
-    the inputs, a loss computed on the wrong tensor. A loss that climbs back up and
-    stays up is a run diverging — every step from there makes the model worse; restart
-    from the checkpoint at its minimum with a lower LR.
+    A loss that does not move after warmup means compute spent on nothing: an LR far too
+    small or zero, frozen or detached parameters, labels that do not match the inputs, a loss
+    computed on the wrong tensor. A loss that climbs back and stays up is a diverging run:
+    every step from there makes the model worse; restart from the checkpoint at its minimum
+    with a lower LR (the PaLM and OPT logbooks describe exactly these restarts).
 
-    A plateau late in a long run is normal (the run converged): LOSS002 requires the loss
-    to be flat from the end of warmup on, so a converged run is never flagged.
-
-Default thresholds
+Default thresholds and their source
     Warmup is the run's own: the LR ramp in the log or a declared warmup against the
     real step numbers (``_start.py``); a log that resumes a run (starts late, or at epoch
     2+) gets resume advice and info at most for a flat loss. Fewer than ``min_points`` =
@@ -45,18 +86,40 @@ Default thresholds
     loss allowed to rise; PaLM (Chowdhery et al. 2022) and OPT (Zhang et al. 2022)
     describe such non-recovering rises as the runs they had to restart.
 
+    | parameter | default | meaning / source |
+    |---|---|---|
+    | `min_points` | 10 | points needed to judge a trend (fewer: skipped with the reason) |
+    | `min_after_warmup_frac` | 0.25 | LOSS002 judges after the run's warmup only when that leaves a quarter of the points |
+    | `seg_frac` | 0.10 | early / final level = median of the first / last 10 % of post-warmup points |
+    | `min_rel_decrease` | 0.02 | LOSS002 needs the final level not 2 % below the early one, and the smoothed curve never 2 % (or `noise_k` = 4 noise σ) below it — SageMaker Debugger's `LossNotDecreasing` (a minimum percentage decrease, `diff_percent`, between checks) made into one judgement over the run, with a `ReduceLROnPlateau`-style relative threshold |
+    | `slope_confidence` | 0.99 | and the Theil–Sen slope's 99 % interval (Sen 1968; ≤ 500 evenly spaced points) does not lie below zero |
+    | `min_total_decrease` | 0.05 | warning when the final loss is within 5 % of the initial one; info when it fell earlier (during warmup) |
+    | `smooth_frac` | 0.02 | LOSS003 smoothing: centered rolling median over 2 % of the points (5…1001); beyond `max_smooth_points` = 20 000 points the curve is first reduced to block medians |
+    | `rise_rel` | 0.05 | the smoothed loss must exceed its running minimum by max(5 %, 4 noise σ) — SageMaker's `increase_threshold_percent` default for a loss allowed to rise |
+    | `min_frac`, `min_run_points` | 0.05, 5 | for at least 5 % of the run's steps (and 5 points), after having fallen below the initial loss by the same margin |
+
 Known false positives
-    Losses that are not meant to decrease (GAN discriminator/generator losses, RL policy
-    losses, some contrastive losses with a learned temperature); a curriculum or data-mix
-    change that raises the loss level on purpose (LOSS003); cyclic schedules or warm
-    restarts raise the loss for a while (reported as info when it comes back down);
-    a loss logged as a running average over the whole run (looks flat late).
+    - Losses that are not meant to decrease: GAN losses, RL policy losses, some contrastive
+      losses with a learned temperature.
+    - A curriculum or data-mix change that raises the loss level on purpose (LOSS003).
+    - Cyclic schedules / warm restarts raise the loss for a while: reported as info when it
+      comes back down.
+    - A loss logged as a running average over the whole run looks flat late.
+    - A fine-tune that converges within warmup: LOSS002 info.
+
+Measured
+    - modded-nanogpt records and the BLOOM notes: nothing.
+    - Fixture runs: `lr_shock_diverge` LOSS003 warning from step 400 (the shock) to the end;
+      `lr_shock_recover` LOSS003 info 391–473 (came back down); `slow_loader` LOSS003 info
+      620–732 (+18 %, back down: the padding injected there changes what the loss averages
+      over); healthy runs and the other fault runs: nothing.
+    - 1M logged steps: about 0.1–0.3 s.
 
 Example
-    ``WARNING  LOSS003  steps 400–1000  loss rose from its minimum 2.003 (step 362) to
-    5.572 (+178%, smoothed) from step 400 and stayed up to the end of the run (2.912 at
-    step 1000); restart from a checkpoint before step 400 with a lower LR.``
-"""
+    ```
+      WARNING  LOSS003   steps 400–1000   loss rose from its minimum 2.003 (step 362) to 5.572 (+178%, smoothed) from step 400 and stayed up to the end of the run (2.912 at step 1000); restart from a checkpoint before step 400 with a lower LR.
+    ```
+"""  # noqa: E501  (tables: one row a line)
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ Default thresholds
     info.
 
     A step that goes back to the log's first step right after reaching the run's declared
-    last step is another run appended to the file (modded-nanogpt keeps each seed's run
-    in one file): info, said so.
+    last step (`step:N/M`, `iteration N/ M`) is another run appended to the file, not a
+    resume (modded-nanogpt's records keep each seed's run in one file): info, said so.
 
 Known false positives
     Files concatenated out of order (e.g. event files sorted by a name that does not

@@ -1,47 +1,72 @@
 """Stalls: wall-clock gaps between logged steps far above the run's own step time.
 
-What it flags
-    DATA002 ``stall``: a pause in the wall clock between two consecutive logged points
-    that is far longer than the run's typical time per step would explain — the step
-    after the pause, the gap in seconds, and the typical per-step interval.
+Needs wall-clock times (the frame's `wall_time`: a `time`/`timestamp` key in JSONL/CSV,
+TensorBoard's event wall time, …) · fixtures and restarts:
+`tests/test_system_detectors_real.py`
 
-    Method: every logged point's wall time (the earliest wall time of any metric at
-    that step, so an eval's or a checkpoint's duration shows up as a gap before the
-    next step) is taken in wall-clock order — not step order, so the re-run steps after
-    a resume add no false gap and the pause before the resume is measured as it
-    happened. The typical time per step is the median of gap/Δstep; a gap is a
-    candidate when its excess over the expected length (typical × Δstep) is at least
-    ``factor`` − 1 typical steps and ``min_gap_s``, and the gap at least doubles the
-    expected interval (sparse logging). When at least ``min_recurring`` candidates
-    exist (evals, periodic checkpoints), their median excess is the routine pause and
-    only gaps ``recurring_factor`` × longer are reported.
+Severity by code
+    | code | name | severity |
+    |---|---|---|
+    | DATA002 | stall | info · warning (the pause is ≥ 5 % of the run's wall-clock span) |
+
+What it flags
+    A pause in the wall clock between two consecutive logged points far longer than the
+    run's own time per step explains: the step after the pause (`step_start`), `gap_seconds`,
+    `expected_seconds` (typical per-step time × the steps in the interval), `excess_seconds`,
+    `typical_step_seconds`, `median_gap_seconds`, `previous_step`, `share_of_run`,
+    `routine_pause_seconds` (see below) and `across_restart`.
+
+    ### Method
+
+    - Every logged point's time is the **earliest** wall time of any metric at that step, so
+      an eval's or a checkpoint's duration shows up as a gap before the next step.
+    - Points are taken in **wall-clock order**, not step order: after a resume the replayed
+      steps add no false gap, and the pause before the resume is measured as it happened
+      (`across_restart` true, "between step 700 and the resumed step 601").
+    - The typical time per step is the median of gap / Δstep. A gap is a candidate when its
+      excess over the expected length is at least (`factor` − 1) typical steps, it at least
+      doubles the expected interval (sparse logging), and the excess is at least
+      `min_gap_s`.
+    - **Routine pauses**: when at least `min_recurring` candidates exist (evals, periodic
+      checkpoints), their median excess is the routine pause, and only gaps
+      `recurring_factor` × longer are reported.
 
 Why it matters
-    A stalled job burns its allocation without training: a hung collective (NCCL
-    timeout pending), a blocked checkpoint write to a slow filesystem, a data loader
-    waiting on storage, a preempted or requeued job. Stalls that recur at the same
-    place point to a bug; one long stall points to infrastructure.
+    A stalled job burns its allocation without training: a hung collective (an NCCL
+    timeout pending), a blocked checkpoint write to a slow filesystem, a data loader waiting
+    on storage, a preempted or requeued job. Stalls that recur at the same place point to a
+    bug; one long stall points to infrastructure.
 
-Default thresholds
-    ``factor`` 10 (an order of magnitude above the run's own step time — the judgment
-    is relative, so a 4 s pause in a run of 10 ms steps counts while a 60 s eval in a
-    run of 2 s steps does not when it recurs); ``min_gap_s`` 1 s (pauses under a second
-    are garbage collection and logging, not worth a person's time);
-    ``recurring_factor`` 3 over the routine pauses. A stall is info unless it is at
-    least ``warn_run_frac`` 5 % of the run's whole wall-clock span (then warning: the
-    run lost a twentieth of its time to one pause).
+Default thresholds and their source
+    | parameter | default | meaning / source |
+    |---|---|---|
+    | `factor` | 10 | an order of magnitude above the run's own step time — the judgment is relative, so a 4 s pause in a run of 10 ms steps counts, while a 60 s eval in a run of 2 s steps does not once it recurs (an absolute bound like 60 s would miss the first and flag the second) |
+    | `min_gap_s` | 1.0 s | pauses under a second are garbage collection and logging |
+    | `min_recurring`, `recurring_factor` | 3, 3 | three similar pauses are routine (eval, checkpoint cadence); only 3x longer ones are stalls |
+    | `warn_run_frac` | 0.05 | a single pause of 5 % of the run's wall-clock span is a warning |
+    | `max_findings` | 10 | the longest ones |
 
 Known false positives
-    An eval or checkpoint that happens only once or twice (there is nothing to call
-    routine yet); logs whose clock is coarse (whole seconds) in very fast runs; runs
-    stitched from separate jobs where the queueing time between them is expected; a
-    clock that jumped (NTP) on one host.
+    - An eval or checkpoint that happens only once or twice (nothing routine to compare with).
+    - Coarse clocks (whole seconds) in very fast runs.
+    - Runs stitched from separate jobs where the queueing time between them is expected
+      (reported, with `across_restart`).
+    - A wall clock that jumped (NTP) on one host.
+
+Measured
+    - Fixture `crash_resume` (a 4 s pause before step 300 in a run of ~12 ms steps; a
+      crash after 700 and a resume from 601 with no pause): **warning at 300** (4.01 s,
+      343× the expected 0.0117 s; label 300 ± 0); nothing at the resume.
+    - Healthy fixtures (val every 50 steps) and the other fault runs: nothing.
+    - A JSONL crash-resume written in the test: no stall without a requeue pause; a 900 s
+      requeue → warning at the resumed step 601 (`across_restart`).
+    - Real logs: none carries wall-clock times (skipped).
 
 Example
-    ``WARNING  DATA002  step 300  no step was logged for 4.01 s between step 299 and step
-    300 (343× the expected 0.0117 s); look for a blocked checkpoint write, a hung
-    collective or a data loader waiting on storage.``
-"""
+    ```
+      WARNING  DATA002   step 300         no step was logged for 4.01 s between step 299 and step 300 (343× the expected 0.0117 s); look for a blocked checkpoint write, a hung collective or a data loader waiting on storage.
+    ```
+"""  # noqa: E501  (tables: one row a line)
 
 from __future__ import annotations
 

@@ -25,6 +25,12 @@ Default thresholds
     rolling median (window ``window`` = 25 logged points) must be outside it for at
     least ``min_frac`` = 20 % of the logged steps after ``warmup_frac`` = 5 %.
 
+    The first ``warmup_frac`` of the steps is only left out of the fractions: a finding
+    starts where the condition began — a tensor frozen (or a ratio out of band) from the
+    first logged step starts there, not where judging began. With too few values for
+    either check (a dead tensor needs two tensors over 10 steps; a band 20 values or
+    ``window``), the detector is skipped with that reason.
+
 Known false positives
     Tensors frozen on purpose (fine-tuning with a frozen embedding or backbone): ignore
     the code or the tensor in config. Optimizers with per-parameter normalization

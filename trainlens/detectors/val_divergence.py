@@ -44,6 +44,11 @@ Example
     ``ERROR  VAL001  steps 4–25  val/loss rose 95.2% from its best 0.7876 at step 4 to
     1.538 (the mean of the last 3 evaluations; 1.519 at step 25) while train/loss fell
     0.35 (0.4163 → 0.06616); keep the step-4 checkpoint.`` (a Keras CSVLogger file)
+
+    On real logs: Althea80's Keras CSVLogger (best 0.788 at epoch 3), fabiom91's ConvNeXt
+    trainer_state.json (best 0.922 at step 1280) and each of aigoncharov's six eval sets
+    (`eval_g0_loss` best 1.114 at step 401, 2.749 at 12030) are errors; law-llm's falling
+    eval_loss and the Megatron-DeepSpeed MoE log's falling validation are silent.
 """
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from trainlens.core.config import Config, load_config
 from trainlens.core.findings import FAIL_LEVELS, fail_rank
-from trainlens.gate.baseline import Baseline, load_baseline
+from trainlens.gate.baseline import Baseline
 from trainlens.gate.codes import CHECK_CODES, GATE_CODES
 from trainlens.gate.discover import Source, discover
 from trainlens.gate.result import CheckResult, GateFinding, GateResult, RunReport
 from trainlens.gate.rules import GateRules, parse_rules
-from trainlens.gate.runner import GateJob, run_sources
+from trainlens.gate.runner import GateJob, load_baseline, run_sources
 
 
 def gate(

@@ -2,6 +2,10 @@
 the same rules), or a stored summary JSON — the output of ``trainlens analyze --json`` or
 ``trainlens gate --format json``. When it holds several runs, each gated run is compared
 with the baseline run of the same name; a single baseline run serves every gated run.
+
+Reading a baseline that is a run (not a stored summary) gates it with ``detect=False``:
+that is :func:`trainlens.gate.runner.load_baseline`, so this module depends on nothing
+of the runner and the runner on this one.
 """
 
 from __future__ import annotations
@@ -9,14 +13,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.gate.outcomes import outcomes_from_summary
-
-if TYPE_CHECKING:
-    from trainlens.core.config import Config
-    from trainlens.gate.rules import GateRules
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Baseline:
         return None, None, f"no baseline run named {run!r} in {self.path} (it has {names})"
 
 
-def _stored(path: Path) -> Baseline | None:
+def read_stored(path: Path) -> Baseline | None:
     """A stored summary JSON, or None when the file is not one (e.g. trainer_state.json)."""
     if path.suffix.lower() != ".json" or not path.is_file():
         return None
@@ -61,24 +61,3 @@ def _stored(path: Path) -> Baseline | None:
     if not records:
         raise UnreadableInputError(f"{path}: no readable run in this baseline summary")
     return Baseline(str(path), records)
-
-
-def load_baseline(path: str | Path, cfg: Config, rules: GateRules) -> Baseline:
-    """Read the baseline once, in this process, before the gated runs fan out."""
-    from trainlens.gate.discover import discover
-    from trainlens.gate.runner import GateJob, gate_source
-
-    p = Path(path)
-    if not p.exists():
-        raise UnreadableInputError(f"{p}: baseline not found")
-    stored = _stored(p)
-    if stored is not None:
-        return stored
-    job = GateJob(cfg=cfg, rules=rules, fail_rank=99, baseline=None, detect=False)
-    records: dict[str, dict[str, Any]] = {}
-    for source in discover([str(p)]):
-        for report in gate_source(source, job):
-            if report.error:
-                raise UnreadableInputError(f"baseline {report.error}")
-            records[report.name] = report.outcomes
-    return Baseline(str(p), records)

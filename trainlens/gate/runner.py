@@ -13,16 +13,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from trainlens.core.config import Config
-from trainlens.core.errors import TrainlensError
+from trainlens.core.errors import TrainlensError, UnreadableInputError
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.names import AliasTable
 from trainlens.core.run import Run
-from trainlens.gate.baseline import Baseline
+from trainlens.gate.baseline import Baseline, read_stored
 from trainlens.gate.checks import Outcome, baseline_checks, outcome_checks
 from trainlens.gate.codes import CHECK_CODES, GATE_CODES
-from trainlens.gate.discover import Source
+from trainlens.gate.discover import Source, discover
 from trainlens.gate.result import (
     FAIL,
     PASS,
@@ -170,6 +172,24 @@ def gate_source(source: Source, job: GateJob) -> list[RunReport]:
     return reports
 
 
+def load_baseline(path: str | Path, cfg: Config, rules: GateRules) -> Baseline:
+    """Read the baseline once, in this process, before the gated runs fan out."""
+    p = Path(path)
+    if not p.exists():
+        raise UnreadableInputError(f"{p}: baseline not found")
+    stored = read_stored(p)
+    if stored is not None:
+        return stored
+    job = GateJob(cfg=cfg, rules=rules, fail_rank=99, baseline=None, detect=False)
+    records: dict[str, dict[str, Any]] = {}
+    for source in discover([str(p)]):
+        for report in gate_source(source, job):
+            if report.error:
+                raise UnreadableInputError(f"baseline {report.error}")
+            records[report.name] = report.outcomes
+    return Baseline(str(p), records)
+
+
 # ---- the pool -----------------------------------------------------------------------------
 
 _JOB: GateJob | None = None
@@ -231,4 +251,4 @@ def run_sources(
     return [r for rs in results for r in rs]
 
 
-__all__ = ["GATE_CODES", "GateJob", "gate_run", "gate_source", "run_sources"]
+__all__ = ["GATE_CODES", "GateJob", "gate_run", "gate_source", "load_baseline", "run_sources"]
