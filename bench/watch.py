@@ -112,6 +112,7 @@ def _writer(fmt: str, path: str, steps: int, rate: float, metrics: int, fault: i
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER, fmt, path, str(steps), str(rate), str(metrics), str(fault)],
         stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # tensorboardX says "NaN or Inf found" once per NaN
         text=True,
     )
     assert proc.stdout is not None
