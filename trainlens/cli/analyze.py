@@ -232,19 +232,7 @@ def convert(
     from trainlens.api import read
 
     runs = read([path], format=format, runs=run, regex=regex, aliases=_parse_aliases(alias))
-    if len(runs) > 1:
-        # several runs: one file, with a `run` column
-        import polars as pl
-
-        from trainlens.core.run import Run
-
-        frame = pl.concat(
-            [r.frame.with_columns(pl.lit(r.name).alias("run")) for r in runs], how="vertical"
-        )
-        merged = Run(name="all", source=str(path), format=runs[0].format, frame=frame)
-        convert_run(merged, output)
-    else:
-        convert_run(runs[0], output)
+    convert_run(runs, output)
     n = sum(r.frame.height for r in runs)
     typer.echo(f"wrote {n:,} values from {len(runs)} run(s) to {output}")
     return 0
