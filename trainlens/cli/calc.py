@@ -35,7 +35,10 @@ from trainlens.cli._calc_common import (
 from trainlens.cli.app import app
 
 if TYPE_CHECKING:
-    from trainlens.calculators.flops import ComputeResult
+    from trainlens.calculators.energy import EnergyResult
+    from trainlens.calculators.flops import ChinchillaResult, ComputeResult, IterationFlops
+    from trainlens.calculators.memory import MemoryResult
+    from trainlens.calculators.mfu import MFUResult
 
 
 # ---- mfu --------------------------------------------------------------------------------
@@ -113,34 +116,7 @@ def mfu(
         emit_json(payload)
         return 0
 
-    typer.echo(f"MFU {pct(result.mfu)}  (model FLOPs / dense peak)")
-    if result.recompute != "none":
-        typer.echo(f"HFU {pct(result.hfu)}  (counting {result.recompute} recomputation)")
-    typer.echo("")
-    fpt = f"{sci(result.model_flops_per_token, 6)}  = 6·N"
-    if result.attention_flops_per_token:
-        fpt += f" + {sci(result.attention_flops_per_token, 6)} attention"
-    rows = [
-        ("params N", f"{sci(result.params, 6)} (non-embedding)"),
-        ("model FLOPs per token", fpt),
-    ]
-    if result.recompute != "none":
-        rows.append(("hardware FLOPs per token", sci(result.hardware_flops_per_token, 6)))
-    rows += [
-        (
-            "tokens/s",
-            f"{result.tokens_per_sec:,.6g} for the job = {result.tokens_per_sec_per_gpu:,.6g}"
-            f" per device x {result.n_gpus}",
-        ),
-        ("achieved", f"{result.achieved_flops_per_gpu / 1e12:,.1f} TFLOP/s per device"),
-        (
-            "peak",
-            f"{result.peak_flops / 1e12:g} TFLOP/s per device, dense {result.dtype}"
-            + (f" ({result.gpu})" if result.gpu and peak is None else ""),
-        ),
-    ]
-    print_rows(rows)
-    print_notes(result.warnings, result.assumptions)
+    _print_mfu(result, peak_given=peak is not None)
     return 0
 
 
@@ -190,7 +166,6 @@ def flops(
     )
     from trainlens.calculators.hardware import DTYPES
     from trainlens.calculators.units import parse_fraction
-    from trainlens.core.errors import UsageError
 
     dtype = check_choice(dtype, DTYPES, "--dtype")
     recompute = check_choice(recompute, ("none", "selective", "full"), "--recompute")
@@ -203,26 +178,14 @@ def flops(
     v = parse_int_option(vocab, "--vocab")
     wants_iteration = b is not None or v is not None
 
-    if n_params is None and c_budget is None and not wants_iteration:
-        raise UsageError(
-            "give --params (total compute), --budget (Chinchilla-optimal size) or "
-            "--batch/--layers/--seq-len/--hidden/--vocab (FLOPs per iteration)."
-        )
-    if c_budget is not None and n_params is not None:
-        raise UsageError("give --params or --budget, not both.")
-    if tokens is not None and n_params is None:
-        raise UsageError("--tokens needs --params.")
+    _check_flops_request(n_params, c_budget, tokens, wants_iteration)
 
     payload: dict[str, Any] = {}
     sections: list[Section] = []
     if c_budget is not None:
         opt = chinchilla_optimal(compute=c_budget)
         payload["chinchilla"] = as_dict(opt)
-        rows = [
-            ("params N", sci(opt.params)),
-            ("tokens D", f"{sci(opt.tokens)}  ({opt.tokens_per_param:g} per parameter)"),
-        ]
-        sections.append((f"Chinchilla-optimal for {sci(c_budget)} FLOPs", rows, opt.assumptions))
+        sections.append(_chinchilla_section(opt, c_budget))
 
     if n_params is not None:
         mfu_value = parse_fraction(mfu_text, "--mfu")
@@ -249,14 +212,7 @@ def flops(
     if wants_iteration:
         it = flops_per_iteration(b, n_layers, s, h, v, recompute)
         payload["per_iteration"] = as_dict(it)
-        rows = [
-            ("model FLOPs / iteration", sci(it.model_flops)),
-            ("per token", sci(it.model_flops_per_token)),
-        ]
-        if recompute != "none":
-            rows.append((f"hardware FLOPs ({recompute})", sci(it.hardware_flops)))
-        title = f"FLOPs per iteration (B={b}, L={n_layers}, s={s}, h={h}, V={v})"
-        sections.append((title, rows, it.assumptions))
+        sections.append(_iteration_section(it))
 
     if as_json:
         emit_json(payload)
@@ -268,6 +224,41 @@ def flops(
         print_rows(rows)
         print_notes([], assumptions)
     return 0
+
+
+def _chinchilla_section(opt: ChinchillaResult, budget: float) -> Section:
+    rows = [
+        ("params N", sci(opt.params)),
+        ("tokens D", f"{sci(opt.tokens)}  ({opt.tokens_per_param:g} per parameter)"),
+    ]
+    return (f"Chinchilla-optimal for {sci(budget)} FLOPs", rows, opt.assumptions)
+
+
+def _iteration_section(it: IterationFlops) -> Section:
+    rows = [
+        ("model FLOPs / iteration", sci(it.model_flops)),
+        ("per token", sci(it.model_flops_per_token)),
+    ]
+    if it.recompute != "none":
+        rows.append((f"hardware FLOPs ({it.recompute})", sci(it.hardware_flops)))
+    shapes = f"B={it.batch}, L={it.layers}, s={it.seq_len}, h={it.hidden}, V={it.vocab}"
+    return (f"FLOPs per iteration ({shapes})", rows, it.assumptions)
+
+
+def _check_flops_request(
+    params: float | None, budget: float | None, tokens: str | None, wants_iteration: bool
+) -> None:
+    from trainlens.core.errors import UsageError
+
+    if params is None and budget is None and not wants_iteration:
+        raise UsageError(
+            "give --params (total compute), --budget (Chinchilla-optimal size) or "
+            "--batch/--layers/--seq-len/--hidden/--vocab (FLOPs per iteration)."
+        )
+    if budget is not None and params is not None:
+        raise UsageError("give --params or --budget, not both.")
+    if tokens is not None and params is None:
+        raise UsageError("--tokens needs --params.")
 
 
 def _compute_rows(result: ComputeResult) -> list[tuple[str, str]]:
@@ -375,33 +366,7 @@ def memory(
         emit_json(payload)
         return 0
 
-    if result.device_memory_bytes is not None and result.headroom_bytes is not None:
-        where = f" of {result.device_memory_bytes / 1e9:g} GB" + (
-            f" ({result.gpu})" if result.gpu else ""
-        )
-        verdict = (
-            f"fits, {gb(result.headroom_bytes)} spare"
-            if result.fits
-            else f"does NOT fit, over by {gb(-result.headroom_bytes)}"
-        )
-        typer.echo(f"Memory per GPU: {gb(result.total_bytes)}{where}: {verdict}")
-    else:
-        typer.echo(f"Memory per GPU: {gb(result.total_bytes)}  (give --gpu to check the fit)")
-    typer.echo("")
-    rows = [(owner, gb(value)) for owner, value in result.owners.items()]
-    if result.activations_per_layer_bytes is not None and layers is not None:
-        rows[-1] = (
-            "activations",
-            f"{gb(result.activations_bytes or 0.0)}  "
-            f"({gb(result.activations_per_layer_bytes)} per layer x {layers})",
-        )
-    rows.append(("total", gb(result.total_bytes)))
-    print_rows(rows)
-    typer.echo(
-        f"\nModel states: {result.bytes_per_param:g} B/param x {sci(result.params, 6)} = "
-        f"{gb(result.model_states_bytes)} before sharding."
-    )
-    print_notes(result.warnings, result.assumptions)
+    _print_memory(result, layers)
     return 0
 
 
@@ -437,30 +402,12 @@ def energy(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> int:
     """Energy (kWh) and carbon (tCO2e): GPU-hours x watts x PUE x grid intensity."""
-    from trainlens.calculators.energy import (
-        DEFAULT_GRID,
-        DEFAULT_PUE,
-        GRID_PRESETS,
-    )
+    from trainlens.calculators.energy import DEFAULT_GRID, DEFAULT_PUE
     from trainlens.calculators.energy import energy as compute_energy
     from trainlens.calculators.units import parse_duration_hours
 
     if list_grids:
-        if as_json:
-            emit_json(
-                {
-                    "default": DEFAULT_GRID,
-                    "presets": [as_dict(p) for p in GRID_PRESETS.values()],
-                }
-            )
-            return 0
-        width = max(len(name) for name in GRID_PRESETS)
-        for preset in GRID_PRESETS.values():
-            default = "  (default)" if preset.name == DEFAULT_GRID else ""
-            typer.echo(
-                f"{preset.name.ljust(width)}  {preset.g_per_kwh:>6g} gCO2e/kWh  "
-                f"{preset.source}{default}"
-            )
+        _print_grids(as_json)
         return 0
 
     pue_value = DEFAULT_PUE if pue is None else parse_number_option(pue, "--pue")
@@ -479,6 +426,73 @@ def energy(
     if as_json:
         emit_json(as_dict(result))
         return 0
+    _print_energy(result)
+    return 0
+
+
+# ---- printing -------------------------------------------------------------------------
+def _print_mfu(result: MFUResult, peak_given: bool) -> None:
+    typer.echo(f"MFU {pct(result.mfu)}  (model FLOPs / dense peak)")
+    if result.recompute != "none":
+        typer.echo(f"HFU {pct(result.hfu)}  (counting {result.recompute} recomputation)")
+    typer.echo("")
+    fpt = f"{sci(result.model_flops_per_token, 6)}  = 6·N"
+    if result.attention_flops_per_token:
+        fpt += f" + {sci(result.attention_flops_per_token, 6)} attention"
+    rows = [
+        ("params N", f"{sci(result.params, 6)} (non-embedding)"),
+        ("model FLOPs per token", fpt),
+    ]
+    if result.recompute != "none":
+        rows.append(("hardware FLOPs per token", sci(result.hardware_flops_per_token, 6)))
+    rows += [
+        (
+            "tokens/s",
+            f"{result.tokens_per_sec:,.6g} for the job = {result.tokens_per_sec_per_gpu:,.6g}"
+            f" per device x {result.n_gpus}",
+        ),
+        ("achieved", f"{result.achieved_flops_per_gpu / 1e12:,.1f} TFLOP/s per device"),
+        (
+            "peak",
+            f"{result.peak_flops / 1e12:g} TFLOP/s per device, dense {result.dtype}"
+            + (f" ({result.gpu})" if result.gpu and not peak_given else ""),
+        ),
+    ]
+    print_rows(rows)
+    print_notes(result.warnings, result.assumptions)
+
+
+def _print_memory(result: MemoryResult, layers: str | None) -> None:
+    if result.device_memory_bytes is not None and result.headroom_bytes is not None:
+        where = f" of {result.device_memory_bytes / 1e9:g} GB" + (
+            f" ({result.gpu})" if result.gpu else ""
+        )
+        verdict = (
+            f"fits, {gb(result.headroom_bytes)} spare"
+            if result.fits
+            else f"does NOT fit, over by {gb(-result.headroom_bytes)}"
+        )
+        typer.echo(f"Memory per GPU: {gb(result.total_bytes)}{where}: {verdict}")
+    else:
+        typer.echo(f"Memory per GPU: {gb(result.total_bytes)}  (give --gpu to check the fit)")
+    typer.echo("")
+    rows = [(owner, gb(value)) for owner, value in result.owners.items()]
+    if result.activations_per_layer_bytes is not None and layers is not None:
+        rows[-1] = (
+            "activations",
+            f"{gb(result.activations_bytes or 0.0)}  "
+            f"({gb(result.activations_per_layer_bytes)} per layer x {layers})",
+        )
+    rows.append(("total", gb(result.total_bytes)))
+    print_rows(rows)
+    typer.echo(
+        f"\nModel states: {result.bytes_per_param:g} B/param x {sci(result.params, 6)} = "
+        f"{gb(result.model_states_bytes)} before sharding."
+    )
+    print_notes(result.warnings, result.assumptions)
+
+
+def _print_energy(result: EnergyResult) -> None:
     typer.echo(f"Energy {result.kwh:,.0f} kWh  ->  {result.tco2e:,.2f} tCO2e")
     typer.echo("")
     rows = [
@@ -497,4 +511,23 @@ def energy(
         )
     print_rows(rows)
     print_notes([], result.assumptions)
-    return 0
+
+
+def _print_grids(as_json: bool) -> None:
+    from trainlens.calculators.energy import DEFAULT_GRID, GRID_PRESETS
+
+    if as_json:
+        emit_json(
+            {
+                "default": DEFAULT_GRID,
+                "presets": [as_dict(p) for p in GRID_PRESETS.values()],
+            }
+        )
+        return
+    width = max(len(name) for name in GRID_PRESETS)
+    for preset in GRID_PRESETS.values():
+        default = "  (default)" if preset.name == DEFAULT_GRID else ""
+        typer.echo(
+            f"{preset.name.ljust(width)}  {preset.g_per_kwh:>6g} gCO2e/kWh  "
+            f"{preset.source}{default}"
+        )
