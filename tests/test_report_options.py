@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import trainlens
@@ -80,6 +81,7 @@ def test_bad_report_config_is_the_same_error_for_the_cli_and_a_library_caller(
 def test_good_values_pass_through() -> None:
     assert check_smoothing(None) is None
     assert check_smoothing(1) == 1.0 and isinstance(check_smoothing(1), float)
+    assert check_smoothing(np.float32(0.25)) == 0.25  # a numpy number is a number
     assert report_smoothing(None, {"smoothing": 0.3}, "cfg") == 0.3
     assert report_smoothing(0.1, {"smoothing": 0.3}, "cfg") == 0.1  # the flag wins
     assert report_smoothing(None, {}, "cfg") is None

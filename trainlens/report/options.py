@@ -7,6 +7,7 @@ sentence from Python as from the shell. Nothing here imports matplotlib.
 
 from __future__ import annotations
 
+from numbers import Real
 from typing import Any
 
 from trainlens.core.errors import ConfigError, UsageError
@@ -19,7 +20,8 @@ def check_smoothing(value: float | None, where: str = "smoothing") -> float | No
     UsageError that names ``where`` it came from."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # numbers.Real: a numpy float from a caller's own computation is a number too
+    if isinstance(value, bool) or not isinstance(value, Real):
         raise UsageError(f"{where} must be a number in (0, 1], not {value!r}")
     if not 0 < value <= 1:
         raise UsageError(
