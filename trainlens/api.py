@@ -118,10 +118,13 @@ def analyze(
     return [analyze_run(run, cfg) for run in loaded]
 
 
-def convert(run: Run, out: str | Path) -> Path:
-    """Write the canonical frame to .parquet, .jsonl/.ndjson or .csv (by extension)."""
+def convert(runs: Run | Sequence[Run], out: str | Path) -> Path:
+    """Write the canonical frame to .parquet, .jsonl/.ndjson or .csv (by extension).
+
+    Several runs go into one file with a ``run`` column holding each run's name (what
+    ``trainlens convert`` does with a folder or an MLflow store of several runs)."""
     out = Path(out)
-    frame = run.frame
+    frame = _merged_frame([runs] if isinstance(runs, Run) else runs)
     suffix = out.suffix.lower()
     if suffix == ".parquet":
         frame.write_parquet(out)
@@ -132,6 +135,17 @@ def convert(run: Run, out: str | Path) -> Path:
     else:
         raise UsageError(f"{out}: unknown output type; use .parquet, .jsonl or .csv")
     return out
+
+
+def _merged_frame(runs: Sequence[Run]) -> pl.DataFrame:
+    """One run's canonical frame as it is; several runs' stacked, with a ``run`` column."""
+    if not runs:
+        raise UsageError("nothing to convert: no runs given")
+    if len(runs) == 1:
+        return runs[0].frame
+    return pl.concat(
+        [r.frame.with_columns(pl.lit(r.name).alias("run")) for r in runs], how="vertical"
+    )
 
 
 def _ndjson(frame: pl.DataFrame) -> str:
@@ -155,6 +169,14 @@ def _ndjson(frame: pl.DataFrame) -> str:
 
     names = frame.get_column("metric").unique().to_list()
     quoted = {n: json.dumps(n) for n in names}
+    # several runs in one file: each line names its run, as the csv and parquet columns do
+    run_field: list[pl.Expr] = []
+    if "run" in frame.columns:
+        runs = {n: json.dumps(n) for n in frame.get_column("run").unique().to_list()}
+        run_field = [
+            pl.lit(',"run":'),
+            pl.col("run").replace_strict(runs, return_dtype=pl.String),
+        ]
     lines = frame.select(
         pl.concat_str(
             pl.lit('{"step":'),
@@ -167,6 +189,7 @@ def _ndjson(frame: pl.DataFrame) -> str:
             number("wall_time"),
             pl.lit(',"superseded":'),
             pl.col("superseded").cast(pl.String),
+            *run_field,
             pl.lit("}"),
         ).alias("line")
     ).get_column("line")

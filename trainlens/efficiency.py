@@ -17,11 +17,13 @@ import polars as pl
 
 from trainlens.calculators import (
     attention_flops_per_token,
+    dense_peak,
     energy,
+    gpu_row,
     mfu_series,
-    resolve_gpu,
     training_compute,
 )
+from trainlens.calculators.hardware import GPU
 from trainlens.calculators.units import parse_number
 from trainlens.core.errors import TrainlensError
 from trainlens.core.run import Run
@@ -116,7 +118,7 @@ class Mfu:
     params: float
 
 
-def mfu_of(run: Run, model: dict[str, Any], row: Any = None) -> Mfu:
+def mfu_of(run: Run, model: dict[str, Any], row: GPU | None = None) -> Mfu:
     """The run's MFU from its logged tokens/s: the one computation behind analyze's summary
     and the gate's MFU check (6·N plus the attention term where the shape is known).
     Raises TrainlensError (a sentence) when the model size, the GPU or tokens/s is missing."""
@@ -124,10 +126,11 @@ def mfu_of(run: Run, model: dict[str, Any], row: Any = None) -> Mfu:
     if raw is None:
         raise TrainlensError("needs n_params (--params, [tool.trainlens.model] or a run config)")
     params = parse_number(raw, "n_params")
-    if row is None:
-        row, _ = resolve_gpu(str(model.get("gpu")))
+    row = gpu_row(str(model.get("gpu")) if row is None else row, None, [])
+    assert row is not None
     dtype = dtype_of(model)
-    peak = row.peak_flops(dtype)
+    peak = dense_peak(row, dtype, None)
+    assert peak is not None
     n_gpus = _int(model, "n_gpus") or 1
     _, tps = run.series("tokens_per_sec")
     values = mfu_series(tps, params, peak, n_gpus, attention_per_token(model))
@@ -160,7 +163,7 @@ def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> 
     row = None
     if gpu_name:
         try:
-            row, _ = resolve_gpu(str(gpu_name))
+            row = gpu_row(str(gpu_name), None, [])
         except TrainlensError as exc:
             summary["efficiency_note"] = f"MFU not computed: {exc}"
     if row is not None and run.has("tokens_per_sec"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainlens.calculators.hardware import GPU, HardwareTable, resolve_gpu
+from trainlens.calculators.hardware import GPU, HardwareTable, gpu_row
 from trainlens.calculators.units import parse_number, require_positive
 from trainlens.core.errors import UsageError
 
@@ -152,12 +152,7 @@ def energy(
     else:
         raise UsageError("give GPU-hours, or the number of GPUs and the wall time.")
 
-    row: GPU | None = None
-    if isinstance(gpu, GPU):
-        row = gpu
-    elif gpu is not None:
-        row, notes = resolve_gpu(gpu, table)
-        assumptions.extend(notes)
+    row = gpu_row(gpu, table, assumptions)
     if watts is not None:
         require_positive(watts, "watts")
         power = float(watts)

@@ -15,9 +15,10 @@ Conventions (cited in docs/calculators.md):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from trainlens.calculators.hardware import GPU, HardwareTable, dense_peak, gpu_row
 from trainlens.calculators.units import require_positive
 from trainlens.core.errors import UsageError
 
@@ -48,9 +49,28 @@ def attention_flops_per_token(layers: int, heads: int, head_dim: int, seq_len: i
 
 
 def attention_term(
-    layers: int | None, heads: int | None, head_dim: int | None, seq_len: int | None
+    layers: int | None,
+    heads: int | None,
+    head_dim: int | None,
+    seq_len: int | None,
+    hidden: int | None = None,
+    assumptions: list[str] | None = None,
 ) -> float:
-    """The attention term when all four shapes are known, else 0; half-given is an error."""
+    """The attention term when the shapes are known, else 0; half-given is an error.
+
+    Without ``head_dim``, ``hidden`` gives it: Q = h / H, or, with no heads either,
+    H·Q = h (12·L·h·T, said in ``assumptions``). ``hidden`` alone (no layers, no sequence
+    length) asks for no attention term: ``flops`` also takes it for the per-iteration form.
+    """
+    from_hidden = False
+    if head_dim is None and hidden is not None:
+        if heads is not None:
+            if hidden % heads:
+                raise UsageError("--hidden must be a multiple of --heads.")
+            head_dim = hidden // heads
+        elif layers is not None or seq_len is not None:
+            # the heads' total width is the hidden size, so 12·L·H·Q·T = 12·L·h·T
+            heads, head_dim, from_hidden = 1, hidden, True
     given = {
         "--layers": layers,
         "--heads": heads,
@@ -67,6 +87,8 @@ def attention_term(
         )
     assert layers is not None and heads is not None and head_dim is not None
     assert seq_len is not None
+    if from_hidden and assumptions is not None:
+        assumptions.append("Attention term from --hidden: H·Q = h, so 12·L·h·s per token.")
     return attention_flops_per_token(layers, heads, head_dim, seq_len)
 
 
@@ -124,6 +146,71 @@ def korthikanti_flops_per_iteration(
     if recompute == "selective":
         return 72.0 * base * (1 + s / (3 * h) + v / (12 * h * n_layers))
     return 96.0 * base * (1 + s / (4 * h) + v / (16 * h * n_layers))
+
+
+@dataclass(frozen=True)
+class IterationFlops:
+    """Model and hardware FLOPs of one iteration (Korthikanti et al. 2022)."""
+
+    batch: int
+    layers: int
+    seq_len: int
+    hidden: int
+    vocab: int
+    recompute: str
+    model_flops: float
+    hardware_flops: float
+    model_flops_per_token: float
+    assumptions: list[str] = field(default_factory=list)
+
+
+_ITERATION_RECOMPUTE_TEXT = {
+    "none": "No recomputation: hardware FLOPs = model FLOPs.",
+    "selective": "Selective recomputation: s/3h in place of s/6h (the paper).",
+    "full": "Full recomputation: 96·B·L·s·h²·(1 + s/4h + V/16hL) (trainlens: "
+    "the layers' forward runs twice, the logits once).",
+}
+
+
+def flops_per_iteration(
+    batch: int | None,
+    layers: int | None,
+    seq_len: int | None,
+    hidden: int | None,
+    vocab: int | None,
+    recompute: str = "none",
+) -> IterationFlops:
+    """:func:`korthikanti_flops_per_iteration` as model and hardware FLOPs, with the
+    assumptions behind them; a missing shape is a UsageError that names it."""
+    shapes = {"--batch": batch, "--layers": layers, "--seq-len": seq_len, "--hidden": hidden}
+    shapes["--vocab"] = vocab
+    missing = [k for k, v in shapes.items() if v is None]
+    if missing:
+        raise UsageError(
+            "FLOPs per iteration need --batch, --layers, --seq-len, --hidden and --vocab; "
+            f"missing {', '.join(missing)}."
+        )
+    assert batch is not None and layers is not None and seq_len is not None
+    assert hidden is not None and vocab is not None
+    _check_recompute(recompute)
+    model = korthikanti_flops_per_iteration(batch, layers, seq_len, hidden, vocab, "none")
+    hardware = korthikanti_flops_per_iteration(batch, layers, seq_len, hidden, vocab, recompute)
+    return IterationFlops(
+        batch=batch,
+        layers=layers,
+        seq_len=seq_len,
+        hidden=hidden,
+        vocab=vocab,
+        recompute=recompute,
+        model_flops=model,
+        hardware_flops=hardware,
+        model_flops_per_token=model / (batch * seq_len),
+        assumptions=[
+            "Model FLOPs per iteration 72·B·L·s·h²·(1 + s/6h + V/12hL) (Korthikanti et "
+            "al. 2022; includes the logits, assumes a 4h MLP).",
+            _ITERATION_RECOMPUTE_TEXT[recompute],
+        ],
+    )
 
 
 @dataclass(frozen=True)
@@ -225,6 +312,42 @@ def training_compute(
         wall_days=wall_days,
         assumptions=assumptions,
     )
+
+
+def model_training_compute(
+    params: float,
+    tokens: float | None = None,
+    *,
+    layers: int | None = None,
+    heads: int | None = None,
+    head_dim: int | None = None,
+    seq_len: int | None = None,
+    hidden: int | None = None,
+    gpu: str | GPU | None = None,
+    dtype: str = "bf16",
+    peak_flops: float | None = None,
+    mfu: float = 0.4,
+    n_gpus: int | None = None,
+    table: HardwareTable | None = None,
+) -> ComputeResult:
+    """:func:`training_compute` of a model given by its shapes on a named GPU: what
+    ``trainlens flops --params`` computes. The attention term comes from the shapes
+    (:func:`attention_term`), the peak from ``peak_flops`` or the ``gpu``'s dense ``dtype``
+    rate; the assumptions of both come first in the result's."""
+    notes: list[str] = []
+    attn = attention_term(layers, heads, head_dim, seq_len, hidden, notes)
+    row = gpu_row(gpu, table, notes)
+    result = training_compute(
+        params,
+        tokens,
+        attn_flops_per_token=attn,
+        peak_flops=dense_peak(row, dtype, peak_flops),
+        mfu=mfu,
+        n_gpus=n_gpus,
+        gpu=None if row is None else row.name,
+        dtype=dtype,
+    )
+    return replace(result, assumptions=notes + result.assumptions)
 
 
 @dataclass(frozen=True)

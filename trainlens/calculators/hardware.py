@@ -23,6 +23,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from trainlens.calculators.units import require_positive
 from trainlens.core.errors import UnreadableInputError, UsageError
 
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "tf32", "fp32")
@@ -310,3 +311,28 @@ def resolve_gpu(name: str, table: HardwareTable | None = None) -> tuple[GPU, lis
 def lookup_gpu(name: str, table: HardwareTable | None = None) -> GPU:
     """The row for a GPU name or alias; an unknown name raises UsageError with suggestions."""
     return resolve_gpu(name, table)[0]
+
+
+def gpu_row(
+    gpu: str | GPU | None, table: HardwareTable | None, assumptions: list[str]
+) -> GPU | None:
+    """The row behind a calculator's ``gpu`` argument: a row as given, a name resolved in
+    ``table`` (the match's own notes appended to ``assumptions``), or None when no GPU is
+    named. The one resolution the MFU, compute, memory and energy calculators share, so a
+    spelling that names a row in one names the same row in all."""
+    if gpu is None:
+        return None
+    if isinstance(gpu, GPU):
+        return gpu
+    row, notes = resolve_gpu(gpu, table)
+    assumptions.extend(notes)
+    return row
+
+
+def dense_peak(row: GPU | None, dtype: str, peak_flops: float | None) -> float | None:
+    """The dense peak in FLOP/s per device: ``peak_flops`` when given, else ``row``'s
+    ``dtype`` rate (a UsageError when the table has none), else None."""
+    if peak_flops is not None:
+        require_positive(peak_flops, "peak")
+        return float(peak_flops)
+    return None if row is None else row.peak_flops(dtype)

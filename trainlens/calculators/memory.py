@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainlens.calculators.flops import RECOMPUTE_MODES
-from trainlens.calculators.hardware import GPU, HardwareTable, resolve_gpu
+from trainlens.calculators.hardware import GPU, HardwareTable, gpu_row
 from trainlens.calculators.units import require_positive
 from trainlens.core.errors import UsageError
 
@@ -211,12 +211,7 @@ def training_memory(
     per_param = model_state_bytes_per_param(precision, optimizer, grad_dtype)
     assumptions: list[str] = []
 
-    row: GPU | None = None
-    if isinstance(gpu, GPU):
-        row = gpu
-    elif gpu is not None:
-        row, notes = resolve_gpu(gpu, table)
-        assumptions.extend(notes)
+    row = gpu_row(gpu, table, assumptions)
 
     # tensor parallelism splits every weight matrix t ways (layer norms and biases, which
     # are replicated, are ignored)

@@ -17,7 +17,7 @@ from trainlens.calculators.flops import (
     hardware_flops_per_token,
     model_flops_per_token,
 )
-from trainlens.calculators.hardware import GPU, HardwareTable, resolve_gpu
+from trainlens.calculators.hardware import GPU, HardwareTable, dense_peak, gpu_row
 from trainlens.calculators.units import format_number, require_positive
 from trainlens.core.errors import UsageError
 
@@ -64,26 +64,21 @@ def _peak_for(
     table: HardwareTable | None,
     assumptions: list[str],
 ) -> tuple[float, GPU | None]:
-    row: GPU | None = None
-    if isinstance(gpu, GPU):
-        row = gpu
-    elif gpu is not None:
-        row, notes = resolve_gpu(gpu, table)
-        assumptions.extend(notes)
+    row = gpu_row(gpu, table, assumptions)
+    value = dense_peak(row, dtype, peak)
+    if value is None:
+        raise UsageError("give a GPU (--gpu) or a peak (--peak-tflops) to compute MFU.")
     if peak is not None:
-        require_positive(peak, "peak")
         assumptions.append(
             f"Peak: {peak / 1e12:g} TFLOP/s per device as given (taken as a dense {dtype} rate; "
             "a sparse headline figure would halve the MFU)."
         )
-        return float(peak), row
-    if row is None:
-        raise UsageError("give a GPU (--gpu) or a peak (--peak-tflops) to compute MFU.")
-    value = row.peak_flops(dtype)
-    assumptions.append(
-        f"Peak: {value / 1e12:g} TFLOP/s per device, the dense {dtype} rate of {row.name} "
-        "(vendors' headline tensor figures are 2:4-sparse, twice the dense rate)."
-    )
+    else:
+        assert row is not None
+        assumptions.append(
+            f"Peak: {value / 1e12:g} TFLOP/s per device, the dense {dtype} rate of {row.name} "
+            "(vendors' headline tensor figures are 2:4-sparse, twice the dense rate)."
+        )
     return value, row
 
 

@@ -7,97 +7,24 @@ from typing import Annotated, Any
 
 import typer
 
+from trainlens.cli._options import (
+    AliasOpt,
+    ConfigOpt,
+    FormatOpt,
+    IgnoreOpt,
+    PathsArg,
+    RegexOpt,
+    RunOpt,
+    SelectOpt,
+    parse_aliases,
+    parse_schedule,
+)
 from trainlens.cli.app import app
 from trainlens.core.errors import UsageError
 from trainlens.core.findings import fail_rank
 
-PathsArg = Annotated[
-    list[Path],
-    typer.Argument(
-        help="Run files or directories (JSONL, CSV, TensorBoard, MLflow, ...).", show_default=False
-    ),
-]
-FormatOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--format",
-        "-f",
-        # spelled out, not read from readers.FORMATS: that would import polars for --help
-        # (a test keeps the two lists the same)
-        help="Force a reader: jsonl, csv, tensorboard, mlflow, hf-trainer, keras-history, text.",
-        show_default=False,
-    ),
-]
-RunOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--run", help="MLflow run id or name to read (repeatable; default all).", show_default=False
-    ),
-]
-RegexOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--regex",
-        help="Text logs: a regex with a named group 'step' and one named group per metric.",
-        show_default=False,
-    ),
-]
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        help="A trainlens.toml or pyproject.toml (default: the nearest "
-        "one from the working directory).",
-        show_default=False,
-    ),
-]
-AliasOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--alias",
-        help="Map a logged name to a canonical one, e.g. 'my_loss=train/loss' (repeatable).",
-        show_default=False,
-    ),
-]
-
-SelectOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--select",
-        help="Only these codes, families or detectors (repeatable).",
-        show_default=False,
-    ),
-]
-IgnoreOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--ignore",
-        help="Skip these codes, families or detectors (repeatable).",
-        show_default=False,
-    ),
-]
-
-
-def parse_schedule(spec: str) -> dict[str, Any]:
-    """``cosine:warmup_steps=100,peak_lr=3e-4,min_lr=3e-5,total_steps=10000``."""
-    shape, _, rest = spec.partition(":")
-    out: dict[str, Any] = {"shape": shape.strip()}
-    for part in filter(None, (p.strip() for p in rest.split(","))):
-        key, eq, value = part.partition("=")
-        if not eq:
-            raise UsageError(f"--schedule: expected key=value, got {part!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-def _parse_aliases(items: list[str] | None) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        raw, eq, canonical = item.partition("=")
-        if not eq or not raw.strip() or not canonical.strip():
-            raise UsageError(f"--alias: expected 'logged=canonical', got {item!r}")
-        out[raw.strip()] = canonical.strip()
-    return out
+# FormatOpt stays importable from here (tests read its help text)
+__all__ = ["FormatOpt", "analyze", "convert"]
 
 
 def _model_overrides(params: str | None, gpu: str | None, gpus: int | None) -> dict[str, Any]:
@@ -183,7 +110,7 @@ def analyze(
     if schedule:
         cfg.schedule = parse_schedule(schedule)
     cfg.apply_flags(select, ignore)
-    cfg.aliases = {**cfg.aliases, **_parse_aliases(alias)}
+    cfg.aliases = {**cfg.aliases, **parse_aliases(alias)}
     cfg.model = {**cfg.model, **_model_overrides(params, gpu, gpus)}
     threshold = fail_rank(fail_on or cfg.fail_on or "none")  # checked before the read
 
@@ -197,11 +124,12 @@ def analyze(
 
         typer.echo(render_text(analyses, verbose=verbose), nl=False)
     if report is not None:
-        from trainlens.cli.report import _smoothing
         from trainlens.report import write_report
+        from trainlens.report.options import report_smoothing
 
         origin = str(cfg.path) if cfg.path else "config"
-        written = write_report(analyses, report, smoothing=_smoothing(None, cfg.report, origin))
+        smoothing = report_smoothing(None, cfg.report, origin)
+        written = write_report(analyses, report, smoothing=smoothing)
         if not json_out:
             typer.echo(f"report: {written}")
     worst = max((f.severity.rank for a in analyses for f in a.findings), default=-1)
@@ -231,20 +159,8 @@ def convert(
     from trainlens.api import convert as convert_run
     from trainlens.api import read
 
-    runs = read([path], format=format, runs=run, regex=regex, aliases=_parse_aliases(alias))
-    if len(runs) > 1:
-        # several runs: one file, with a `run` column
-        import polars as pl
-
-        from trainlens.core.run import Run
-
-        frame = pl.concat(
-            [r.frame.with_columns(pl.lit(r.name).alias("run")) for r in runs], how="vertical"
-        )
-        merged = Run(name="all", source=str(path), format=runs[0].format, frame=frame)
-        convert_run(merged, output)
-    else:
-        convert_run(runs[0], output)
+    runs = read([path], format=format, runs=run, regex=regex, aliases=parse_aliases(alias))
+    convert_run(runs, output)
     n = sum(r.frame.height for r in runs)
     typer.echo(f"wrote {n:,} values from {len(runs)} run(s) to {output}")
     return 0

@@ -1,9 +1,10 @@
-"""Calculator commands: ``mfu``, ``flops``, ``memory``, ``energy``, ``gpus``.
+"""Calculator commands: ``mfu``, ``flops``, ``memory``, ``energy`` (``gpus``: cli/calc_gpus.py).
 
 Numbers are taken as text so ``1.3e9``, ``1.3B`` and ``40k`` all work; the library parses
 and checks them (a bad one is a UsageError: one sentence, exit 2). Each command prints its
 result, then the assumptions behind it; ``--json`` prints the same as one JSON object.
-The calculators are imported inside the commands so ``trainlens --help`` stays fast.
+The calculators are imported inside the commands so ``trainlens --help`` stays fast; the
+numbers all come from :mod:`trainlens.calculators`, this module only parses and prints.
 """
 
 from __future__ import annotations
@@ -13,93 +14,31 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from trainlens.cli._calc_common import (
+    DTYPE_HELP,
+    RECOMPUTE_HELP,
+    TABLE_HELP,
+    Section,
+    as_dict,
+    check_choice,
+    emit_json,
+    gb,
+    hardware_table,
+    parse_int_option,
+    parse_number_option,
+    pct,
+    print_notes,
+    print_rows,
+    required_option,
+    sci,
+)
 from trainlens.cli.app import app
 
 if TYPE_CHECKING:
-    from trainlens.calculators.hardware import HardwareTable
-
-NumberOpt = Annotated[str | None, typer.Option(show_default=False)]
-
-
-# ---- helpers ----------------------------------------------------------------------------
-def _num(text: str | None, option: str, *, allow_zero: bool = False) -> float | None:
-    from trainlens.calculators.units import parse_number
-
-    return None if text is None else parse_number(text, option, allow_zero=allow_zero)
-
-
-def _int(text: str | None, option: str, *, allow_zero: bool = False) -> int | None:
-    from trainlens.calculators.units import parse_int
-
-    return None if text is None else parse_int(text, option, allow_zero=allow_zero)
-
-
-def _required(text: str | None, option: str, what: str) -> str:
-    if text is None:
-        from trainlens.core.errors import UsageError
-
-        raise UsageError(f"{option} is required: {what}.")
-    return text
-
-
-def _table(path: Path | None) -> HardwareTable:
-    from trainlens.calculators.hardware import load_hardware_table
-
-    return load_hardware_table(path)
-
-
-def _sci(value: float, digits: int = 4) -> str:
-    from trainlens.calculators.units import format_number
-
-    return format_number(value, digits)
-
-
-def _pct(fraction: float) -> str:
-    return f"{100.0 * fraction:.1f} %"
-
-
-def _gb(n_bytes: float) -> str:
-    return f"{n_bytes / 1e9:,.2f} GB"
-
-
-def _emit_json(payload: dict[str, Any]) -> None:
-    import json
-
-    typer.echo(json.dumps(payload, indent=2, sort_keys=False, allow_nan=False, default=str))
-
-
-def _as_dict(result: Any) -> dict[str, Any]:
-    import dataclasses
-
-    return dataclasses.asdict(result)
-
-
-def _print_rows(rows: list[tuple[str, str]], indent: str = "  ") -> None:
-    width = max(len(label) for label, _ in rows)
-    for label, value in rows:
-        typer.echo(f"{indent}{label.ljust(width)}  {value}")
-
-
-def _print_notes(warnings: list[str], assumptions: list[str]) -> None:
-    for warning in warnings:
-        typer.echo(f"\nwarning: {warning}")
-    typer.echo("\nAssumptions:")
-    for line in assumptions:
-        typer.echo(f"  - {line}")
-
-
-def _check_choice(value: str, choices: tuple[str, ...], option: str) -> str:
-    from trainlens.core.errors import UsageError
-
-    lowered = value.strip().lower()
-    if lowered not in choices:
-        raise UsageError(f"{option} must be one of {', '.join(choices)}; got {value!r}.")
-    return lowered
-
-
-DTYPE_HELP = "Precision of the matmuls: bf16, fp16, fp8, tf32 or fp32 (the non-tensor rate)."
-RECOMPUTE_HELP = "Activation recomputation: none, selective or full (Korthikanti et al. 2022)."
-TABLE_HELP = "A CSV of extra or overriding GPU rows (same columns as `trainlens gpus --json`)."
+    from trainlens.calculators.energy import EnergyResult
+    from trainlens.calculators.flops import ChinchillaResult, ComputeResult, IterationFlops
+    from trainlens.calculators.memory import MemoryResult
+    from trainlens.calculators.mfu import MFUResult
 
 
 # ---- mfu --------------------------------------------------------------------------------
@@ -142,12 +81,16 @@ def mfu(
     from trainlens.calculators.mfu import mfu as compute_mfu
     from trainlens.core.errors import UsageError
 
-    n_params = _num(_required(params, "--params", "the non-embedding parameter count"), "--params")
-    tokens_per_sec = _num(_required(tps, "--tps", "tokens per second of the whole job"), "--tps")
-    n_gpus = _int(gpus, "--gpus")
-    dtype = _check_choice(dtype, DTYPES, "--dtype")
-    recompute = _check_choice(recompute, ("none", "selective", "full"), "--recompute")
-    peak = _num(peak_tflops, "--peak-tflops")
+    n_params = parse_number_option(
+        required_option(params, "--params", "the non-embedding parameter count"), "--params"
+    )
+    tokens_per_sec = parse_number_option(
+        required_option(tps, "--tps", "tokens per second of the whole job"), "--tps"
+    )
+    n_gpus = parse_int_option(gpus, "--gpus")
+    dtype = check_choice(dtype, DTYPES, "--dtype")
+    recompute = check_choice(recompute, ("none", "selective", "full"), "--recompute")
+    peak = parse_number_option(peak_tflops, "--peak-tflops")
     if gpu is None and peak is None:
         raise UsageError("give --gpu NAME (see `trainlens gpus`) or --peak-tflops.")
     assert n_params is not None and tokens_per_sec is not None and n_gpus is not None
@@ -158,49 +101,22 @@ def mfu(
         gpu=gpu,
         dtype=dtype,
         n_gpus=n_gpus,
-        layers=_int(layers, "--layers"),
-        heads=_int(heads, "--heads"),
-        head_dim=_int(head_dim, "--head-dim"),
-        seq_len=_int(seq_len, "--seq-len"),
+        layers=parse_int_option(layers, "--layers"),
+        heads=parse_int_option(heads, "--heads"),
+        head_dim=parse_int_option(head_dim, "--head-dim"),
+        seq_len=parse_int_option(seq_len, "--seq-len"),
         recompute=recompute,
-        table=_table(table) if table is not None else None,
+        table=hardware_table(table) if table is not None else None,
     )
     if as_json:
-        payload = _as_dict(result)
+        payload = as_dict(result)
         payload["mfu_percent"] = 100.0 * result.mfu
         payload["hfu_percent"] = 100.0 * result.hfu
         payload["peak_is_dense"] = True
-        _emit_json(payload)
+        emit_json(payload)
         return 0
 
-    typer.echo(f"MFU {_pct(result.mfu)}  (model FLOPs / dense peak)")
-    if result.recompute != "none":
-        typer.echo(f"HFU {_pct(result.hfu)}  (counting {result.recompute} recomputation)")
-    typer.echo("")
-    fpt = f"{_sci(result.model_flops_per_token, 6)}  = 6·N"
-    if result.attention_flops_per_token:
-        fpt += f" + {_sci(result.attention_flops_per_token, 6)} attention"
-    rows = [
-        ("params N", f"{_sci(result.params, 6)} (non-embedding)"),
-        ("model FLOPs per token", fpt),
-    ]
-    if result.recompute != "none":
-        rows.append(("hardware FLOPs per token", _sci(result.hardware_flops_per_token, 6)))
-    rows += [
-        (
-            "tokens/s",
-            f"{result.tokens_per_sec:,.6g} for the job = {result.tokens_per_sec_per_gpu:,.6g}"
-            f" per device x {result.n_gpus}",
-        ),
-        ("achieved", f"{result.achieved_flops_per_gpu / 1e12:,.1f} TFLOP/s per device"),
-        (
-            "peak",
-            f"{result.peak_flops / 1e12:g} TFLOP/s per device, dense {result.dtype}"
-            + (f" ({result.gpu})" if result.gpu and peak is None else ""),
-        ),
-    ]
-    _print_rows(rows)
-    _print_notes(result.warnings, result.assumptions)
+    _print_mfu(result, peak_given=peak is not None)
     return 0
 
 
@@ -244,185 +160,133 @@ def flops(
 ) -> int:
     """Training compute 6·N·D (+ attention), GPU-hours, Chinchilla sizes, FLOPs per iteration."""
     from trainlens.calculators.flops import (
-        attention_flops_per_token,
         chinchilla_optimal,
-        korthikanti_flops_per_iteration,
-        training_compute,
+        flops_per_iteration,
+        model_training_compute,
     )
-    from trainlens.calculators.hardware import DTYPES, resolve_gpu
+    from trainlens.calculators.hardware import DTYPES
     from trainlens.calculators.units import parse_fraction
-    from trainlens.core.errors import UsageError
 
-    dtype = _check_choice(dtype, DTYPES, "--dtype")
-    recompute = _check_choice(recompute, ("none", "selective", "full"), "--recompute")
-    n_params = _num(params, "--params")
-    n_tokens = _num(tokens, "--tokens")
-    c_budget = _num(budget, "--budget")
-    n_layers = _int(layers, "--layers")
-    n_heads = _int(heads, "--heads")
-    q = _int(head_dim, "--head-dim")
-    s = _int(seq_len, "--seq-len")
-    h = _int(hidden, "--hidden")
-    v = _int(vocab, "--vocab")
-    b = _int(batch, "--batch")
-    n_gpus = _int(gpus, "--gpus")
-    per_iteration_shapes = {"--batch": b, "--layers": n_layers, "--seq-len": s, "--hidden": h}
-    per_iteration_shapes["--vocab"] = v
+    dtype = check_choice(dtype, DTYPES, "--dtype")
+    recompute = check_choice(recompute, ("none", "selective", "full"), "--recompute")
+    n_params = parse_number_option(params, "--params")
+    c_budget = parse_number_option(budget, "--budget")
+    n_layers = parse_int_option(layers, "--layers")
+    s = parse_int_option(seq_len, "--seq-len")
+    h = parse_int_option(hidden, "--hidden")
+    b = parse_int_option(batch, "--batch")
+    v = parse_int_option(vocab, "--vocab")
     wants_iteration = b is not None or v is not None
 
-    if n_params is None and c_budget is None and not wants_iteration:
+    _check_flops_request(n_params, c_budget, tokens, wants_iteration)
+
+    payload: dict[str, Any] = {}
+    sections: list[Section] = []
+    if c_budget is not None:
+        opt = chinchilla_optimal(compute=c_budget)
+        payload["chinchilla"] = as_dict(opt)
+        sections.append(_chinchilla_section(opt, c_budget))
+
+    if n_params is not None:
+        mfu_value = parse_fraction(mfu_text, "--mfu")
+        peak = parse_number_option(peak_tflops, "--peak-tflops")
+        n_gpus = parse_int_option(gpus, "--gpus")
+        result = model_training_compute(
+            n_params,
+            parse_number_option(tokens, "--tokens"),
+            layers=n_layers,
+            heads=parse_int_option(heads, "--heads"),
+            head_dim=parse_int_option(head_dim, "--head-dim"),
+            seq_len=s,
+            hidden=h,
+            gpu=gpu,
+            dtype=dtype,
+            peak_flops=None if peak is None else peak * 1e12,
+            mfu=mfu_value,
+            n_gpus=n_gpus,
+            table=hardware_table(table) if table is not None else None,
+        )
+        payload["compute"] = as_dict(result)
+        sections.append(("Training compute", _compute_rows(result), result.assumptions))
+
+    if wants_iteration:
+        it = flops_per_iteration(b, n_layers, s, h, v, recompute)
+        payload["per_iteration"] = as_dict(it)
+        sections.append(_iteration_section(it))
+
+    if as_json:
+        emit_json(payload)
+        return 0
+    for i, (title, rows, assumptions) in enumerate(sections):
+        if i:
+            typer.echo("")
+        typer.echo(title)
+        print_rows(rows)
+        print_notes([], assumptions)
+    return 0
+
+
+def _chinchilla_section(opt: ChinchillaResult, budget: float) -> Section:
+    rows = [
+        ("params N", sci(opt.params)),
+        ("tokens D", f"{sci(opt.tokens)}  ({opt.tokens_per_param:g} per parameter)"),
+    ]
+    return (f"Chinchilla-optimal for {sci(budget)} FLOPs", rows, opt.assumptions)
+
+
+def _iteration_section(it: IterationFlops) -> Section:
+    rows = [
+        ("model FLOPs / iteration", sci(it.model_flops)),
+        ("per token", sci(it.model_flops_per_token)),
+    ]
+    if it.recompute != "none":
+        rows.append((f"hardware FLOPs ({it.recompute})", sci(it.hardware_flops)))
+    shapes = f"B={it.batch}, L={it.layers}, s={it.seq_len}, h={it.hidden}, V={it.vocab}"
+    return (f"FLOPs per iteration ({shapes})", rows, it.assumptions)
+
+
+def _check_flops_request(
+    params: float | None, budget: float | None, tokens: str | None, wants_iteration: bool
+) -> None:
+    from trainlens.core.errors import UsageError
+
+    if params is None and budget is None and not wants_iteration:
         raise UsageError(
             "give --params (total compute), --budget (Chinchilla-optimal size) or "
             "--batch/--layers/--seq-len/--hidden/--vocab (FLOPs per iteration)."
         )
-    if c_budget is not None and n_params is not None:
+    if budget is not None and params is not None:
         raise UsageError("give --params or --budget, not both.")
-    if tokens is not None and n_params is None:
+    if tokens is not None and params is None:
         raise UsageError("--tokens needs --params.")
 
-    payload: dict[str, Any] = {}
-    sections: list[tuple[str, list[tuple[str, str]], list[str], list[str]]] = []
 
-    if c_budget is not None:
-        opt = chinchilla_optimal(compute=c_budget)
-        payload["chinchilla"] = _as_dict(opt)
-        sections.append(
+def _compute_rows(result: ComputeResult) -> list[tuple[str, str]]:
+    rows = [
+        ("params N", sci(result.params, 6)),
+        ("tokens D", f"{sci(result.tokens, 6)}  ({result.tokens_per_param:,.3g} per param)"),
+        ("FLOPs per token", sci(result.flops_per_token, 6)),
+        ("total compute", f"{sci(result.flops)} FLOPs"),
+        (
+            "Chinchilla-optimal D",
+            f"{sci(result.chinchilla_tokens)} (20 per param; you have "
+            f"{result.tokens / result.chinchilla_tokens:.3g}x that)",
+        ),
+    ]
+    if result.gpu_hours is not None and result.gpu_days is not None:
+        assert result.mfu is not None
+        rows.append(
             (
-                f"Chinchilla-optimal for {_sci(c_budget)} FLOPs",
-                [
-                    ("params N", _sci(opt.params)),
-                    ("tokens D", f"{_sci(opt.tokens)}  ({opt.tokens_per_param:g} per parameter)"),
-                ],
-                [],
-                opt.assumptions,
+                "GPU-hours",
+                f"{result.gpu_hours:,.0f}  ({result.gpu_days:,.1f} GPU-days at "
+                f"{pct(result.mfu)} MFU)",
             )
         )
-
-    if n_params is not None:
-        attn = 0.0
-        extra: list[str] = []
-        if n_heads is not None or q is not None:
-            if q is None and n_heads is not None and h is not None:
-                if h % n_heads:
-                    raise UsageError("--hidden must be a multiple of --heads.")
-                q = h // n_heads
-            if None in (n_layers, n_heads, q, s):
-                raise UsageError(
-                    "the attention term needs --layers, --heads, --head-dim (or --hidden) "
-                    "and --seq-len."
-                )
-            assert n_layers is not None and n_heads is not None and q is not None
-            assert s is not None
-            attn = attention_flops_per_token(n_layers, n_heads, q, s)
-        elif n_layers is not None and s is not None and h is not None:
-            attn = 12.0 * n_layers * h * s
-            extra.append("Attention term from --hidden: H·Q = h, so 12·L·h·s per token.")
-        peak: float | None = None
-        gpu_name: str | None = None
-        mfu_value = parse_fraction(mfu_text, "--mfu")
-        peak_given = _num(peak_tflops, "--peak-tflops")
-        if peak_given is not None:
-            peak = peak_given * 1e12
-        if gpu is not None:
-            row, notes = resolve_gpu(gpu, _table(table) if table is not None else None)
-            extra.extend(notes)
-            gpu_name = row.name
-            if peak is None:
-                peak = row.peak_flops(dtype)
-        result = training_compute(
-            n_params,
-            n_tokens,
-            attn_flops_per_token=attn,
-            peak_flops=peak,
-            mfu=mfu_value,
-            n_gpus=n_gpus,
-            gpu=gpu_name,
-            dtype=dtype,
-        )
-        payload["compute"] = _as_dict(result)
-        payload["compute"]["assumptions"] = extra + result.assumptions
-        rows = [
-            ("params N", _sci(result.params, 6)),
-            ("tokens D", f"{_sci(result.tokens, 6)}  ({result.tokens_per_param:,.3g} per param)"),
-            ("FLOPs per token", _sci(result.flops_per_token, 6)),
-            ("total compute", f"{_sci(result.flops)} FLOPs"),
-            (
-                "Chinchilla-optimal D",
-                f"{_sci(result.chinchilla_tokens)} (20 per param; you have "
-                f"{result.tokens / result.chinchilla_tokens:.3g}x that)",
-            ),
-        ]
-        if result.gpu_hours is not None and result.gpu_days is not None:
-            rows.append(
-                (
-                    "GPU-hours",
-                    f"{result.gpu_hours:,.0f}  ({result.gpu_days:,.1f} GPU-days at "
-                    f"{_pct(mfu_value)} MFU)",
-                )
-            )
-        if result.wall_days is not None:
-            rows.append(("wall time", f"{result.wall_days:,.2f} days on {n_gpus} GPUs"))
-        elif result.gpu_hours is None:
-            rows.append(("GPU-hours", "give --gpu (or --peak-tflops) and --mfu"))
-        sections.append(("Training compute", rows, [], extra + result.assumptions))
-
-    if wants_iteration:
-        missing = [k for k, val in per_iteration_shapes.items() if val is None]
-        if missing:
-            raise UsageError(
-                "FLOPs per iteration need --batch, --layers, --seq-len, --hidden and --vocab; "
-                f"missing {', '.join(missing)}."
-            )
-        assert b is not None and n_layers is not None and s is not None
-        assert h is not None and v is not None
-        model = korthikanti_flops_per_iteration(b, n_layers, s, h, v, "none")
-        hardware = korthikanti_flops_per_iteration(b, n_layers, s, h, v, recompute)
-        payload["per_iteration"] = {
-            "batch": b,
-            "layers": n_layers,
-            "seq_len": s,
-            "hidden": h,
-            "vocab": v,
-            "recompute": recompute,
-            "model_flops": model,
-            "hardware_flops": hardware,
-            "model_flops_per_token": model / (b * s),
-            "assumptions": [
-                "Model FLOPs per iteration 72·B·L·s·h²·(1 + s/6h + V/12hL) (Korthikanti et "
-                "al. 2022; includes the logits, assumes a 4h MLP).",
-                {
-                    "none": "No recomputation: hardware FLOPs = model FLOPs.",
-                    "selective": "Selective recomputation: s/3h in place of s/6h (the paper).",
-                    "full": "Full recomputation: 96·B·L·s·h²·(1 + s/4h + V/16hL) (trainlens: "
-                    "the layers' forward runs twice, the logits once).",
-                }[recompute],
-            ],
-        }
-        rows = [
-            ("model FLOPs / iteration", _sci(model)),
-            ("per token", _sci(model / (b * s))),
-        ]
-        if recompute != "none":
-            rows.append((f"hardware FLOPs ({recompute})", _sci(hardware)))
-        sections.append(
-            (
-                f"FLOPs per iteration (B={b}, L={n_layers}, s={s}, h={h}, V={v})",
-                rows,
-                [],
-                payload["per_iteration"]["assumptions"],
-            )
-        )
-
-    if as_json:
-        _emit_json(payload)
-        return 0
-    for i, (title, rows, warnings, assumptions) in enumerate(sections):
-        if i:
-            typer.echo("")
-        typer.echo(title)
-        _print_rows(rows)
-        _print_notes(warnings, assumptions)
-    return 0
+    if result.wall_days is not None:
+        rows.append(("wall time", f"{result.wall_days:,.2f} days on {result.n_gpus} GPUs"))
+    elif result.gpu_hours is None:
+        rows.append(("GPU-hours", "give --gpu (or --peak-tflops) and --mfu"))
+    return rows
 
 
 # ---- memory -----------------------------------------------------------------------------
@@ -466,67 +330,43 @@ def memory(
     from trainlens.calculators.memory import OPTIMIZERS, PRECISIONS, training_memory
     from trainlens.core.errors import UsageError
 
-    stage = _int(zero, "--zero", allow_zero=True)
+    stage = parse_int_option(zero, "--zero", allow_zero=True)
     if stage not in (0, 1, 2, 3):
         raise UsageError(f"--zero must be 0, 1, 2 or 3; got {zero!r}.")
-    n_params = _num(_required(params, "--params", "the parameter count"), "--params")
+    n_params = parse_number_option(
+        required_option(params, "--params", "the parameter count"), "--params"
+    )
     assert n_params is not None and stage is not None
-    n_dp = _int(dp, "--dp")
-    n_tp = _int(tp, "--tp")
+    n_dp = parse_int_option(dp, "--dp")
+    n_tp = parse_int_option(tp, "--tp")
     assert n_dp is not None and n_tp is not None
     result = training_memory(
         n_params,
-        precision=_check_choice(precision, PRECISIONS, "--precision"),
-        optimizer=_check_choice(optimizer, OPTIMIZERS, "--optimizer"),
-        grad_dtype=_check_choice(grad_dtype, ("half", "fp32"), "--grad-dtype"),
+        precision=check_choice(precision, PRECISIONS, "--precision"),
+        optimizer=check_choice(optimizer, OPTIMIZERS, "--optimizer"),
+        grad_dtype=check_choice(grad_dtype, ("half", "fp32"), "--grad-dtype"),
         zero_stage=stage,
         dp=n_dp,
         tp=n_tp,
         sequence_parallel=sp,
-        recompute=_check_choice(recompute, ("none", "selective", "full"), "--recompute"),
-        micro_batch=_int(micro_batch, "--micro-batch"),
-        seq_len=_int(seq_len, "--seq-len"),
-        layers=_int(layers, "--layers"),
-        hidden=_int(hidden, "--hidden"),
-        heads=_int(heads, "--heads"),
+        recompute=check_choice(recompute, ("none", "selective", "full"), "--recompute"),
+        micro_batch=parse_int_option(micro_batch, "--micro-batch"),
+        seq_len=parse_int_option(seq_len, "--seq-len"),
+        layers=parse_int_option(layers, "--layers"),
+        hidden=parse_int_option(hidden, "--hidden"),
+        heads=parse_int_option(heads, "--heads"),
         gpu=gpu,
-        device_memory_gb=_num(memory_gb, "--memory-gb"),
-        table=_table(table) if table is not None else None,
+        device_memory_gb=parse_number_option(memory_gb, "--memory-gb"),
+        table=hardware_table(table) if table is not None else None,
     )
     if as_json:
-        payload = _as_dict(result)
+        payload = as_dict(result)
         payload["owners_bytes"] = result.owners
         payload["total_gb"] = result.total_bytes / 1e9
-        _emit_json(payload)
+        emit_json(payload)
         return 0
 
-    if result.device_memory_bytes is not None and result.headroom_bytes is not None:
-        where = f" of {result.device_memory_bytes / 1e9:g} GB" + (
-            f" ({result.gpu})" if result.gpu else ""
-        )
-        verdict = (
-            f"fits, {_gb(result.headroom_bytes)} spare"
-            if result.fits
-            else f"does NOT fit, over by {_gb(-result.headroom_bytes)}"
-        )
-        typer.echo(f"Memory per GPU: {_gb(result.total_bytes)}{where}: {verdict}")
-    else:
-        typer.echo(f"Memory per GPU: {_gb(result.total_bytes)}  (give --gpu to check the fit)")
-    typer.echo("")
-    rows = [(owner, _gb(value)) for owner, value in result.owners.items()]
-    if result.activations_per_layer_bytes is not None and layers is not None:
-        rows[-1] = (
-            "activations",
-            f"{_gb(result.activations_bytes or 0.0)}  "
-            f"({_gb(result.activations_per_layer_bytes)} per layer x {layers})",
-        )
-    rows.append(("total", _gb(result.total_bytes)))
-    _print_rows(rows)
-    typer.echo(
-        f"\nModel states: {result.bytes_per_param:g} B/param x {_sci(result.params, 6)} = "
-        f"{_gb(result.model_states_bytes)} before sharding."
-    )
-    _print_notes(result.warnings, result.assumptions)
+    _print_memory(result, layers)
     return 0
 
 
@@ -562,48 +402,97 @@ def energy(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> int:
     """Energy (kWh) and carbon (tCO2e): GPU-hours x watts x PUE x grid intensity."""
-    from trainlens.calculators.energy import (
-        DEFAULT_GRID,
-        DEFAULT_PUE,
-        GRID_PRESETS,
-    )
+    from trainlens.calculators.energy import DEFAULT_GRID, DEFAULT_PUE
     from trainlens.calculators.energy import energy as compute_energy
     from trainlens.calculators.units import parse_duration_hours
 
     if list_grids:
-        if as_json:
-            _emit_json(
-                {
-                    "default": DEFAULT_GRID,
-                    "presets": [_as_dict(p) for p in GRID_PRESETS.values()],
-                }
-            )
-            return 0
-        width = max(len(name) for name in GRID_PRESETS)
-        for preset in GRID_PRESETS.values():
-            default = "  (default)" if preset.name == DEFAULT_GRID else ""
-            typer.echo(
-                f"{preset.name.ljust(width)}  {preset.g_per_kwh:>6g} gCO2e/kWh  "
-                f"{preset.source}{default}"
-            )
+        _print_grids(as_json)
         return 0
 
-    pue_value = DEFAULT_PUE if pue is None else _num(pue, "--pue")
+    pue_value = DEFAULT_PUE if pue is None else parse_number_option(pue, "--pue")
     assert pue_value is not None
     result = compute_energy(
-        gpu_hours=_num(gpu_hours, "--gpu-hours"),
-        n_gpus=_int(gpus, "--gpus"),
+        gpu_hours=parse_number_option(gpu_hours, "--gpu-hours"),
+        n_gpus=parse_int_option(gpus, "--gpus"),
         hours=None if hours is None else parse_duration_hours(hours, "--hours"),
-        watts=_num(watts, "--watts"),
+        watts=parse_number_option(watts, "--watts"),
         gpu=gpu,
         pue=pue_value,
         grid=DEFAULT_GRID if grid is None else grid,
-        tokens=_num(tokens, "--tokens"),
-        table=_table(table) if table is not None else None,
+        tokens=parse_number_option(tokens, "--tokens"),
+        table=hardware_table(table) if table is not None else None,
     )
     if as_json:
-        _emit_json(_as_dict(result))
+        emit_json(as_dict(result))
         return 0
+    _print_energy(result)
+    return 0
+
+
+# ---- printing -------------------------------------------------------------------------
+def _print_mfu(result: MFUResult, peak_given: bool) -> None:
+    typer.echo(f"MFU {pct(result.mfu)}  (model FLOPs / dense peak)")
+    if result.recompute != "none":
+        typer.echo(f"HFU {pct(result.hfu)}  (counting {result.recompute} recomputation)")
+    typer.echo("")
+    fpt = f"{sci(result.model_flops_per_token, 6)}  = 6·N"
+    if result.attention_flops_per_token:
+        fpt += f" + {sci(result.attention_flops_per_token, 6)} attention"
+    rows = [
+        ("params N", f"{sci(result.params, 6)} (non-embedding)"),
+        ("model FLOPs per token", fpt),
+    ]
+    if result.recompute != "none":
+        rows.append(("hardware FLOPs per token", sci(result.hardware_flops_per_token, 6)))
+    rows += [
+        (
+            "tokens/s",
+            f"{result.tokens_per_sec:,.6g} for the job = {result.tokens_per_sec_per_gpu:,.6g}"
+            f" per device x {result.n_gpus}",
+        ),
+        ("achieved", f"{result.achieved_flops_per_gpu / 1e12:,.1f} TFLOP/s per device"),
+        (
+            "peak",
+            f"{result.peak_flops / 1e12:g} TFLOP/s per device, dense {result.dtype}"
+            + (f" ({result.gpu})" if result.gpu and not peak_given else ""),
+        ),
+    ]
+    print_rows(rows)
+    print_notes(result.warnings, result.assumptions)
+
+
+def _print_memory(result: MemoryResult, layers: str | None) -> None:
+    if result.device_memory_bytes is not None and result.headroom_bytes is not None:
+        where = f" of {result.device_memory_bytes / 1e9:g} GB" + (
+            f" ({result.gpu})" if result.gpu else ""
+        )
+        verdict = (
+            f"fits, {gb(result.headroom_bytes)} spare"
+            if result.fits
+            else f"does NOT fit, over by {gb(-result.headroom_bytes)}"
+        )
+        typer.echo(f"Memory per GPU: {gb(result.total_bytes)}{where}: {verdict}")
+    else:
+        typer.echo(f"Memory per GPU: {gb(result.total_bytes)}  (give --gpu to check the fit)")
+    typer.echo("")
+    rows = [(owner, gb(value)) for owner, value in result.owners.items()]
+    if result.activations_per_layer_bytes is not None and layers is not None:
+        rows[-1] = (
+            "activations",
+            f"{gb(result.activations_bytes or 0.0)}  "
+            f"({gb(result.activations_per_layer_bytes)} per layer x {layers})",
+        )
+    rows.append(("total", gb(result.total_bytes)))
+    print_rows(rows)
+    typer.echo(
+        f"\nModel states: {result.bytes_per_param:g} B/param x {sci(result.params, 6)} = "
+        f"{gb(result.model_states_bytes)} before sharding."
+    )
+    print_notes(result.warnings, result.assumptions)
+
+
+def _print_energy(result: EnergyResult) -> None:
     typer.echo(f"Energy {result.kwh:,.0f} kWh  ->  {result.tco2e:,.2f} tCO2e")
     typer.echo("")
     rows = [
@@ -620,93 +509,25 @@ def energy(
                 f"{result.kg_co2e_per_million_tokens:.4g} kgCO2e",
             )
         )
-    _print_rows(rows)
-    _print_notes([], result.assumptions)
-    return 0
+    print_rows(rows)
+    print_notes([], result.assumptions)
 
 
-# ---- gpus -------------------------------------------------------------------------------
-_TABLE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("bf16", "bf16_dense_tflops"),
-    ("fp16", "fp16_dense_tflops"),
-    ("fp8", "fp8_dense_tflops"),
-    ("tf32", "tf32_dense_tflops"),
-    ("fp32", "fp32_tflops"),
-    ("mem GB", "memory_gb"),
-    ("TB/s", "mem_bw_tbps"),
-    ("TDP W", "tdp_w"),
-)
-
-
-@app.command()
-def gpus(
-    name: Annotated[
-        str | None, typer.Argument(help="Show one GPU in full (name or alias).")
-    ] = None,
-    table: Annotated[Path | None, typer.Option("--table", help=TABLE_HELP)] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-) -> int:
-    """The hardware table: dense peaks (TFLOP/s) per dtype, memory, bandwidth, TDP, sources."""
-    hw = _table(table)
-    if name is not None:
-        row, notes = hw.resolve(name)
-        if as_json:
-            payload = row.to_dict()
-            payload["match_notes"] = notes
-            _emit_json(payload)
-            return 0
-        typer.echo(f"{row.name} ({row.vendor})" if row.vendor else row.name)
-        fields = [("aliases", ", ".join(row.aliases) or "-")]
-        for label, attr in _TABLE_COLUMNS:
-            value = getattr(row, attr)
-            unit = "" if label in ("mem GB", "TB/s", "TDP W") else " TFLOP/s dense"
-            fields.append((label, "-" if value is None else f"{value:g}{unit}"))
-        fields.append(("source", row.source or "-"))
-        if row.notes:
-            fields.append(("notes", row.notes))
-        if row.origin != "packaged":
-            fields.append(("from", row.origin))
-        _print_rows(fields)
-        for note in notes:
-            typer.echo(f"  - {note}")
-        return 0
+def _print_grids(as_json: bool) -> None:
+    from trainlens.calculators.energy import DEFAULT_GRID, GRID_PRESETS
 
     if as_json:
-        _emit_json(
+        emit_json(
             {
-                "peaks": "dense TFLOP/s (vendor headline tensor figures are 2:4-sparse, 2x)",
-                "gpus": [g.to_dict() for g in hw],
+                "default": DEFAULT_GRID,
+                "presets": [as_dict(p) for p in GRID_PRESETS.values()],
             }
         )
-        return 0
-    header = ["name", "vendor"] + [label for label, _ in _TABLE_COLUMNS]
-    body = []
-    for row in hw:
-        cells = [row.name + (" *" if row.origin != "packaged" else ""), row.vendor]
-        for _, attr in _TABLE_COLUMNS:
-            value = getattr(row, attr)
-            cells.append("-" if value is None else f"{value:g}")
-        body.append(cells)
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        left = [cells[i].ljust(widths[i]) for i in range(2)]
-        right = [cells[i].rjust(widths[i]) for i in range(2, len(cells))]
-        return "  ".join(left + right).rstrip()
-
-    typer.echo(line(header))
-    for cells in body:
-        typer.echo(line(cells))
-    typer.echo(
-        "\nPeaks are DENSE TFLOP/s (vendors' headline tensor figures are 2:4-sparse, twice "
-        "these); fp32 is the non-tensor rate; GB = 1e9 bytes; '-' = not published or not "
-        "supported."
-    )
-    if any(row.origin != "packaged" for row in hw):
-        typer.echo("* from the user table " + str(table))
-    typer.echo("\nSources:")
-    for row in hw:
-        typer.echo(f"  {row.name}: {row.source}")
-        if row.notes:
-            typer.echo(f"    note: {row.notes}")
-    return 0
+        return
+    width = max(len(name) for name in GRID_PRESETS)
+    for preset in GRID_PRESETS.values():
+        default = "  (default)" if preset.name == DEFAULT_GRID else ""
+        typer.echo(
+            f"{preset.name.ljust(width)}  {preset.g_per_kwh:>6g} gCO2e/kWh  "
+            f"{preset.source}{default}"
+        )
