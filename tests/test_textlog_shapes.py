@@ -153,7 +153,8 @@ def test_resumed_reads_add_up_to_one_read(tmp_path: Path) -> None:
     assert sorted(set(more.frame.get_column("step"))) == [6, 7, 8]
     assert more.cursor[str(path)] == path.stat().st_size - 20
     unfinished = [i for i in more.data_quality if i.kind == "unterminated-line"]
-    assert unfinished and str(unfinished[0].location).endswith(f"after byte {first.cursor[str(path)]}")
+    offset = first.cursor[str(path)]
+    assert unfinished and str(unfinished[0].location).endswith(f"after byte {offset}")
     with path.open("a") as fh:
         fh.write(_megatron(9)[20:])
     [last] = textlog.read(path, ReadOptions(start_offset=more.cursor[str(path)]))
