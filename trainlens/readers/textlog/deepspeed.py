@@ -31,7 +31,11 @@ import re
 
 import polars as pl
 
-_NUM = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|(?i:nan|inf)"
+from trainlens.readers.textlog.pipeline import empty_long as _empty
+from trainlens.readers.textlog.pipeline import n_lines as _n
+from trainlens.readers.textlog.shapes import NUM
+
+_NUM = NUM  # the number every text shape uses (nan/inf in any case, with a sign)
 
 _STEP_LINE = rf"\bstep=([0-9]+),[ \t]*skipped=([0-9]+),[ \t]*lr=\[[ \t]*({_NUM})"
 _TIMER = r"\bglobal_step=([0-9]+),[ \t]*(.*)$"
@@ -76,18 +80,6 @@ LOGGED_AS = {
 }
 _TIMER_NAMES = {"CurrSamplesPerSec": "samples_per_sec", "MemAllocated": "mem/allocated"}
 _UNIT = {"GB": float(1 << 30), "MB": float(1 << 20)}
-
-_SCHEMA: dict[str, pl.DataType] = {
-    "lineno": pl.Int64(),
-    "field": pl.Int64(),
-    "step": pl.Int64(),
-    "metric": pl.String(),
-    "raw": pl.String(),
-}
-
-
-def _empty() -> pl.DataFrame:
-    return pl.DataFrame(schema=_SCHEMA)
 
 
 def _long(df: pl.DataFrame, pairs: list[tuple[str, pl.Expr]]) -> pl.DataFrame:
@@ -300,7 +292,3 @@ def parse(lines: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
         counts["deepspeed_overflow_unplaced"] = n_overflow
     long = pl.concat([step_rows, timer_rows, overflow_rows, eval_rows])
     return long.sort("lineno", "field", maintain_order=True), counts
-
-
-def _n(df: pl.DataFrame) -> int:
-    return int(df.get_column("lineno").n_unique()) if df.height else 0

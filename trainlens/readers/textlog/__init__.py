@@ -1,0 +1,176 @@
+"""Plain-text training logs: the metrics printed to stdout or written to a ``.log`` file.
+
+Shapes recognised (sniffed from the content, several may share one file):
+
+* Megatron-LM / Megatron-DeepSpeed iteration lines (and nanotron's, ``iteration: N / M |
+  lm_loss: 2.38 | tokens_per_sec: 22.8K |``: a value ending in K, M, G or T after a digit
+  is in powers of 1000, as nanotron's human_format writes it),
+  ``iteration  3000/ 292968 | lm loss: 2.365880E+00 | grad norm: 0.234 | ...`` — the step
+  is the iteration; every ``key: number`` field is a metric named by its key as written
+  (the alias table maps ``lm loss``, ``grad norm``, ``learning rate`` ...). The line may
+  carry a prefix (``[default7]:``, a timestamp) and may be hard-wrapped over a few lines
+  (as when copied from a terminal into notes). Validation lines
+  (``validation loss at iteration 1000 | lm loss value: ... | lm loss PPL: ... |``) give
+  ``<key> validation`` and ``<key> validation ppl``, the names Megatron gives the same
+  numbers in TensorBoard; an evaluation ``on N-sample draw from validation set`` gives
+  ``<key> validation draw``.
+* DeepSpeed engine and DeepSpeed-Chat lines (``step=N, skipped=K, lr=[...]``, timer
+  throughput lines, ``OVERFLOW! ... Attempted loss scale``, ``Evaluating perplexity`` +
+  ``ppl:``), when the file has no Megatron or ``key:value`` line: see
+  :mod:`trainlens.readers.textlog.deepspeed`.
+* llm.c / modded-nanogpt ``key:value`` lines: ``s:0 trl:10.9 lr:0.0006 norm:1.2`` and
+  ``step:10/5100 train_loss:4.3 train_time:1234ms step_avg:123.4ms``. A line counts only
+  when it consists entirely of ``key:number`` tokens and starts with the step key, so the
+  training script many of these logs begin with (f-strings holding ``step:``) gives
+  nothing. A value ending in ``ms`` is converted to seconds, ``s`` is dropped.
+* nanoGPT's ``iter N: loss X, time Yms, mfu Z%`` and ``step N: train loss X, val loss Y``
+  (``time`` is the iteration's step time, ``mfu`` a fraction; nanoGPT's ``-100%`` before
+  it has timed five iterations is left out; the evaluation's train-split mean is named
+  ``train loss (eval)``, apart from ``train/loss``).
+* build-nanogpt's ``step N | loss: X | lr Y | norm: Z | dt: Tms | tok/sec: R`` and its
+  log file's ``N train X`` / ``N val X`` / ``N hella X`` lines; llm.c's stdout, ``step
+  N/M | loss X (+0.1z)| norm Y (+0.2z)| lr Z | T ms | P% bf16 MFU | R tok/s``. A negative
+  mfu (nanoGPT's and llm.c's -100% before they have timed an iteration) is left out.
+* torchtitan's ``step: N  loss: X  grad_norm: Y  memory: 9.46GiB(64.99%)  tps: 7,282
+  tflops: 0.52  mfu: 0.17%`` (terminal colours removed; memory is its peak reserved GiB).
+* Printed metric dicts of the Hugging Face Trainer, ``{'loss': 2.1, 'grad_norm': 1.3,
+  'learning_rate': 5e-05, 'epoch': 0.01}``. They carry no step: the k-th training dict is
+  step k and an evaluation dict (``eval_*`` keys) shares the last training step (reported
+  as an info issue); the end-of-training summary (``train_runtime`` ...) becomes
+  ``final/<key>`` at the last step, as in the trainer_state.json reader. They are used only
+  when no shape with real steps is in the file. Nothing is evaluated: the pairs are picked
+  out with a regular expression.
+* A user's regular expression (``ReadOptions.regex``): group ``step`` is the step, every
+  other named group a metric of that name; only it is used when given.
+
+A file in which no metric line is found but which ends in a Python exception (a run that
+crashed before its first step) is reported with that exception quoted.
+
+Values ``nan``/``inf`` (any case, with a sign) are kept as NaN/±inf. A value that is not a
+number is counted and reported with its first line. Bytes that are not UTF-8 are replaced
+and reported with the first line where they occur. ``start_offset`` resumes reading at a
+byte offset; ``run.cursor[path]`` is the offset just past the last complete line (a last
+line without a line end is read but left for the next read, which may see it finished); a
+resumed read that finds nothing new returns an empty run instead of failing. Line ends may
+be CRLF; a bare CR (a progress bar redrawn) keeps what was written after it.
+
+Matching is done by polars' regex engine over all lines at once (linear time); only the
+user's regex, which is a Python regex, is applied line by line.
+
+The package, by job: :mod:`.shapes` (every shape as a table entry), :mod:`.pipeline` (the
+one pipeline that reads an entry), :mod:`.builtin` (all shapes of one file, which one wins),
+:mod:`.deepspeed` (DeepSpeed's step-less lines, placed by position), :mod:`.values` (value
+texts to numbers), :mod:`.notes` (data quality), :mod:`.cursor` (the resume cursor and the
+lines), :mod:`.user_regex`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from trainlens.core.errors import UnreadableInputError
+from trainlens.core.run import Run, build_run
+from trainlens.readers.base import HEAD_BYTES, ReadOptions, run_name_for
+from trainlens.readers.textlog import builtin, cursor, deepspeed, user_regex, values
+from trainlens.readers.textlog.notes import final_error
+from trainlens.readers.textlog.shapes import sniff_regex
+
+FORMAT = "text"
+
+# how far sniffing looks when the head (HEAD_BYTES) holds no metric line: logs that
+# start with an echoed training script or environment dump put their first metric line
+# far in (modded-nanogpt: ~25 kB)
+SNIFF_SCAN_BYTES = 1 << 20
+
+_SNIFF = sniff_regex(extra=(deepspeed.SNIFF,))
+
+__all__ = ["FORMAT", "SNIFF_SCAN_BYTES", "has_metric_line", "read", "sniff"]
+
+
+# ---- sniffing -------------------------------------------------------------------------
+
+
+def has_metric_line(data: bytes) -> bool:
+    """True when ``data`` holds a line of one of the shapes this reader knows."""
+    text = cursor.strip_ansi(data.decode("utf-8", errors="replace").replace("\r", "\n"))
+    return _SNIFF.search(text) is not None
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """True when a line has one of the known shapes: a Megatron iteration line, an llm.c
+    ``s:N`` line, a ``step:N/M`` line or a printed Trainer dict. When the head holds none,
+    up to ``SNIFF_SCAN_BYTES`` of the file are searched (logs that echo a script first)."""
+    if path.is_dir():
+        return False
+    if has_metric_line(head):
+        return True
+    if len(head) < HEAD_BYTES:
+        return False
+    try:
+        with path.open("rb") as fh:
+            more = fh.read(SNIFF_SCAN_BYTES)
+    except OSError:
+        return False
+    return len(more) > len(head) and has_metric_line(more)
+
+
+# ---- reading --------------------------------------------------------------------------
+
+
+def read(path: Path, opts: ReadOptions) -> list[Run]:
+    source = str(path)
+    start, notes = cursor.resume_offset(path, opts.start_offset, source)
+    chunk = cursor.read_chunk(path, start, notes)
+    if not chunk.data.strip() and not chunk.resumed:
+        raise UnreadableInputError(f"{path}: the file is empty")
+    lines = cursor.split_lines(cursor.decode(chunk.data, notes))
+
+    meta: dict[str, Any] = {}
+    if opts.regex:
+        long = user_regex.parse(lines.to_list(), opts.regex, notes)
+        meta["text_shapes"] = {"regex": int(long.get_column("lineno").n_unique())}
+    else:
+        long = builtin.parse(lines, notes, meta)
+    long = values.parse(long, notes)
+    if long.height == 0 and not chunk.resumed:
+        raise _nothing_read(path, opts, lines)
+
+    columns = ["step", "metric", "value", *(["wall_time"] if "wall_time" in long.columns else [])]
+    logged_as: dict[str, str] = meta.pop("_logged_as", {})
+    run = build_run(
+        long.select(columns),
+        name=run_name_for(path),
+        source=source,
+        fmt=FORMAT,
+        aliases=opts.aliases,
+        metadata=meta,
+        issues=notes.issues,
+    )
+    run.cursor[source] = chunk.cursor
+    # DeepSpeed shapes are read under canonical names: show what the log calls them
+    for canonical, shown in logged_as.items():
+        if run.raw_names.get(canonical) == canonical:
+            run.raw_names[canonical] = shown
+    return [run]
+
+
+def _nothing_read(path: Path, opts: ReadOptions, lines: pl.Series) -> UnreadableInputError:
+    """The error for a log in which no value was found: a crash, or another shape."""
+    if opts.regex:
+        return UnreadableInputError(
+            f"{path}: no line matched the regex {opts.regex!r} with a numeric value"
+        )
+    crash = final_error(lines)
+    if crash is not None:
+        return UnreadableInputError(
+            f"{path}: no training step was logged; the log ends in an error: {crash}"
+        )
+    return UnreadableInputError(
+        f"{path}: no training metrics found (looked for Megatron `iteration N/ M | key: "
+        "value |` lines, llm.c `s:N key:value` lines, `step:N/M key:value` lines, "
+        "DeepSpeed step, timer and perplexity lines and printed Trainer dicts)",
+        hint="use --regex with a named group `step` for another log shape",
+    )
