@@ -35,9 +35,6 @@ PENDING_CYCLES: dict[str, frozenset[str]] = {
     "readers/_tbdecode <-> readers/tensorboard (readers split)": frozenset(
         {"trainlens.readers._tbdecode", "trainlens.readers.tensorboard"}
     ),
-    "cli/analyze <-> cli/report (CLI logic moving to the library)": frozenset(
-        {"trainlens.cli.analyze", "trainlens.cli.report"}
-    ),
 }
 
 #: modules over MAX_LINES that other changes of issue 14 are splitting at the time of
@@ -47,10 +44,8 @@ PENDING_SIZES = {
     "trainlens/detectors/throughput.py": "being split",
     "trainlens/readers/_tbdecode.py": "being split",
     "trainlens/report/panels.py": "being split",
-    "trainlens/cli/calc.py": "being split",
     # CRC-32C and the TFRecord constants are moving to one module: may shrink it
     "trainlens/readers/_tfrecord.py": "CRC-32C dedup pending",
-    "trainlens/readers/textlog.py": "not split yet: no change of issue 14 owns it",
 }
 
 #: detector modules importing another detector module (shared helpers moving out of

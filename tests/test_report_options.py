@@ -89,11 +89,6 @@ def test_good_values_pass_through() -> None:
         check_smoothing(True)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs report/__init__.py (integrator) to call check_smoothing in write_report; "
-    "remove this marker when it does",
-)
 def test_write_report_refuses_bad_smoothing_with_the_library_sentence(tmp_path: Path) -> None:
     from trainlens.report import write_report
 

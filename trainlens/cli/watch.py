@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from trainlens.cli.analyze import IgnoreOpt, SelectOpt
+from trainlens.cli._options import IgnoreOpt, SelectOpt
 from trainlens.cli.app import app
 
 

@@ -41,12 +41,12 @@ def write_report(
     from trainlens import __version__
     from trainlens.report.html import render_html
     from trainlens.report.markdown import render_markdown
+    from trainlens.report.options import check_smoothing
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: not a directory (the report is a directory of files)")
-    if smoothing is not None and not 0 < smoothing <= 1:
-        raise UsageError(f"smoothing must be between 0 and 1 (the EMA weight α), not {smoothing}")
+    smoothing = check_smoothing(smoothing)  # the CLI's rule and sentence, for library callers
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
