@@ -60,10 +60,9 @@ import numpy as np
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.core.stats import runs_of
+from trainlens.core.stats import centered_median, odd, robust_sigma, runs_of
 from trainlens.detectors._start import run_start
 from trainlens.detectors.base import Context, Skip, finding, require
-from trainlens.detectors.throughput import centered_median, odd, robust_sigma
 
 CODES = {"ENT001": "entropy-collapse"}
 
