@@ -150,28 +150,59 @@ def _judge(
     ctxinfo: dict[str, Any],
 ) -> list[Finding]:
     """The findings for a log that departs from the plan at some points."""
-    peak = float(sched["peak_lr"])
     d = plan_of(sched, conv)
     shape = str(ctxinfo["shape"])
     out: list[Finding] = []
     mismatch = ~fit.ok
+    zeros = _zeros_off_plan(r, fit, atol, mismatch)
+    rest = mismatch & ~zeros
+    if not rest.any():
+        return _zero_findings(zeros, s, r, fit, metric, shape, ctxinfo)
 
-    # exact zeros where the plan (and its timing neighbours) train: LR005, beside any
-    # diagnosis below (a schedule run too fast reaches a floor of 0 early)
+    hyps = hypotheses(sched, d, s, n, r, rest, fit, atol, params, conv)
+    hyp = _screened(hyps, n, r, fit, rest, ~zeros, atol, params)
+    if hyp is not None:
+        hf = fit_plan(r, n, hyp.h, params.max_shift, params.rtol, atol)
+        out.append(diagnosis(hyp, hf, d, s, n, r, fit, rest, metric, sched, atol, ctxinfo, params))
+        # what the diagnosis leaves unexplained is reported against the plan below
+        rest = rest & ~hf.ok
+    # zeros are reported even when a diagnosis explains how they came about: a stretch
+    # with no training is the symptom a person acts on
+    out.extend(_zero_findings(zeros, s, r, fit, metric, shape, ctxinfo))
+    if not rest.any():
+        return out
+    if hyp is None:
+        no_warmup, rest = _missing_warmup(metric, s, n, r, sched, fit, rest, ctxinfo)
+        if no_warmup is not None:
+            out.append(no_warmup)
+    out.extend(_mismatches(metric, s, r, fit, rest, atol, shape, params, ctxinfo))
+    return out
+
+
+def _zeros_off_plan(r: np.ndarray, fit: Fit, atol: np.ndarray, mismatch: np.ndarray) -> np.ndarray:
+    """Exact zeros where the plan (and its timing neighbours) train: LR005, beside any
+    diagnosis (a schedule run too fast reaches a floor of 0 early)."""
     zeros = (r == 0) & (fit.lo > atol) & mismatch
     q = print_quantum(r)
     for a, b in merged_runs(zeros, gap=0):
         near = [abs(float(r[i])) for i in (a - 1, b + 1) if 0 <= i < len(r)]
         if q > 0 and all(x <= 10 * q for x in near):
-            zeros[a : b + 1] = False  # a tiny LR printed as 0: judged as a mismatch below
-    rest = mismatch & ~zeros
-    if not rest.any():
-        return _zero_findings(zeros, s, r, fit, metric, shape, ctxinfo)
+            zeros[a : b + 1] = False  # a tiny LR printed as 0: judged as a mismatch
+    return zeros
 
-    usable = ~zeros
-    hyps = hypotheses(sched, d, s, n, r, rest, fit, atol, params, conv)
-    # screen the hypotheses on a sample (uniform, plus the mismatched points); the one
-    # chosen is then fitted on every point
+
+def _screened(
+    hyps: list[Hypothesis],
+    n: np.ndarray,
+    r: np.ndarray,
+    fit: Fit,
+    rest: np.ndarray,
+    usable: np.ndarray,
+    atol: np.ndarray,
+    params: Params,
+) -> Hypothesis | None:
+    """The hypothesis that explains the log best, or None. Screened on a sample (uniform,
+    plus the mismatched points); the one chosen is then fitted on every point."""
     uniform = thin(np.arange(len(r)), SCREEN_POINTS)
     wrong = thin(np.flatnonzero(rest), SCREEN_POINTS)
     sub = np.union1d(uniform, wrong)
@@ -186,44 +217,61 @@ def _judge(
             and hf.score > base_score
         ):
             accepted.append((hyp, hf.score))
-    if accepted:
-        hyp, _ = max(accepted, key=lambda t: t[1])  # the first wins ties (list order)
-        hf = fit_plan(r, n, hyp.h, params.max_shift, params.rtol, atol)
-        out.append(diagnosis(hyp, hf, d, s, n, r, fit, rest, metric, sched, atol, ctxinfo, params))
-        # what the diagnosis leaves unexplained is reported against the plan below
-        rest = rest & ~hf.ok
-    # zeros are reported even when a diagnosis explains how they came about: a stretch
-    # with no training is the symptom a person acts on
-    out.extend(_zero_findings(zeros, s, r, fit, metric, shape, ctxinfo))
-    if not rest.any():
-        return out
     if not accepted:
-        warm = int(float(sched.get("warmup_steps") or 0))
-        in_warm = rest & (n <= warm) & (r > fit.hi)
-        first_in = np.flatnonzero(n <= warm)
-        starts_high = (
-            len(first_in) > 0 and n[first_in[0]] <= warm / 2 and r[first_in[0]] >= 0.5 * peak
+        return None
+    return max(accepted, key=lambda t: t[1])[0]  # the first wins ties (list order)
+
+
+def _missing_warmup(
+    metric: str,
+    s: np.ndarray,
+    n: np.ndarray,
+    r: np.ndarray,
+    sched: dict[str, Any],
+    fit: Fit,
+    rest: np.ndarray,
+    ctxinfo: dict[str, Any],
+) -> tuple[Finding | None, np.ndarray]:
+    """LR004 for a log already high inside the declared warmup, and the mismatches it
+    leaves."""
+    peak = float(sched["peak_lr"])
+    warm = int(float(sched.get("warmup_steps") or 0))
+    in_warm = rest & (n <= warm) & (r > fit.hi)
+    first_in = np.flatnonzero(n <= warm)
+    starts_high = len(first_in) > 0 and n[first_in[0]] <= warm / 2 and r[first_in[0]] >= 0.5 * peak
+    if warm > 0 and in_warm.any() and starts_high:
+        idx = np.flatnonzero(in_warm)
+        a, b = int(idx[0]), int(idx[-1])
+        found = lr_finding(
+            "LR004",
+            Severity.WARNING,
+            f"{metric} is already {fmt(r[a])} at step {s[a]}, inside the declared "
+            f"{warm}-step warmup (planned {fmt(fit.center[a])}): the warmup is "
+            "missing — check the warmup scheduler is attached and stepped.",
+            metric=metric,
+            step_start=s[a],
+            step_end=s[b],
+            warmup_steps=warm,
+            realized_lr=float(r[a]),
+            declared_lr=float(fit.center[a]),
+            **ctxinfo,
         )
-        if warm > 0 and in_warm.any() and starts_high:
-            idx = np.flatnonzero(in_warm)
-            a, b = int(idx[0]), int(idx[-1])
-            out.append(
-                lr_finding(
-                    "LR004",
-                    Severity.WARNING,
-                    f"{metric} is already {fmt(r[a])} at step {s[a]}, inside the declared "
-                    f"{warm}-step warmup (planned {fmt(fit.center[a])}): the warmup is "
-                    "missing — check the warmup scheduler is attached and stepped.",
-                    metric=metric,
-                    step_start=s[a],
-                    step_end=s[b],
-                    warmup_steps=warm,
-                    realized_lr=float(r[a]),
-                    declared_lr=float(fit.center[a]),
-                    **ctxinfo,
-                )
-            )
-            rest = rest & ~in_warm
+        return found, rest & ~in_warm
+    return None, rest
+
+
+def _mismatches(
+    metric: str,
+    s: np.ndarray,
+    r: np.ndarray,
+    fit: Fit,
+    rest: np.ndarray,
+    atol: np.ndarray,
+    shape: str,
+    params: Params,
+    ctxinfo: dict[str, Any],
+) -> list[Finding]:
+    """LR001 for the stretches off the plan that no diagnosis explains."""
     dev = rel_dev(r, fit, atol)
     segments = merged_runs(rest, gap=max(2, len(r) // 100))
     if len(segments) > 3:
@@ -266,8 +314,7 @@ def _judge(
                 **ctxinfo,
             )
         )
-    out.extend(generic)
-    return out
+    return generic
 
 
 def _zero_findings(

@@ -132,38 +132,61 @@ def _rises(
     d0 = int(fell[0]) if len(fell) else len(r)
 
     if d0 < len(r):
-        runmin = np.minimum.accumulate(pos[d0:])
-        risen = np.zeros(len(r), dtype=bool)
-        risen[d0:] = (r[d0:] > runmin * (1 + tol) + eps[d0:]) & np.isfinite(runmin)
-        for a, b in runs_of(risen):
-            base = float(runmin[a - d0])
-            top = int(a + np.argmax(r[a : b + 1]))
-            peak_before = float(runmax[d0])
-            events.append(
-                {
-                    "a": a,
-                    "b": b,
-                    "message": (
-                        f"{{metric}} rises from {fmt(base)} to {fmt(float(r[top]))} "
-                        f"(×{r[top] / base:.3g}) at step {s[a]} after its decay began at "
-                        f"step {s[d0]} (peak {fmt(peak_before)}): no standard schedule "
-                        "rises after its decay — a shock, a scheduler reset on resume, or a "
-                        "cyclic schedule that was not declared."
-                    ),
-                    "evidence": {
-                        "lr_before": base,
-                        "lr_max": float(r[top]),
-                        "max_step": int(s[top]),
-                        "factor": float(r[top] / base),
-                        "decay_began_step": int(s[d0]),
-                    },
-                }
-            )
-
+        events += _rises_after_decay(s, r, d0, runmax, pos, eps, tol)
     # before decay began: an upward jump out of a plateau is not warmup when the LR sat on
     # the plateau over 3x as long as the warmup took to get there, or falls back soon after
     if d0 < 2:
         return events
+    return events + _plateau_jumps(s, r, d0, tiny, eps, params)
+
+
+def _rises_after_decay(
+    s: np.ndarray,
+    r: np.ndarray,
+    d0: int,
+    runmax: np.ndarray,
+    pos: np.ndarray,
+    eps: np.ndarray,
+    tol: float,
+) -> list[dict[str, Any]]:
+    """Rises above the lowest LR since decay began (at point ``d0``)."""
+    events: list[dict[str, Any]] = []
+    runmin = np.minimum.accumulate(pos[d0:])
+    risen = np.zeros(len(r), dtype=bool)
+    risen[d0:] = (r[d0:] > runmin * (1 + tol) + eps[d0:]) & np.isfinite(runmin)
+    for a, b in runs_of(risen):
+        base = float(runmin[a - d0])
+        top = int(a + np.argmax(r[a : b + 1]))
+        peak_before = float(runmax[d0])
+        events.append(
+            {
+                "a": a,
+                "b": b,
+                "message": (
+                    f"{{metric}} rises from {fmt(base)} to {fmt(float(r[top]))} "
+                    f"(×{r[top] / base:.3g}) at step {s[a]} after its decay began at "
+                    f"step {s[d0]} (peak {fmt(peak_before)}): no standard schedule "
+                    "rises after its decay — a shock, a scheduler reset on resume, or a "
+                    "cyclic schedule that was not declared."
+                ),
+                "evidence": {
+                    "lr_before": base,
+                    "lr_max": float(r[top]),
+                    "max_step": int(s[top]),
+                    "factor": float(r[top] / base),
+                    "decay_began_step": int(s[d0]),
+                },
+            }
+        )
+    return events
+
+
+def _plateau_jumps(
+    s: np.ndarray, r: np.ndarray, d0: int, tiny: float, eps: np.ndarray, params: Params
+) -> list[dict[str, Any]]:
+    """Upward jumps out of a plateau before decay began that are no warmup stair."""
+    events: list[dict[str, Any]] = []
+    tol = params.rise_rtol
     pre = r[: d0 + 1]
     dr = np.diff(pre)
     flat = np.abs(dr) <= tol * np.abs(pre[:-1]) + tiny
