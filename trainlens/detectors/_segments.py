@@ -113,7 +113,33 @@ def segment_levels(
         sigma = noise_sigma(y)
         penalty = max(0.25 * min_len * min_effect**2, 2.0 * sigma**2 * math.log(max(n, 2)))
         cps = binary_segmentation(f, min_len, penalty)
-    bounds = [0, *cps, n]
+    return _merged(
+        y,
+        steps,
+        [0, *cps, n],
+        dstep,
+        min_points=min_points,
+        min_span=min_span,
+        min_effect=min_effect,
+        z_min=z_min,
+    )
+
+
+def _merged(
+    y: np.ndarray,
+    steps: np.ndarray,
+    bounds: list[int],
+    dstep: float,
+    *,
+    min_points: int,
+    min_span: float,
+    min_effect: float,
+    z_min: float,
+) -> Levels:
+    """The segments between ``bounds`` and their medians, merged until each lasts
+    ``min_points`` and ``min_span`` steps and neighbours differ by ``min_effect`` and
+    ``z_min`` standard errors (the shortest, then the least different, first)."""
+    n = len(y)
     levels = [median(y[a:b]) for a, b in itertools.pairwise(bounds)]
     resid = np.concatenate(
         [y[a:b] - lv for a, b, lv in zip(bounds[:-1], bounds[1:], levels, strict=True)]
