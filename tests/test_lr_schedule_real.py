@@ -17,7 +17,7 @@ from trainlens.core.config import Config
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run, build_run
 from trainlens.core.schedules import declared_lr
-from trainlens.detectors import lr_schedule
+from trainlens.detectors import _lr_precision, lr_schedule
 from trainlens.detectors.base import Context, Skip
 
 LLMC = REAL_LOGS / "modded_nanogpt" / "2024-10-13_llmc_main.log"
@@ -68,7 +68,7 @@ def test_llmc_log_is_silent_without_a_declared_schedule() -> None:
     _, lr = run.series("lr", finite=True)
     # the curve the detector must accept: printed with %f (1e-6 resolution), a 700-step
     # warmup, cosine to 0, and the last ~350 steps printed as 0.000000
-    assert lr_schedule.print_quantum(lr) == pytest.approx(1e-6)
+    assert _lr_precision.print_quantum(lr) == pytest.approx(1e-6)
     assert lr.max() == pytest.approx(6e-4)
     assert (lr[-300:] == 0).all()
     assert _detect(run) == []
@@ -333,10 +333,10 @@ def test_resume_that_resets_the_schedule_is_lr006_and_a_restored_one_is_silent()
 
 def test_print_quantum() -> None:
     x = np.round(np.linspace(0, 6e-4, 500), 6)
-    assert lr_schedule.print_quantum(x) == pytest.approx(1e-6)
-    assert lr_schedule.print_quantum(np.array([0.1, 0.01, 0.001])) == 0.0  # few values
-    assert lr_schedule.print_quantum(np.float32(np.linspace(1e-4, 6e-4, 500))) == 0.0
-    assert math.isclose(lr_schedule.print_quantum(np.array([5.279e-5] * 20)), 0.0)
+    assert _lr_precision.print_quantum(x) == pytest.approx(1e-6)
+    assert _lr_precision.print_quantum(np.array([0.1, 0.01, 0.001])) == 0.0  # few values
+    assert _lr_precision.print_quantum(np.float32(np.linspace(1e-4, 6e-4, 500))) == 0.0
+    assert math.isclose(_lr_precision.print_quantum(np.array([5.279e-5] * 20)), 0.0)
 
 
 # ---- a seeded sweep over the conventions real code uses ------------------------------------

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainlens.core.stats import median, median_rows, quantile, quantile_filled
-from trainlens.detectors import lr_schedule, memory, tensors
+from trainlens.detectors import _lr_precision, memory, tensors
 
 
 @pytest.mark.slow
@@ -100,7 +100,7 @@ def test_print_halfunit_same_as_a_pow_per_value(
     v[u < odd] = rng.choice([0.0, np.nan, np.inf, 3.14159265358979])
     with np.errstate(all="ignore"):
         want = _print_halfunit_pow(v)
-        got = lr_schedule.print_halfunit(v)
+        got = _lr_precision.print_halfunit(v)
     np.testing.assert_array_equal(got, want)
 
 

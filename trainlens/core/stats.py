@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from statistics import NormalDist
 from typing import NamedTuple
 
@@ -312,3 +313,47 @@ def medians_before(
         low, high = v[(v.size - 1) // 2], v[v.size // 2]
         out[k] = low + (high - low) * 0.5 if v.size % 2 == 0 else high
     return out
+
+
+# ---- robust levels and noise (throughput, entropy, data_path) ---------------------------
+
+
+def nanmedian_rows(a: np.ndarray) -> np.ndarray:
+    """Median of each row ignoring NaN; NaN (and no warning) for all-NaN rows."""
+    if a.size == 0:
+        return np.full(a.shape[0], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.asarray(np.nanmedian(a, axis=1), dtype=np.float64)
+
+
+def odd(n: float) -> int:
+    """The odd integer at or above ``n`` (at least 1)."""
+    k = max(1, math.ceil(n))
+    return k if k % 2 else k + 1
+
+
+def centered_median(x: np.ndarray, window: int) -> np.ndarray:
+    """Centered rolling median (NaN treated as missing); edges use what is there."""
+    n = len(x)
+    window = min(odd(window), odd(n) - 2 if n > 2 else 1)
+    if window <= 1 or n < 3:
+        return np.asarray(x, dtype=np.float64).copy()
+    return centered_rolling_median(x, window, nan_missing=True)
+
+
+def robust_sigma(x: np.ndarray) -> float:
+    """MAD-based standard deviation of the finite values (0 when fewer than 2)."""
+    x = x[np.isfinite(x)]
+    if len(x) < 2:
+        return 0.0
+    return MAD_TO_SIGMA * median(np.abs(x - median(x)))
+
+
+def noise_sigma(y: np.ndarray) -> float:
+    """Point-to-point noise: robust sigma of first differences / sqrt(2) (immune to level
+    shifts and slow trends)."""
+    if len(y) < 3:
+        return 0.0
+    d = np.diff(y)
+    return MAD_TO_SIGMA * median(np.abs(d - median(d))) / math.sqrt(2)

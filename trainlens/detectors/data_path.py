@@ -61,9 +61,9 @@ import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.core.stats import runs_of
+from trainlens.core.stats import centered_median, odd, runs_of
+from trainlens.detectors._segments import refine_split
 from trainlens.detectors.base import Context, Skip, finding
-from trainlens.detectors.throughput import centered_median, odd, refine_split
 
 CODES = {"DATA003": "padding-high", "DATA004": "dataloader-wait-high"}
 

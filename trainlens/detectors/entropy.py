@@ -60,10 +60,9 @@ import numpy as np
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.core.stats import runs_of
+from trainlens.core.stats import centered_median, odd, robust_sigma, runs_of
 from trainlens.detectors._start import run_start
 from trainlens.detectors.base import Context, Skip, finding, require
-from trainlens.detectors.throughput import centered_median, odd, robust_sigma
 
 CODES = {"ENT001": "entropy-collapse"}
 
@@ -123,7 +122,30 @@ def _nats(x: float) -> str:
     return f"{x:.3g}"
 
 
-def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
+@dataclass
+class _Series:
+    """The log entropy and what every step of the search reads from it."""
+
+    steps: np.ndarray
+    z: np.ndarray  # log entropy
+    zs: np.ndarray  # ... median-filtered over ``ws`` points
+    z3: np.ndarray  # ... over 3 points
+    L: int  # the fall window (points)
+    K: int  # windows of drift measured before a fall
+    i0: int  # the first point after the baseline-only start
+    d: np.ndarray  # fall of ``zs`` over the L points up to each point (NaN: not judged)
+    valid: np.ndarray  # points with K+1 windows after i0 before them
+    sigma_point: float  # point-to-point noise of z
+    sigma_d: float  # noise of an L-point change of zs
+    min_fall: float  # the least log fall that counts
+
+    @property
+    def n(self) -> int:
+        return len(self.z)
+
+
+def _prepare(run: Run, params: Params, ctx: Context) -> _Series:
+    """The filtered log entropy and its fall per window, or Skip when too short."""
     require(run, "entropy")
     steps, e = run.series("entropy", finite=True)
     n = len(e)
@@ -154,84 +176,112 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     sigma_point = robust_sigma(z - zs)
     sigma_d = math.sqrt(2.0) * 1.2533 * sigma_point / math.sqrt(ws)
     min_fall = math.log(1.0 / params.fall_ratio)
-    with np.errstate(invalid="ignore"):
-        cand = valid & (d >= min_fall) & (d >= params.noise_z * sigma_d)
+    return _Series(steps, z, zs, z3, L, K, i0, d, valid, sigma_point, sigma_d, min_fall)
 
-    out: list[Finding] = []
-    used_until = -1
-    events: list[dict[str, Any]] = []
+
+def _candidate_runs(sr: _Series, params: Params) -> list[tuple[int, int]]:
+    """Stretches where the window fall is large and above the noise (the largest
+    ``_MAX_CANDIDATES`` of them: noise can make many)."""
+    with np.errstate(invalid="ignore"):
+        cand = sr.valid & (sr.d >= sr.min_fall) & (sr.d >= params.noise_z * sr.sigma_d)
     runs = runs_of(cand)
-    if len(runs) > _MAX_CANDIDATES:  # keep the largest falls (noise can make many)
-        peak = [float(np.nanmax(d[a : b + 1])) for a, b in runs]
+    if len(runs) > _MAX_CANDIDATES:
+        peak = [float(np.nanmax(sr.d[a : b + 1])) for a, b in runs]
         keep = sorted(np.argsort(peak)[-_MAX_CANDIDATES:].tolist())
         runs = [runs[i] for i in keep]
-    for a, b in runs:
+    return runs
+
+
+def _onset(sr: _Series, tt: int) -> int:
+    """Where the fall whose steepest point is ``tt`` began."""
+    z, L, K = sr.z, sr.L, sr.K
+    # the knee of a hinge (level, then a straight fall) fitted to the log entropy over
+    # the K+1 windows up to the steepest point
+    lo = max(tt - (K + 1) * L, sr.i0)
+    hi = min(sr.n, tt + L)
+    knee = min(_knee(z[lo:hi]) + lo, tt)
+    # ... moved to where the values left the trend they followed before (an
+    # accelerating fall bends away from it before the fitted knee; a step is
+    # located exactly)
+    pre_end = knee - L // 2 if knee - L // 2 - lo >= 3 else knee
+    onset = knee
+    if pre_end - lo >= 3:
+        xs = np.arange(lo, pre_end, dtype=np.float64)
+        slope, icpt = np.polyfit(xs, z[lo:pre_end], 1)
+    else:
+        slope, icpt = 0.0, float(np.median(z[lo : max(pre_end, lo + 1)]))
+    trend = icpt + slope * np.arange(lo, tt + 1)
+    stay = np.flatnonzero(sr.z3[lo : tt + 1] >= trend - 4.0 * sr.sigma_point)
+    if len(stay):
+        onset = min(tt, lo + int(stay[-1]) + 1)
+    return onset
+
+
+def _fall(sr: _Series, a: int, b: int, params: Params) -> dict[str, Any] | None:
+    """The abrupt fall in candidate stretch a..b, or None when it is not one."""
+    z, d, n, L, K = sr.z, sr.d, sr.n, sr.L, sr.K
+    # the steepest point: the first to come near the largest fall of the stretch
+    seg = d[a : b + 1]
+    tt = a + int(np.argmax(seg >= np.nanmax(seg) - max(2.0 * sr.sigma_d, 0.05 * np.nanmax(seg))))
+    before = float(np.median(z[tt - (K + 1) * L : tt - L]))
+    after_seg = z[tt : min(n, tt + L)]
+    if len(after_seg) < params.min_window:
+        return None
+    after = float(np.median(after_seg))
+    if before - after < sr.min_fall:
+        return None
+    settled = z[tt + L : min(n, tt + 3 * L)]
+    if len(settled) >= params.min_window:
+        after = min(after, float(np.median(settled)))
+    onset = _onset(sr, tt)
+    # abrupt: the steepest L-point fall against the drift per L in the K*L points
+    # before the fall began (a learning curve never falls faster than it just did)
+    p0 = max(onset - K * L, sr.i0)
+    if onset - p0 < 2 * L:
+        return None
+    first_lv = float(np.median(z[p0 : p0 + L]))
+    last_lv = float(np.median(z[onset - L : onset]))
+    prior = max((first_lv - last_lv) * L / (onset - p0 - L), 0.0)
+    if d[tt] < params.rate_factor * prior:
+        return None
+    before = float(np.median(z[max(onset - L, p0) : onset]))
+    # recovered: later back above half-way (in log) between before and after
+    back = (
+        np.flatnonzero(sr.zs[tt + L :] >= before - 0.5 * sr.min_fall)
+        if tt + L < n
+        else np.empty(0, dtype=np.int64)
+    )
+    rec = tt + L + int(back[0]) if len(back) else None
+    return {
+        "onset": onset,
+        "t": tt,
+        "before": before,
+        "after": after,
+        "rate": float(d[tt]),
+        "prior": prior,
+        "rec": rec,
+    }
+
+
+def _falls(sr: _Series, params: Params) -> list[dict[str, Any]]:
+    """Abrupt falls, each examined only after the previous one recovered."""
+    used_until = -1
+    events: list[dict[str, Any]] = []
+    for a, b in _candidate_runs(sr, params):
         if a <= used_until:
             continue
-        # the steepest point: the first to come near the largest fall of the stretch
-        seg = d[a : b + 1]
-        tt = a + int(np.argmax(seg >= np.nanmax(seg) - max(2.0 * sigma_d, 0.05 * np.nanmax(seg))))
-        before = float(np.median(z[tt - (K + 1) * L : tt - L]))
-        after_seg = z[tt : min(n, tt + L)]
-        if len(after_seg) < params.min_window:
+        ev = _fall(sr, a, b, params)
+        if ev is None:
             continue
-        after = float(np.median(after_seg))
-        if before - after < min_fall:
-            continue
-        settled = z[tt + L : min(n, tt + 3 * L)]
-        if len(settled) >= params.min_window:
-            after = min(after, float(np.median(settled)))
-        # where the fall began: the knee of a hinge (level, then a straight fall)
-        # fitted to the log entropy over the K+1 windows up to the steepest point
-        lo = max(tt - (K + 1) * L, i0)
-        hi = min(n, tt + L)
-        knee = min(_knee(z[lo:hi]) + lo, tt)
-        # ... moved to where the values left the trend they followed before (an
-        # accelerating fall bends away from it before the fitted knee; a step is
-        # located exactly)
-        pre_end = knee - L // 2 if knee - L // 2 - lo >= 3 else knee
-        onset = knee
-        if pre_end - lo >= 3:
-            xs = np.arange(lo, pre_end, dtype=np.float64)
-            slope, icpt = np.polyfit(xs, z[lo:pre_end], 1)
-        else:
-            slope, icpt = 0.0, float(np.median(z[lo : max(pre_end, lo + 1)]))
-        trend = icpt + slope * np.arange(lo, tt + 1)
-        stay = np.flatnonzero(z3[lo : tt + 1] >= trend - 4.0 * sigma_point)
-        if len(stay):
-            onset = min(tt, lo + int(stay[-1]) + 1)
-        # abrupt: the steepest L-point fall against the drift per L in the K*L points
-        # before the fall began (a learning curve never falls faster than it just did)
-        p0 = max(onset - K * L, i0)
-        if onset - p0 < 2 * L:
-            continue
-        first_lv = float(np.median(z[p0 : p0 + L]))
-        last_lv = float(np.median(z[onset - L : onset]))
-        prior = max((first_lv - last_lv) * L / (onset - p0 - L), 0.0)
-        if d[tt] < params.rate_factor * prior:
-            continue
-        before = float(np.median(z[max(onset - L, p0) : onset]))
-        # recovered: later back above half-way (in log) between before and after
-        back = (
-            np.flatnonzero(zs[tt + L :] >= before - 0.5 * min_fall)
-            if tt + L < n
-            else np.empty(0, dtype=np.int64)
-        )
-        rec = tt + L + int(back[0]) if len(back) else None
-        used_until = rec if rec is not None else n
-        events.append(
-            {
-                "onset": onset,
-                "t": tt,
-                "before": before,
-                "after": after,
-                "rate": float(d[tt]),
-                "prior": prior,
-                "rec": rec,
-            }
-        )
+        used_until = ev["rec"] if ev["rec"] is not None else sr.n
+        events.append(ev)
+    return events
 
-    # near zero, sustained, after being clearly above
+
+def _near_zero(sr: _Series, params: Params, events: list[dict[str, Any]]) -> None:
+    """Near zero, sustained, after being clearly above: marked on the fall that led there,
+    else added as a slide."""
+    z, zs, L, n = sr.z, sr.zs, sr.L, sr.n
     nz_runs = [
         (a, b)
         for a, b in runs_of(zs < math.log(params.near_zero))
@@ -264,69 +314,80 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
             }
         )
 
-    for ev in sorted(events, key=lambda x: x["onset"])[: params.max_findings]:
-        onset, before, after = ev["onset"], math.exp(ev["before"]), math.exp(ev["after"])
-        rec = ev["rec"]
-        nz = ev.get("near_zero_at")
-        start = int(steps[onset])
-        if "last_above" in ev:
-            parts = [
-                f"output entropy has been near zero (< {params.near_zero:g} nats) since step "
-                f"{start}: it slid from {_nats(before)} nats (at step "
-                f"{int(steps[ev['last_above']])}) to {_nats(after)}"
-            ]
-        else:
-            parts = [
-                f"output entropy collapsed from step {start}: it fell from {_nats(before)} "
-                f"to {_nats(after)} nats"
-            ]
-        if ev["rate"] is not None:
-            within = int(steps[ev["t"]] - steps[onset]) + 1
-            speed = ev["rate"] / ev["prior"] if ev["prior"] > 0 else float("inf")
-            parts[0] += f" (÷{before / after:.3g}) within {within} step{'s' if within != 1 else ''}"
-            parts.append(
-                f"{speed:.0f}× faster than its drift before"
-                if math.isfinite(speed)
-                else "after it had not been falling"
-            )
-        if nz is not None and "last_above" not in ev:
-            parts.append(
-                f"stayed near zero (< {params.near_zero:g} nats) from step {int(steps[nz])}"
-            )
-        if rec is not None:
-            parts.append(f"came back at step {int(steps[rec])}")
-        hint = (
-            "a model memorizing a small train set does this; otherwise look for a label "
-            "leak or a degenerate shortcut"
-            if "last_above" in ev
-            else "look for a label leak, a degenerate shortcut or growing logits"
+
+def _message(ev: dict[str, Any], steps: np.ndarray, params: Params) -> str:
+    onset, before, after = ev["onset"], math.exp(ev["before"]), math.exp(ev["after"])
+    rec = ev["rec"]
+    nz = ev.get("near_zero_at")
+    start = int(steps[onset])
+    if "last_above" in ev:
+        parts = [
+            f"output entropy has been near zero (< {params.near_zero:g} nats) since step "
+            f"{start}: it slid from {_nats(before)} nats (at step "
+            f"{int(steps[ev['last_above']])}) to {_nats(after)}"
+        ]
+    else:
+        parts = [
+            f"output entropy collapsed from step {start}: it fell from {_nats(before)} "
+            f"to {_nats(after)} nats"
+        ]
+    if ev["rate"] is not None:
+        within = int(steps[ev["t"]] - steps[onset]) + 1
+        speed = ev["rate"] / ev["prior"] if ev["prior"] > 0 else float("inf")
+        parts[0] += f" (÷{before / after:.3g}) within {within} step{'s' if within != 1 else ''}"
+        parts.append(
+            f"{speed:.0f}× faster than its drift before"
+            if math.isfinite(speed)
+            else "after it had not been falling"
         )
-        msg = ", ".join(parts) + f"; {hint}."
-        sev = "info" if rec is not None and nz is None else "warning"
-        end = int(steps[rec - 1]) if rec is not None else int(steps[-1])
-        evidence: dict[str, Any] = {
-            "before": before,
-            "after": after,
-            "fall_ratio": after / before if before > 0 else None,
-            "fall_step": int(steps[ev["t"]]),
-            "recovered_step": int(steps[rec]) if rec is not None else None,
-            "near_zero_step": int(steps[nz]) if nz is not None else None,
-            "last_clearly_above_step": int(steps[ev["last_above"]]) if "last_above" in ev else None,
-            "window_points": L,
-        }
-        if ev["rate"] is not None:
-            evidence["log_fall_per_window"] = ev["rate"]
-            evidence["prior_log_fall_per_window"] = ev["prior"]
-        out.append(
-            finding(
-                "ENT001",
-                CODES["ENT001"],
-                sev,
-                msg,
-                metric="entropy",
-                step_start=start,
-                step_end=end,
-                **evidence,
-            )
-        )
-    return out
+    if nz is not None and "last_above" not in ev:
+        parts.append(f"stayed near zero (< {params.near_zero:g} nats) from step {int(steps[nz])}")
+    if rec is not None:
+        parts.append(f"came back at step {int(steps[rec])}")
+    hint = (
+        "a model memorizing a small train set does this; otherwise look for a label "
+        "leak or a degenerate shortcut"
+        if "last_above" in ev
+        else "look for a label leak, a degenerate shortcut or growing logits"
+    )
+    return ", ".join(parts) + f"; {hint}."
+
+
+def _finding(ev: dict[str, Any], sr: _Series, params: Params) -> Finding:
+    steps = sr.steps
+    before, after = math.exp(ev["before"]), math.exp(ev["after"])
+    rec = ev["rec"]
+    nz = ev.get("near_zero_at")
+    sev = "info" if rec is not None and nz is None else "warning"
+    end = int(steps[rec - 1]) if rec is not None else int(steps[-1])
+    evidence: dict[str, Any] = {
+        "before": before,
+        "after": after,
+        "fall_ratio": after / before if before > 0 else None,
+        "fall_step": int(steps[ev["t"]]),
+        "recovered_step": int(steps[rec]) if rec is not None else None,
+        "near_zero_step": int(steps[nz]) if nz is not None else None,
+        "last_clearly_above_step": int(steps[ev["last_above"]]) if "last_above" in ev else None,
+        "window_points": sr.L,
+    }
+    if ev["rate"] is not None:
+        evidence["log_fall_per_window"] = ev["rate"]
+        evidence["prior_log_fall_per_window"] = ev["prior"]
+    return finding(
+        "ENT001",
+        CODES["ENT001"],
+        sev,
+        _message(ev, steps, params),
+        metric="entropy",
+        step_start=int(steps[ev["onset"]]),
+        step_end=end,
+        **evidence,
+    )
+
+
+def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
+    sr = _prepare(run, params, ctx)
+    events = _falls(sr, params)
+    _near_zero(sr, params, events)
+    events = sorted(events, key=lambda x: x["onset"])[: params.max_findings]
+    return [_finding(ev, sr, params) for ev in events]

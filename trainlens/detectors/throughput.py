@@ -73,11 +73,8 @@ Example
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 import re
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,13 +84,14 @@ from trainlens.core.findings import Finding
 from trainlens.core.names import AliasTable
 from trainlens.core.run import Run
 from trainlens.core.stats import (
-    MAD_TO_SIGMA,
-    centered_rolling_median,
-    median,
-    median_rows,
+    centered_median,
     median_step,
+    nanmedian_rows,
+    odd,
+    robust_sigma,
     runs_of,
 )
+from trainlens.detectors._segments import refine_split, segment_levels
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {"TPUT001": "throughput-drop", "TPUT002": "straggler-rank"}
@@ -136,187 +134,6 @@ class Params:
     straggler_warn: float = 0.10
     #: at most this many findings per code
     max_findings: int = 5
-
-
-# ---- helpers shared with other detectors (entropy, data_path) ---------------------------
-
-
-def nanmedian_rows(a: np.ndarray) -> np.ndarray:
-    """Median of each row ignoring NaN; NaN (and no warning) for all-NaN rows."""
-    if a.size == 0:
-        return np.full(a.shape[0], np.nan)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.asarray(np.nanmedian(a, axis=1), dtype=np.float64)
-
-
-def odd(n: float) -> int:
-    """The odd integer at or above ``n`` (at least 1)."""
-    k = max(1, math.ceil(n))
-    return k if k % 2 else k + 1
-
-
-def centered_median(x: np.ndarray, window: int) -> np.ndarray:
-    """Centered rolling median (NaN treated as missing); edges use what is there."""
-    n = len(x)
-    window = min(odd(window), odd(n) - 2 if n > 2 else 1)
-    if window <= 1 or n < 3:
-        return np.asarray(x, dtype=np.float64).copy()
-    return centered_rolling_median(x, window, nan_missing=True)
-
-
-def robust_sigma(x: np.ndarray) -> float:
-    """MAD-based standard deviation of the finite values (0 when fewer than 2)."""
-    x = x[np.isfinite(x)]
-    if len(x) < 2:
-        return 0.0
-    return MAD_TO_SIGMA * median(np.abs(x - median(x)))
-
-
-def noise_sigma(y: np.ndarray) -> float:
-    """Point-to-point noise: robust sigma of first differences / sqrt(2) (immune to level
-    shifts and slow trends)."""
-    if len(y) < 3:
-        return 0.0
-    d = np.diff(y)
-    return MAD_TO_SIGMA * median(np.abs(d - median(d))) / math.sqrt(2)
-
-
-def refine_split(y: np.ndarray, lo: int, hi: int, left: float, right: float) -> int:
-    """The index k in [lo, hi] splitting y[lo:hi] into a part at level ``left`` and a part
-    at level ``right`` with the least absolute deviation (ties: the earliest)."""
-    w = y[lo:hi]
-    c1 = np.concatenate(([0.0], np.cumsum(np.abs(w - left))))
-    c2 = np.concatenate(([0.0], np.cumsum(np.abs(w - right))))
-    cost = c1 + (c2[-1] - c2)
-    return lo + int(np.argmin(cost))
-
-
-def binary_segmentation(
-    f: np.ndarray, min_len: int, penalty: float, max_cps: int = 24
-) -> list[int]:
-    """Change points of ``f`` (indices where a new segment starts) by binary segmentation
-    on the L2 cost, largest gain first; every segment keeps ``min_len`` points."""
-    f = f - float(np.mean(f))
-    n = len(f)
-    heap: list[tuple[float, int, int, int]] = []
-
-    def push(a: int, b: int) -> None:
-        m = b - a
-        if m < 2 * min_len:
-            return
-        cs = np.cumsum(f[a:b])
-        tot = cs[-1]
-        k = np.arange(min_len, m - min_len + 1)
-        left = cs[k - 1]
-        gain = left**2 / k + (tot - left) ** 2 / (m - k) - tot**2 / m
-        j = int(np.argmax(gain))
-        heapq.heappush(heap, (-float(gain[j]), a + int(k[j]), a, b))
-
-    push(0, n)
-    cps: list[int] = []
-    while heap and len(cps) < max_cps:
-        g, t, a, b = heapq.heappop(heap)
-        if -g < penalty:
-            break
-        cps.append(t)
-        push(a, t)
-        push(t, b)
-    return sorted(cps)
-
-
-@dataclass
-class Levels:
-    """Segments [bounds[i], bounds[i+1]) of a series and their medians."""
-
-    bounds: list[int]
-    levels: list[float]
-
-
-def segment_levels(
-    y: np.ndarray,
-    steps: np.ndarray,
-    *,
-    min_points: int,
-    min_frac: float,
-    min_span: float,
-    min_effect: float,
-    z_min: float,
-    max_filter: int = 101,
-    max_blocks: int = 20000,
-) -> Levels:
-    """Piecewise-constant levels of ``y``: median filter, binary segmentation, then merge
-    segments that are too short (points or steps) or not different enough."""
-    n = len(y)
-    min_len = max(min_points, math.ceil(min_frac * n), 1)
-    if n < 2 * min_len:
-        return Levels([0, n], [float(np.median(y))])
-    dstep = median_step(steps)
-    # long series: segment block medians (each block far shorter than a level must
-    # last), then map the boundaries back; the levels below use every value
-    block = max(1, n // max_blocks)
-    if block > 1:
-        nb = n // block
-        fb = median_rows(y[: nb * block].reshape(nb, block))
-        min_len_b = max(2, min_len // block)
-        window = min(odd(min_len_b), odd(max_filter))
-        f = centered_median(fb, window) if window >= 3 else fb
-        sigma = noise_sigma(fb)
-        penalty = max(0.25 * min_len_b * min_effect**2, 2.0 * sigma**2 * math.log(max(nb, 2)))
-        cps = [c * block for c in binary_segmentation(f, min_len_b, penalty)]
-    else:
-        window = min(odd(min_len), odd(max_filter))
-        f = centered_median(y, window) if window >= 3 else y
-        sigma = noise_sigma(y)
-        penalty = max(0.25 * min_len * min_effect**2, 2.0 * sigma**2 * math.log(max(n, 2)))
-        cps = binary_segmentation(f, min_len, penalty)
-    bounds = [0, *cps, n]
-    levels = [median(y[a:b]) for a, b in itertools.pairwise(bounds)]
-    resid = np.concatenate(
-        [y[a:b] - lv for a, b, lv in zip(bounds[:-1], bounds[1:], levels, strict=True)]
-    )
-    pooled = max(robust_sigma(resid), 1e-12)
-    last_step = float(steps[-1]) + dstep
-
-    def span(a: int, b: int) -> float:
-        end = float(steps[b]) if b < n else last_step
-        return end - float(steps[a])
-
-    def merge(i: int) -> None:
-        """Remove boundary i (1..len-2): segments i-1 and i become one."""
-        del bounds[i]
-        a, b = bounds[i - 1], bounds[i]
-        levels[i - 1 : i + 1] = [float(np.median(y[a:b]))]
-
-    while len(levels) > 1:
-        k = len(levels)
-        sizes = [bounds[i + 1] - bounds[i] for i in range(k)]
-        short = [
-            i
-            for i in range(k)
-            if sizes[i] < min_points or span(bounds[i], bounds[i + 1]) < min_span
-        ]
-        if short:
-            i = min(short, key=lambda j: sizes[j])
-            if i == 0:
-                merge(1)
-            elif i == k - 1:
-                merge(k - 1)
-            else:
-                left = abs(levels[i] - levels[i - 1])
-                right = abs(levels[i] - levels[i + 1])
-                merge(i if left <= right else i + 1)
-            continue
-        diffs = []
-        for i in range(1, k):
-            d = abs(levels[i] - levels[i - 1])
-            se = 1.2533 * pooled * math.sqrt(1.0 / sizes[i - 1] + 1.0 / sizes[i])
-            if d < min_effect or d < z_min * se:
-                diffs.append((d, i))
-        if not diffs:
-            break
-        merge(min(diffs)[1])
-    return Levels(bounds, levels)
 
 
 # ---- TPUT001 ------------------------------------------------------------------------------
@@ -379,9 +196,37 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1e4 else f"{x:.3g}"
 
 
-def _drops(sig: _Signal, params: Params) -> list[Finding]:
+@dataclass
+class _Levels:
+    """A throughput series cut into levels, and the scales a drop is judged on."""
+
+    sig: _Signal
+    params: Params
+    b: list[int]  # level i is y[b[i]:b[i+1]]
+    lv: list[float]
+    dstep: float
+    span_total: float  # the run's step span
+    min_span: float  # the least span a low stretch must last
+    min_effect: float  # a drop of min_drop, in log units
+
+    @property
+    def n(self) -> int:
+        return len(self.sig.y)
+
+    def step_at(self, i: int) -> float:
+        steps = self.sig.steps
+        return float(steps[i]) if i < self.n else float(steps[-1]) + self.dstep
+
+    def refine(self, i: int) -> int:
+        """Boundary i (between segments i-1 and i) refined on the raw values."""
+        b, lv = self.b, self.lv
+        r = max(3, (b[i] - b[i - 1]) // 4, (b[i + 1] - b[i]) // 4)
+        lo, hi = max(b[i - 1] + 1, b[i] - r), min(b[i + 1] - 1, b[i] + r)
+        return refine_split(self.sig.y, lo, hi, lv[i - 1], lv[i]) if hi > lo else b[i]
+
+
+def _levels(sig: _Signal, params: Params) -> _Levels:
     steps, y = sig.steps, sig.y
-    n = len(y)
     dstep = median_step(steps)
     span_total = float(steps[-1] - steps[0]) + dstep
     min_span = params.min_duration_frac * span_total
@@ -396,18 +241,14 @@ def _drops(sig: _Signal, params: Params) -> list[Finding]:
         z_min=params.z_min,
         max_filter=params.max_filter,
     )
-    b, lv = seg.bounds, seg.levels
+    return _Levels(sig, params, seg.bounds, seg.levels, dstep, span_total, min_span, min_effect)
 
-    def step_at(i: int) -> float:
-        return float(steps[i]) if i < n else float(steps[-1]) + dstep
 
-    def refine(i: int) -> int:
-        """Boundary i (between segments i-1 and i) refined on the raw values."""
-        r = max(3, (b[i] - b[i - 1]) // 4, (b[i + 1] - b[i]) // 4)
-        lo, hi = max(b[i - 1] + 1, b[i] - r), min(b[i + 1] - 1, b[i] + r)
-        return refine_split(y, lo, hi, lv[i - 1], lv[i]) if hi > lo else b[i]
-
-    out: list[Finding] = []
+def _episodes(lev: _Levels) -> list[tuple[int, int, int]]:
+    """Each fall of the levels as (first, quick, last): the boundary where it starts, the
+    level a quick staircase reaches, and the lowest level of the episode."""
+    lv, b, params = lev.lv, lev.b, lev.params
+    out: list[tuple[int, int, int]] = []
     i = 1
     while i < len(lv):
         if lv[i] >= lv[i - 1]:
@@ -418,7 +259,8 @@ def _drops(sig: _Signal, params: Params) -> list[Finding]:
         while (
             i + 1 < len(lv)
             and lv[i + 1] < lv[i]
-            and step_at(b[i + 1]) - step_at(b[i]) < params.sustained_frac * span_total / 2
+            and lev.step_at(b[i + 1]) - lev.step_at(b[i])
+            < params.sustained_frac * lev.span_total / 2
         ):
             i += 1
         quick = i
@@ -431,152 +273,219 @@ def _drops(sig: _Signal, params: Params) -> list[Finding]:
         main_fall = lv[first - 1] - lv[quick]
         while i + 1 < len(lv) and 0 < lv[i] - lv[i + 1] <= main_fall:
             i += 1
-        last = i  # the lowest level of the episode
+        out.append((first, quick, i))
         i += 1
-        before, after, lowest = lv[first - 1], lv[quick], lv[last]
-        # judged against everything before too: a return from a fast stretch is no drop
-        pre = float(np.median(y[: b[first]]))
-        total = 1.0 - math.exp(lowest - before)
-        if pre - lowest < min_effect or total < params.min_drop:
-            continue
-        # recovered: a later level back within a quarter of the fall from the level
-        # before (the lower of the level just before and the median of all before);
-        # partly: back at least half-way
-        ref = min(before, pre)
-        back_at = ref - max(min_effect, 0.25 * (ref - after))
-        rec = next((j for j in range(last + 1, len(lv)) if lv[j] >= back_at), None)
-        # partly: from some later level on, the rest of the run is half-way back
-        half_at = lowest + 0.5 * (ref - lowest)
-        part = (
-            next(
-                (j for j in range(last + 1, len(lv)) if float(np.median(y[b[j] :])) >= half_at),
-                None,
-            )
-            if rec is None
-            else None
+    return out
+
+
+@dataclass
+class _Drop:
+    """One fall of throughput, measured (log levels; indices into the series)."""
+
+    first: int
+    quick: int
+    last: int
+    before: float
+    after: float
+    lowest: float
+    total: float  # the whole fall, as a fraction
+    kept: float  # what is still lost
+    k: int  # refined start
+    stop: int  # refined end (n: to the end)
+    rec: int | None  # the level it recovered at
+    part: int | None  # the level from which it partly recovered
+    duration: float
+    recent: float  # the typical level over the stretch just before
+    established: bool
+    sev: str = "info"
+    stages: list[int] | None = None
+
+
+def _measure(lev: _Levels, first: int, quick: int, last: int) -> _Drop | None:
+    """The drop of one episode, or None when it is too small or too short."""
+    steps, y, n, b, lv, params = lev.sig.steps, lev.sig.y, lev.n, lev.b, lev.lv, lev.params
+    before, after, lowest = lv[first - 1], lv[quick], lv[last]
+    # judged against everything before too: a return from a fast stretch is no drop
+    pre = float(np.median(y[: b[first]]))
+    total = 1.0 - math.exp(lowest - before)
+    if pre - lowest < lev.min_effect or total < params.min_drop:
+        return None
+    # recovered: a later level back within a quarter of the fall from the level
+    # before (the lower of the level just before and the median of all before);
+    # partly: back at least half-way
+    ref = min(before, pre)
+    back_at = ref - max(lev.min_effect, 0.25 * (ref - after))
+    rec = next((j for j in range(last + 1, len(lv)) if lv[j] >= back_at), None)
+    # partly: from some later level on, the rest of the run is half-way back
+    half_at = lowest + 0.5 * (ref - lowest)
+    part = (
+        next(
+            (j for j in range(last + 1, len(lv)) if float(np.median(y[b[j] :])) >= half_at),
+            None,
         )
-        k = refine(first)
-        stop = refine(rec) if rec is not None else n
-        # the low stretch, from the refined start, must itself be sustained
-        if (
-            stop - k < max(params.min_points, math.ceil(params.min_duration_frac * n))
-            or step_at(stop) - float(steps[k]) < min_span
-        ):
-            continue
-        if quick == first:
-            after = float(np.median(y[k : b[quick + 1]]))
-            if last == quick:
-                lowest = after
-        drop = 1.0 - math.exp(after - before)
-        total = 1.0 - math.exp(lowest - before)
-        if total < params.min_drop:
-            continue
-        duration = step_at(stop) - float(steps[k])
-        # what is still lost: from the partial recovery on, or over the whole stretch
-        kept = 1.0 - math.exp(float(np.median(y[b[part] if part is not None else k : stop])) - ref)
-        start = int(steps[k])
-        nb, na = sig.natural(before), sig.natural(after)
-        pct = 100.0 * drop
-        # persisting to the end, a drop must last sustained_frac of the run to be a
-        # warning; one that ended by itself (contention from a neighbour, a slow
-        # filesystem for a while) must last recovered_frac
-        need = params.recovered_frac if rec is not None else params.sustained_frac
-        sustained = duration >= need * span_total
-        # a warning compares with the typical level over the stretch just before (as
-        # long as a sustained drop lasts), which must exist: after a short fast stretch
-        # — an idle machine at the start of a run, a pause in a neighbour's load — the
-        # lower level may be the normal one
-        window = params.sustained_frac * span_total
-        established = float(steps[k]) - float(steps[0]) >= window
-        recent_sel = (steps >= steps[k] - window) & (steps < steps[k])
-        recent = float(np.median(y[recent_sel])) if recent_sel.any() else before
-        vs_recent = 1.0 - math.exp(after - recent)
-        kept_recent = 1.0 - math.exp(
-            float(np.median(y[b[part] if part is not None else k : stop])) - recent
+        if rec is None
+        else None
+    )
+    k = lev.refine(first)
+    stop = lev.refine(rec) if rec is not None else n
+    # the low stretch, from the refined start, must itself be sustained
+    if (
+        stop - k < max(params.min_points, math.ceil(params.min_duration_frac * n))
+        or lev.step_at(stop) - float(steps[k]) < lev.min_span
+    ):
+        return None
+    if quick == first:
+        after = float(np.median(y[k : b[quick + 1]]))
+        if last == quick:
+            lowest = after
+    total = 1.0 - math.exp(lowest - before)
+    if total < params.min_drop:
+        return None
+    duration = lev.step_at(stop) - float(steps[k])
+    # what is still lost: from the partial recovery on, or over the whole stretch
+    kept = 1.0 - math.exp(float(np.median(y[b[part] if part is not None else k : stop])) - ref)
+    window = params.sustained_frac * lev.span_total
+    established = float(steps[k]) - float(steps[0]) >= window
+    recent_sel = (steps >= steps[k] - window) & (steps < steps[k])
+    recent = float(np.median(y[recent_sel])) if recent_sel.any() else before
+    return _Drop(
+        first,
+        quick,
+        last,
+        before,
+        after,
+        lowest,
+        total,
+        kept,
+        k,
+        stop,
+        rec,
+        part,
+        duration,
+        recent,
+        established,
+    )
+
+
+def _judge(lev: _Levels, d: _Drop) -> bool:
+    """Set the drop's severity (and its equal stages); False for a dip not reported."""
+    steps, y, params = lev.sig.steps, lev.sig.y, lev.params
+    # persisting to the end, a drop must last sustained_frac of the run to be a
+    # warning; one that ended by itself (contention from a neighbour, a slow
+    # filesystem for a while) must last recovered_frac
+    need = params.recovered_frac if d.rec is not None else params.sustained_frac
+    sustained = d.duration >= need * lev.span_total
+    # a warning compares with the typical level over the stretch just before (as
+    # long as a sustained drop lasts), which must exist: after a short fast stretch
+    # — an idle machine at the start of a run, a pause in a neighbour's load — the
+    # lower level may be the normal one
+    window = params.sustained_frac * lev.span_total
+    vs_recent = 1.0 - math.exp(d.after - d.recent)
+    low = y[lev.b[d.part] if d.part is not None else d.k : d.stop]
+    kept_recent = 1.0 - math.exp(float(np.median(low)) - d.recent)
+    serious = min(d.total, d.kept, vs_recent, kept_recent) >= params.warn_drop
+    if d.rec is not None and d.total < params.warn_drop and d.duration < window:
+        return False  # a small dip that went away: the noise of a shared machine
+    d.sev = "warning" if serious and sustained and d.established else "info"
+    d.stages = _equal_stages(
+        lev.sig,
+        [int(steps[d.k])] + [int(steps[lev.refine(j)]) for j in range(d.first + 1, d.last + 1)],
+        params.stage_tol_frac * lev.span_total + lev.dstep,
+    )
+    if d.stages:
+        d.sev = "info"
+    return True
+
+
+def _message(lev: _Levels, d: _Drop) -> str:
+    sig, steps, b = lev.sig, lev.sig.steps, lev.b
+    start = int(steps[d.k])
+    nb, na = sig.natural(d.before), sig.natural(d.after)
+    pct = 100.0 * (1.0 - math.exp(d.after - d.before))
+    at = (
+        f"between step {start} and step {int(steps[b[d.quick]])}"
+        if d.quick > d.first
+        else f"at step {start}"
+    )
+    if sig.kind == "time":
+        what = (
+            f"{sig.metric} rose {100 * (math.exp(d.before - d.after) - 1):.0f}% {at} "
+            f"(from {_fmt(nb)} s to {_fmt(na)} s per step, throughput -{pct:.0f}%)"
         )
-        serious = min(total, kept, vs_recent, kept_recent) >= params.warn_drop
-        if rec is not None and total < params.warn_drop and duration < window:
-            continue  # a small dip that went away: the noise of a shared machine
-        sev = "warning" if serious and sustained and established else "info"
-        stages = _equal_stages(
-            sig,
-            [int(steps[k])] + [int(steps[refine(j)]) for j in range(first + 1, last + 1)],
-            params.stage_tol_frac * span_total + dstep,
+    else:
+        what = f"{sig.metric} fell {pct:.0f}% {at} (from {_fmt(nb)} to {_fmt(na)})"
+    if d.last > d.quick:
+        what += (
+            f", kept falling to {_fmt(sig.natural(d.lowest))} by step {int(steps[b[d.last]])} "
+            f"(-{100 * d.total:.0f}% in all)"
         )
-        if stages:
-            sev = "info"
-        at = (
-            f"between step {start} and step {int(steps[b[quick]])}"
-            if quick > first
-            else f"at step {start}"
+    if d.rec is not None:
+        tail = f"recovered at step {int(steps[d.stop])} ({d.duration:.0f} steps later)"
+    elif d.part is not None:
+        tail = (
+            f"partly recovered from step {int(steps[b[d.part]])} (still "
+            f"-{100 * d.kept:.0f}% on average to the last logged step {int(steps[-1])})"
         )
-        if sig.kind == "time":
-            what = (
-                f"{sig.metric} rose {100 * (math.exp(before - after) - 1):.0f}% {at} "
-                f"(from {_fmt(nb)} s to {_fmt(na)} s per step, throughput -{pct:.0f}%)"
-            )
-        else:
-            what = f"{sig.metric} fell {pct:.0f}% {at} (from {_fmt(nb)} to {_fmt(na)})"
-        if last > quick:
-            what += (
-                f", kept falling to {_fmt(sig.natural(lowest))} by step {int(steps[b[last]])} "
-                f"(-{100 * total:.0f}% in all)"
-            )
-        if rec is not None:
-            tail = f"recovered at step {int(steps[stop])} ({duration:.0f} steps later)"
-        elif part is not None:
-            tail = (
-                f"partly recovered from step {int(steps[b[part]])} (still "
-                f"-{100 * kept:.0f}% on average to the last logged step {int(steps[-1])})"
-            )
-        else:
-            tail = f"stayed there to the last logged step ({int(steps[-1])}, {duration:.0f} steps)"
+    else:
+        tail = f"stayed there to the last logged step ({int(steps[-1])}, {d.duration:.0f} steps)"
+    hint = (
+        "look for a slow or throttled GPU, a competing process, or a data-loader/IO "
+        "change at that step"
+        if d.sev == "warning" or (d.rec is None and d.part is None)
+        else "a transient slowdown (contention from another job, a slow filesystem)"
+    )
+    if d.stages:
         hint = (
-            "look for a slow or throttled GPU, a competing process, or a data-loader/IO "
-            "change at that step"
-            if sev == "warning" or (rec is None and part is None)
-            else "a transient slowdown (contention from another job, a slow filesystem)"
+            f"the rises come in equal stages (steps {', '.join(map(str, d.stages))}, one every "
+            f"{d.stages[0] - int(steps[0])} steps from the start): the shape of a planned "
+            "batch-size or sequence-length schedule, more work per step rather than a "
+            "slower machine; if none was planned, " + hint
         )
-        if stages:
-            hint = (
-                f"the rises come in equal stages (steps {', '.join(map(str, stages))}, one every "
-                f"{stages[0] - int(steps[0])} steps from the start): the shape of a planned "
-                "batch-size or sequence-length schedule, more work per step rather than a "
-                "slower machine; if none was planned, " + hint
-            )
-        ev: dict[str, Any] = {
-            "before": nb,
-            "after": na,
-            "drop_pct": round(pct, 2),
-            "total_drop_pct": round(100 * total, 2),
-            "kept_drop_pct": round(100 * kept, 2),
-            "lowest": sig.natural(lowest),
-            "n_before": b[first] - b[first - 1],
-            "n_after": b[last + 1] - k,
-            "fall_end_step": int(steps[b[quick]]),
-            "lowest_step": int(steps[b[last]]),
-            "recovered_step": int(steps[stop]) if rec is not None else None,
-            "partly_recovered_step": int(steps[b[part]]) if part is not None else None,
-            "duration_steps": duration,
-            "share_of_run": round(duration / span_total, 4),
-            "recent_level": sig.natural(recent),
-            "established_before": established,
-            "source": sig.metric,
-        }
-        if sig.note:
-            ev["note"] = sig.note
-        out.append(
-            finding(
-                "TPUT001",
-                CODES["TPUT001"],
-                sev,
-                f"{what} and {tail}; {hint}.",
-                metric=sig.metric,
-                step_start=start,
-                step_end=int(steps[stop - 1]),
-                **ev,
-            )
-        )
+    return f"{what} and {tail}; {hint}."
+
+
+def _drop_finding(lev: _Levels, d: _Drop) -> Finding:
+    sig, steps, b = lev.sig, lev.sig.steps, lev.b
+    ev: dict[str, Any] = {
+        "before": sig.natural(d.before),
+        "after": sig.natural(d.after),
+        "drop_pct": round(100.0 * (1.0 - math.exp(d.after - d.before)), 2),
+        "total_drop_pct": round(100 * d.total, 2),
+        "kept_drop_pct": round(100 * d.kept, 2),
+        "lowest": sig.natural(d.lowest),
+        "n_before": b[d.first] - b[d.first - 1],
+        "n_after": b[d.last + 1] - d.k,
+        "fall_end_step": int(steps[b[d.quick]]),
+        "lowest_step": int(steps[b[d.last]]),
+        "recovered_step": int(steps[d.stop]) if d.rec is not None else None,
+        "partly_recovered_step": int(steps[b[d.part]]) if d.part is not None else None,
+        "duration_steps": d.duration,
+        "share_of_run": round(d.duration / lev.span_total, 4),
+        "recent_level": sig.natural(d.recent),
+        "established_before": d.established,
+        "source": sig.metric,
+    }
+    if sig.note:
+        ev["note"] = sig.note
+    return finding(
+        "TPUT001",
+        CODES["TPUT001"],
+        d.sev,
+        _message(lev, d),
+        metric=sig.metric,
+        step_start=int(steps[d.k]),
+        step_end=int(steps[d.stop - 1]),
+        **ev,
+    )
+
+
+def _drops(sig: _Signal, params: Params) -> list[Finding]:
+    lev = _levels(sig, params)
+    out: list[Finding] = []
+    for first, quick, last in _episodes(lev):
+        d = _measure(lev, first, quick, last)
+        if d is not None and _judge(lev, d):
+            out.append(_drop_finding(lev, d))
     out.sort(key=lambda f: (-f.severity.rank, -float(f.evidence["drop_pct"])))
     return sorted(out[: params.max_findings], key=lambda f: f.step_start or 0)
 
