@@ -40,19 +40,10 @@ PENDING_CYCLES: dict[str, frozenset[str]] = {
 #: modules over MAX_LINES that other changes of issue 14 are splitting at the time of
 #: writing (expected failures until merged)
 PENDING_SIZES = {
-    "trainlens/detectors/lr_schedule.py": "being split",
-    "trainlens/detectors/throughput.py": "being split",
     "trainlens/readers/_tbdecode.py": "being split",
     "trainlens/report/panels.py": "being split",
     # CRC-32C and the TFRecord constants are moving to one module: may shrink it
     "trainlens/readers/_tfrecord.py": "CRC-32C dedup pending",
-}
-
-#: detector modules importing another detector module (shared helpers moving out of
-#: throughput into a helpers module at the time of writing): expected failures
-PENDING_DETECTOR_IMPORTS = {
-    ("trainlens.detectors.data_path", "trainlens.detectors.throughput"),
-    ("trainlens.detectors.entropy", "trainlens.detectors.throughput"),
 }
 
 
@@ -293,23 +284,7 @@ def _detector_to_detector() -> list[Import]:
 
 
 def test_a_detector_module_imports_no_other_detector() -> None:
-    bad = [
-        i for i in _detector_to_detector() if (i.source, i.target) not in PENDING_DETECTOR_IMPORTS
-    ]
-    assert not bad, _bad("a detector imports another detector", bad)
-
-
-@pytest.mark.parametrize(
-    "pair",
-    [
-        pytest.param(
-            p, id=f"{p[0]}->{p[1]}", marks=pytest.mark.xfail(strict=False, reason="moving")
-        )
-        for p in sorted(PENDING_DETECTOR_IMPORTS)
-    ],
-)
-def test_pending_detector_import_is_gone(pair: tuple[str, str]) -> None:
-    bad = [i for i in _detector_to_detector() if (i.source, i.target) == pair]
+    bad = [i for i in _detector_to_detector()]
     assert not bad, _bad("a detector imports another detector", bad)
 
 

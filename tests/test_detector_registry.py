@@ -104,13 +104,6 @@ def test_every_code_a_detector_module_spells_is_declared() -> None:
         assert not stray, f"{path.name} spells codes not declared in its CODES: {sorted(stray)}"
 
 
-#: detector modules other changes of issue 14 are editing at the time of writing: their
-#: docs pages are still the hand-written ones, and the docstrings that carry those pages'
-#: content are in the issue's notes (registry.md), to be put in the modules on merging;
-#: then ``python docs/gen_detectors.py`` and this list goes
-PAGES_PENDING = {"data_path", "entropy", "lr_schedule", "throughput"}
-
-
 def _gen_detectors() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gen_detectors", DOCS / "gen_detectors.py")
     assert spec is not None and spec.loader is not None
@@ -121,15 +114,7 @@ def _gen_detectors() -> ModuleType:
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(
-            n,
-            marks=[pytest.mark.xfail(strict=False, reason="docstring pending")]
-            if n in PAGES_PENDING
-            else [],
-        )
-        for n in available()
-    ],
+    available(),
 )
 def test_docs_page_is_generated_from_the_module(name: str) -> None:
     page = DOCS / "detectors" / f"{name}.md"

@@ -1,54 +1,68 @@
 """Data-path signals: padding that wastes compute, and a data loader the step waits on.
 
+Needs `padding_frac` and/or `dataloader_wait` (with `step_time`, or wall-clock times) ·
+fixtures: `tests/test_system_detectors_real.py`
+
+Severity by code
+    | code | name | severity |
+    |---|---|---|
+    | DATA003 | padding-high | info (mean 0.3–0.4) · warning (≥ 0.4) |
+    | DATA004 | dataloader-wait-high | info (10–20 % of the step) · warning (≥ 20 %) |
+
 What it flags
-    DATA003 ``padding-high``: ``padding_frac`` (the fraction of the batch's tokens that
-    are padding) high for a sustained stretch — the step it began, the mean padding in
-    the stretch and before it.
+    - **DATA003** — `padding_frac` (the fraction of the batch's tokens that are padding) high
+      for a sustained stretch: the step it began, the stretch's `mean`, the level `before`
+      (none when it is high from the start), `n_points`. Values that look like percentages
+      (median > 1, max ≤ 100) are divided by 100 (noted in the evidence).
+    - **DATA004** — `dataloader_wait` (seconds per step waiting for the next batch) a large
+      `share` of the step time for a sustained stretch, with `share_before`. The step time is
+      `step_time` (`step_time_source`), or the wall-clock interval per step when that is not
+      logged. When the wait exceeds `step_time` at more than 5 % of the steps, `step_time`
+      evidently excludes the wait and the share is wait / (wait + step_time)
+      (`step_time_excludes_wait`).
 
-    DATA004 ``dataloader-wait-high``: ``dataloader_wait`` (seconds per step spent
-    waiting for the next batch) a large share of the step time for a sustained stretch
-    — the step it began and the share before and in it. The step time is
-    ``step_time``, or the wall-clock interval per step when that is not logged. When
-    the wait exceeds the logged step time at more than 5 % of the steps, ``step_time``
-    evidently excludes the wait, and the share is wait / (wait + step_time).
-
-    Method (both): the series (padding fraction, or wait share per step) is
-    median-filtered over 2 % of the run (at least 5 points); stretches where the
-    filtered value is above the info bound for at least ``min_frac`` of the run are
-    reported, the start refined on the raw values (the split that best separates the
-    level before from the level inside).
+    Method (both): the series (padding, or the wait share per step) is median-filtered over
+    2 % of the run (at least 5 points); stretches where the filtered value is at or above the
+    info bound for at least `min_frac` of the points (short dips inside do not end a
+    stretch) are reported, their start refined on the raw values (the split that best
+    separates the level before from the level inside).
 
 Why it matters
-    Padding tokens cost the same FLOPs as real ones: 40 % padding is 40 % of the
-    compute budget spent on nothing; packing or length-grouped batching removes it
-    (Krell et al. 2021, "Efficient Sequence Packing without Cross-contamination",
-    measured ~50 % padding in BERT pre-training on Wikipedia). Waiting for data leaves
-    the accelerator idle: the step cannot go faster than the loader.
+    Padding tokens cost the same FLOPs as real ones: 40 % padding is 40 % of the compute
+    budget spent on nothing; packing or length-grouped batching removes it (Krell et al.
+    2021, *Efficient Sequence Packing without Cross-contamination*, found ~50 % padding in
+    BERT pre-training on Wikipedia). Waiting for data idles the accelerator: a step cannot
+    go faster than its loader.
 
-Default thresholds
-    Padding: info from ``padding_info`` 0.3, warning from ``padding_warn`` 0.4 (mean
-    over the stretch) — Krell et al. report padding of 50 % as the motivating waste;
-    HF Transformers' ``group_by_length`` and packing exist for exactly this. Loader
-    wait: info from ``wait_info`` 10 %, warning from ``wait_warn`` 20 % of the step
-    time — the PyTorch profiler (torch-tb-profiler, ``analyze()``) already recommends
-    more DataLoader workers when more than 5 % of the step time is in the DataLoader;
-    twice that, sustained, is a clear bottleneck, four times that a warning.
-    ``min_frac`` 5 % of the logged points (and ``min_points`` 5): a few slow batches
-    (a cold cache, the first batch of an epoch) are not a pattern.
+Default thresholds and their source
+    | parameter | default | meaning / source |
+    |---|---|---|
+    | `padding_info`, `padding_warn` | 0.3, 0.4 | Krell et al. report ~50 % padding as the waste that motivates packing; HF Transformers' `group_by_length` and packing collators exist for it. Above 40 % of compute wasted is a warning |
+    | `wait_info`, `wait_warn` | 0.10, 0.20 | the PyTorch profiler's TensorBoard plugin (pytorch/kineto `torch_tb_profiler`, `RunProfile.analyze`) recommends more DataLoader workers as soon as the DataLoader takes more than 5 % of the step; twice that, sustained, is a clear bottleneck (info), four times a warning |
+    | `min_frac`, `min_points` | 0.05, 5 | a stretch must cover 5 % of the logged points: a few slow batches (a cold cache, the first batch of an epoch without persistent workers) are not a pattern |
+    | `window_frac` | 0.02 | median-filter window |
+    | `max_findings` | 3 | per code |
 
 Known false positives
-    Padding: variable-length fine-tuning data (chat, classification) is padded by
-    nature unless packed — the finding is then a suggestion, not a bug; a
-    ``padding_frac`` that counts the loss-masked prompt tokens as padding. Loader wait:
-    timers that include the host-to-device copy or ``torch.cuda.synchronize``;
-    the first batch of every epoch when workers are not persistent (short runs with
-    many epochs).
+    - Padding: variable-length fine-tuning data (chat, classification) is padded by nature
+      unless packed — the finding is then a suggestion; a `padding_frac` that counts
+      loss-masked prompt tokens as padding.
+    - Loader wait: timers that include the host-to-device copy or a
+      `torch.cuda.synchronize`; short runs with many epochs whose workers restart each epoch.
+
+Measured
+    - Fixture `slow_loader` (loader waits ~1.2x the compute from step 300; a collator pads
+      to full length from step 600): **DATA004 warning at 300** (54 % of the step, 1.0 %
+      before; label 300 ± 10) and **DATA003 warning at 600** (mean 0.63, 0.053 before; label
+      600 ± 5).
+    - No other fixture run and no real log logs these metrics (skipped).
 
 Example
-    ``WARNING  DATA003  steps 600–900  padding_frac averaged 0.63 from step 600 (0.0527
-    before): 63% of every batch's compute is spent on padding; pack sequences or batch
-    them by length.``
-"""
+    ```
+      WARNING  DATA004   steps 300–900    the step waited for data 54% of its time from step 300 (1.0% before); the accelerator idles while the loader catches up — add DataLoader workers, prefetch, or move preprocessing off the training process.
+      WARNING  DATA003   steps 600–900    padding_frac averaged 0.63 from step 600 (0.0527 before): 63% of every batch's compute is spent on padding; pack sequences or batch them by length.
+    ```
+"""  # noqa: E501  (tables: one row a line)
 
 from __future__ import annotations
 
