@@ -35,7 +35,7 @@ from trainlens.report.theme import (
 )
 
 if TYPE_CHECKING:
-    from trainlens.api import Analysis
+    from trainlens.core.analysis import Analysis
 
 WIDTH_IN = 11.5  # 1150 px: readable on a laptop without scaling
 MAIN_BUCKETS = 1000  # ≥ the axes' width in pixels: every pixel column keeps its min/max

@@ -35,7 +35,7 @@ from trainlens.report.multiples import other_panels, tensor_panels
 from trainlens.report.theme import DPI, mpl_text, style
 
 if TYPE_CHECKING:
-    from trainlens.api import Analysis
+    from trainlens.core.analysis import Analysis
 
 # Who does what (each module is functions over one Canvas):
 #   canvas     the shared state: series, figures, which axes shows which metric
