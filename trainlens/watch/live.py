@@ -11,8 +11,11 @@
 - the **judge**: the gate's own path (:func:`trainlens.gate.runner.gate_run`, the detectors
   ``analyze`` runs plus the configured gate checks) over the whole frame. Judging costs in
   proportion to the run, so it is duty-cycled: it runs when data arrived and at most once
-  per ``max(min_interval, cost / budget)`` seconds — with the default 4 % budget a run whose
-  judging takes 50 ms is judged every second, one that takes 1 s every 25 s;
+  per ``max(min_interval, cost / budget)`` seconds — with the default 3 % budget a run whose
+  judging takes 30 ms is judged every second, one that takes 1 s every 33 s — except when
+  the fast lane saw what should not wait (a non-finite value, an early warning): then it is
+  judged at the next tick, so a NaN is announced within a tick of being written however
+  long the run;
 - the **lifecycle** of findings: each is announced once when it opens, again only when it
   changes (severity up or down, ended: the problem stopped before the end of the data), and
   when a later judging no longer shows it (closed).
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
 class JudgeTiming:
     """When to judge: at most once per ``max(min_interval, last_cost / budget)`` seconds."""
 
-    budget: float = 0.04  # share of one core the judging may take on average
+    budget: float = 0.03  # share of one core the judging may take on average
     min_interval: float = 1.0
     max_interval: float = 60.0
     last_cost: float = 0.0
@@ -91,6 +94,7 @@ class LiveRun:
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     stalled: bool = False
     dirty: bool = False  # new data since the last judging
+    urgent: bool = False  # judge at the next tick, whatever the duty cycle says
     judged: int = 0
     early: EarlyWarnings = field(default_factory=EarlyWarnings)
 
@@ -141,7 +145,11 @@ class LiveRun:
         top = int(frame["step"].to_numpy().max())
         self.last_step = top if self.last_step is None else max(self.last_step, top)
         self.arrivals.append((now, self.last_step))
-        out.extend(self._early_warnings(frame))
+        early = self._early_warnings(frame)
+        out.extend(early)
+        # what cannot wait for the duty cycle: a non-finite value, a leading grad-norm spike
+        if early or not frame["value"].is_finite().all():
+            self.urgent = True
         return out
 
     def steps_per_sec(self) -> float | None:
@@ -241,8 +249,9 @@ class LiveRun:
         from trainlens.gate.runner import gate_run
 
         now = time.monotonic() if now is None else now
-        if not (force or (self.dirty and self.timing.due(now))):
+        if not (force or (self.dirty and (self.urgent or self.timing.due(now)))):
             return []
+        self.urgent = False
         t0 = time.perf_counter()
         report = gate_run(self.run(), self.name, self.job)
         self.timing.last_cost = time.perf_counter() - t0

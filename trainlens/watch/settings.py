@@ -25,7 +25,7 @@ WATCH_KEYS = {
     "prometheus": "HOST:PORT to serve /metrics on",
     "stall_factor": "a run is stalled after its usual gap between records x this (default 10)",
     "min_stall_seconds": "... and at least this many seconds (default 30)",
-    "judge_budget": "share of one core the re-judging may take on average (default 0.04)",
+    "judge_budget": "share of one core the re-judging may take on average (default 0.03)",
 }
 
 
@@ -40,7 +40,7 @@ class WatchSettings:
     prometheus: str | None = None
     stall_factor: float = 10.0
     min_stall_seconds: float = 30.0
-    judge_budget: float = 0.04
+    judge_budget: float = 0.03
 
     @classmethod
     def from_table(cls, table: dict[str, Any], *, origin: str = "config") -> WatchSettings:
