@@ -32,7 +32,9 @@ from pathlib import Path
 
 WRITER = r"""
 import json, math, os, random, sys, time
-fmt, path, steps, rate, metrics, fault = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+fmt, path = sys.argv[1], sys.argv[2]
+steps, metrics, fault = int(sys.argv[3]), int(sys.argv[5]), int(sys.argv[6])
+rate = float(sys.argv[4])
 random.seed(0)
 names = ["loss", "grad_norm", "lr", "tokens_per_sec"] + [f"extra/m{i}" for i in range(metrics - 4)]
 if fmt == "tensorboard":
