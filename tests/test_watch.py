@@ -353,3 +353,13 @@ def test_import_trainlens_imports_no_watch_dependency() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_docs_list_every_watch_key_and_event() -> None:
+    from trainlens.watch.events import KINDS
+    from trainlens.watch.settings import WATCH_KEYS
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "watch.md").read_text()
+    missing = [k for k in WATCH_KEYS if f"\n{k} = " not in text]
+    assert not missing, f"docs/watch.md's config example lacks {missing}"
+    assert not [k for k in KINDS if f"`{k}`" not in text]
