@@ -263,3 +263,29 @@ def test_build_sink_takes_what_the_settings_ask_for(hook: tuple[str, list[Any]])
     kinds = [type(s).__name__ for s in fan.sinks]
     fan.close()
     assert kinds == ["JsonSink", "NotifySink", "ExecSink"]
+
+
+def test_live_view_shows_the_dashboard_and_the_events(fixture_runs: Path) -> None:
+    from rich.console import Console
+
+    from trainlens.readers import ReadOptions
+    from trainlens.watch.follow import OffsetFollower
+    from trainlens.watch.live import LiveRun
+    from trainlens.watch.loop import WatchState
+    from trainlens.watch.sinks.view import LiveView, sparkline
+
+    assert sparkline([1.0, 2.0, 3.0, float("nan")]) == "▁▅█!"
+    path = fixture_runs / "nan_divergence" / "metrics.jsonl"
+    live = LiveRun(OffsetFollower(path, "jsonl", ReadOptions()), job=None)
+    chunk = live.follower.poll()
+    assert chunk is not None
+    live.add(chunk)
+    console = Console(record=True, width=120, file=StringIO(), force_terminal=False)
+    view = LiveView(console=console)
+    for _ in range(3):
+        view.update(WatchState(runs=[live]))
+    view.emit(_event(run=live.name))
+    view.close()
+    text = console.export_text()
+    assert "nan_divergence" in text and "train/loss" in text and "grad_norm" in text
+    assert "NAN001" in text and "steps/s" in text
