@@ -149,33 +149,14 @@ def cycles(
         mask[np.repeat(o_at - first, o_len) + np.arange(int(o_len.sum()))] = 0
         s0, l0, rel, ids = s0[fast], l0[fast], rel[fast], ids[fast]
         lay = Layout(*(getattr(lay, f.name)[fast] for f in fields(Layout)))
-    mask[(rel[:, None] + 1 + AR8).ravel()] = 0  # wall time
-    mask[((rel + l0)[:, None] + AR8[:4]).ravel()] = 0  # data checksum
-    vrel = (lay.vpos - s0 + rel)[:, None] + AR8
-    mask[vrel[VALUE_SIZE[lay.codec][:, None] > AR8]] = 0  # value
-    srel = (rel + 10)[:, None] + AR8  # the step's varint follows 0x09, wall, 0x10
-    step_w = np.where(lay.has_step, lay.step_w, 0)
-    mask[srel[step_w[:, None] > AR8]] = 0x80  # step: the continuation bits stay
+    step_w = _mask_fields(mask, rel, l0, s0, lay)
     # the records given are the ones there: each cycle's first and last where predicted
     # (the bytes between hold P records, headers included, so none is missing)
     shift = np.arange(K, dtype=np.int64) * B
     placed = (s[0 : K * P : P] - s[0] == shift) & (s[P - 1 : K * P : P] - s[P - 1] == shift)
     if not placed.all():
         K = int(np.argmin(placed))  # the first cycle is where it is: K >= 1
-    # each cycle's bytes against the cycle before (flat: cycles may be short rows); the
-    # first few cycles alone first, so that a start that does not repeat costs little
-    for upto in (min(K, 4), K):
-        region = buf.arr[base : base + upto * B]
-        diff = buf.scratch((upto - 1) * B)
-        np.bitwise_xor(region[B:], region[:-B], out=diff)
-        if B >= 1024:  # long rows: the mask broadcast over them
-            rows = diff.reshape(upto - 1, B)
-            rows &= mask
-        else:  # short rows are slow to broadcast over: the mask repeated
-            diff &= np.tile(mask, upto - 1)
-        if diff.any():
-            K = int(np.argmax(diff != 0)) // B + 1  # the cycles before the first that differs
-            break
+    K = _same_cycles(buf, base, B, K, mask)
     k = K * P
     if fast.all():
         sk, rk = s[:k], rec[:k]
@@ -193,3 +174,37 @@ def cycles(
         with np.errstate(invalid="ignore"):  # signalling NaNs become quiet NaNs
             value = decode_values(buf, vp, np.tile(lay.codec, K))
     return Rows(rk, step, buf.f64[sk + 1], np.tile(ids, K), value), np.tile(fast, K)
+
+
+def _mask_fields(
+    mask: np.ndarray, rel: np.ndarray, l0: np.ndarray, s0: np.ndarray, lay: Layout
+) -> np.ndarray:
+    """Clear in ``mask`` (one cycle's bytes) the fields that change from cycle to cycle;
+    returns each record's step varint width (0: no step)."""
+    mask[(rel[:, None] + 1 + AR8).ravel()] = 0  # wall time
+    mask[((rel + l0)[:, None] + AR8[:4]).ravel()] = 0  # data checksum
+    vrel = (lay.vpos - s0 + rel)[:, None] + AR8
+    mask[vrel[VALUE_SIZE[lay.codec][:, None] > AR8]] = 0  # value
+    srel = (rel + 10)[:, None] + AR8  # the step's varint follows 0x09, wall, 0x10
+    step_w = np.where(lay.has_step, lay.step_w, 0)
+    mask[srel[step_w[:, None] > AR8]] = 0x80  # step: the continuation bits stay
+    return step_w
+
+
+def _same_cycles(buf: tfr.Buffer, base: int, B: int, K: int, mask: np.ndarray) -> int:
+    """How many of the ``K`` cycles of ``B`` bytes from ``base`` match the first, the
+    bytes outside ``mask`` aside."""
+    # each cycle's bytes against the cycle before (flat: cycles may be short rows); the
+    # first few cycles alone first, so that a start that does not repeat costs little
+    for upto in (min(K, 4), K):
+        region = buf.arr[base : base + upto * B]
+        diff = buf.scratch((upto - 1) * B)
+        np.bitwise_xor(region[B:], region[:-B], out=diff)
+        if B >= 1024:  # long rows: the mask broadcast over them
+            rows = diff.reshape(upto - 1, B)
+            rows &= mask
+        else:  # short rows are slow to broadcast over: the mask repeated
+            diff &= np.tile(mask, upto - 1)
+        if diff.any():
+            return int(np.argmax(diff != 0)) // B + 1  # the cycles before the first that differs
+    return K

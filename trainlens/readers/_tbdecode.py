@@ -14,7 +14,6 @@ event files.
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue
 from trainlens.readers import _tfrecord as tfr
 from trainlens.readers._tbcycles import CHUNK_RECORDS, byte_period, fast_decode
-from trainlens.readers._tbproto import NON_SCALAR_PLUGINS, Malformed, decode_event
+from trainlens.readers._tbproto import NON_SCALAR_PLUGINS, decode_records
 from trainlens.readers._tbrows import FileData, RowBuffer, Rows, RunParts
 from trainlens.readers._tbtags import Tags
 from trainlens.readers._tfrecord_format import HEADER
@@ -99,8 +98,9 @@ def _record_issues(
 def read_events_file(
     path: Path, tags: Tags, *, start_offset: int = 0, fast: bool = True
 ) -> FileData:
-    """Read one events file from ``start_offset``. ``fast=False`` walks, checks and decodes
-    one record at a time (the reference the fast path is tested against)."""
+    """Read one events file from ``start_offset``. ``fast=False`` is the reference read:
+    it walks, checks and decodes one record at a time (the general decoder for every
+    record), what the fast lanes are tested against."""
     source = str(path)
     size = path.stat().st_size
     if start_offset > size:
@@ -115,80 +115,66 @@ def read_events_file(
     out = RowBuffer(len(starts))
     bad_crc: list[int] = []
     bad_msg: list[int] = []
-    raw = buf.raw
     # whole cycles per chunk, when the records repeat (see cycles)
     period, seen = byte_period(buf, starts, lens, fr.periods) if fast else (0, False)
     chunk = CHUNK_RECORDS - CHUNK_RECORDS % period if period else CHUNK_RECORDS
     tries = 6 if seen else 2  # fewer where the probe found no cycles
+    verify = tfr.verify_records if fast else tfr.verify_records_slow
     for lo in range(0, len(starts), chunk):
         hi = min(lo + chunk, len(starts))
-        st, ln = starts[lo:hi], lens[lo:hi]
-        verify = tfr.verify_records if fast else tfr.verify_records_slow
-        ok = verify(buf, st, ln)
+        ok = verify(buf, starts[lo:hi], lens[lo:hi])
         if not ok.all():
             bad_crc.extend((np.flatnonzero(~ok) + lo).tolist())
-        rec = np.flatnonzero(ok) + lo
-        rest = rec
+        rest = np.flatnonzero(ok) + lo
         chunk_parts: list[Rows] = []
-        if fast and len(rec):
-            data_at = starts[rec] + HEADER
-            near = data_at + lens[rec] > buf.safe_end  # the last record or two of a mapping
-            tail = rec[near] if near[-1] else rec[:0]
-            if len(tail):
-                rec, data_at = rec[~near], data_at[~near]
-            rows, decoded, cyc = fast_decode(buf, rec, data_at, lens[rec], tags, period, tries)
-            data.fast_records += len(rows.record)
-            data.cycle_records += cyc
+        if fast and len(rest):
+            rows, rest = _fast_lanes(buf, starts, lens, rest, tags, data, period, tries)
             chunk_parts.append(rows)
-            rest = np.concatenate([rec[~decoded], tail]) if len(tail) else rec[~decoded]
         if len(rest):
-            g_rec: list[int] = []
-            g_step: list[int] = []
-            g_wall: list[float] = []
-            g_tag: list[int] = []
-            g_val: list[float] = []
-            for r in rest.tolist():
-                s = int(starts[r]) + HEADER
-                try:
-                    ev = decode_event(bytes(raw[s : s + int(lens[r])]))
-                except (Malformed, struct.error, ValueError):
-                    bad_msg.append(r)
-                    continue
-                if ev.file_version is not None and data.file_version is None:
-                    data.file_version = ev.file_version
-                for v in ev.values:
-                    tid = tags.id_for(v.tag)
-                    if v.plugin:
-                        data.plugins.add(v.plugin)
-                        data.tag_plugins.setdefault(tid, v.plugin)
-                    if v.value is None:
-                        data.skipped[v.skip] += 1
-                        continue
-                    g_rec.append(r)
-                    g_step.append(ev.step)
-                    g_wall.append(ev.wall_time)
-                    g_tag.append(tid)
-                    g_val.append(v.value)
-            if g_rec:
-                chunk_parts.append(
-                    Rows(
-                        np.array(g_rec, dtype=np.int64),
-                        np.array(g_step, dtype=np.int64),
-                        np.array(g_wall, dtype=np.float64),
-                        np.array(g_tag, dtype=np.int64),
-                        np.array(g_val, dtype=np.float64),
-                    )
-                )
+            rows, malformed = decode_records(buf.raw, starts, lens, rest, tags, data)
+            if len(rows.record):
+                chunk_parts.append(rows)
+            bad_msg.extend(malformed)
         if len(chunk_parts) > 1:
             both = Rows.concat(chunk_parts)
             chunk_parts = [both.take(np.argsort(both.record, kind="stable"))]
         for part in chunk_parts:
             out.append(part)
         buf.release(int(starts[hi]) if hi < len(starts) else buf.n)
-    rows = out.rows()
+    data.rows = _without_non_scalar_tags(out.rows(), data)
+    data.issues.extend(_bad_record_issues(bad_crc, bad_msg, starts, start_offset, source))
+    return data
+
+
+def _fast_lanes(
+    buf: tfr.Buffer,
+    starts: np.ndarray,
+    lens: np.ndarray,
+    rec: np.ndarray,
+    tags: Tags,
+    data: FileData,
+    period: int,
+    tries: int,
+) -> tuple[Rows, np.ndarray]:
+    """The records ``rec`` (sound ones) through the vectorized lanes: their rows, and the
+    records left to the general decoder."""
+    data_at = starts[rec] + HEADER
+    near = data_at + lens[rec] > buf.safe_end  # the last record or two of a mapping
+    tail = rec[near] if near[-1] else rec[:0]
+    if len(tail):
+        rec, data_at = rec[~near], data_at[~near]
+    rows, decoded, cyc = fast_decode(buf, rec, data_at, lens[rec], tags, period, tries)
+    data.fast_records += len(rows.record)
+    data.cycle_records += cyc
+    rest = np.concatenate([rec[~decoded], tail]) if len(tail) else rec[~decoded]
+    return rows, rest
+
+
+def _without_non_scalar_tags(rows: Rows, data: FileData) -> Rows:
+    """The rows less those of a tag that some record declared a non-scalar plugin's (not
+    a metric anywhere), counted as skipped."""
     if len(rows.record):
         data.plugins.add("scalars")  # TensorBoard files simple values under this plugin too
-    # a tag that some record declared as a non-scalar plugin is not a metric anywhere
     drop = [t for t, plugin in data.tag_plugins.items() if plugin in NON_SCALAR_PLUGINS]
     if drop and len(rows.record):
         gone = np.isin(rows.tag, drop)
@@ -196,28 +182,25 @@ def read_events_file(
             for t, c in zip(*np.unique(rows.tag[gone], return_counts=True), strict=True):
                 data.skipped[data.tag_plugins[int(t)]] += int(c)
             rows = rows.take(np.flatnonzero(~gone))
-    data.rows = rows
-    if bad_crc:
-        data.issues.extend(
-            _record_issues(
-                "corrupt-record",
-                "data checksum mismatch; record skipped",
-                bad_crc,
-                [start_offset + int(starts[r]) for r in bad_crc],
-                source,
-            )
-        )
-    if bad_msg:
-        data.issues.extend(
-            _record_issues(
-                "bad-record",
-                "checksum is right but the bytes are not a TensorBoard Event; record skipped",
-                bad_msg,
-                [start_offset + int(starts[r]) for r in bad_msg],
-                source,
-            )
-        )
-    return data
+    return rows
+
+
+def _bad_record_issues(
+    bad_crc: list[int], bad_msg: list[int], starts: np.ndarray, start_offset: int, source: str
+) -> list[DataIssue]:
+    out: list[DataIssue] = []
+    for kind, what, records in (
+        ("corrupt-record", "data checksum mismatch; record skipped", bad_crc),
+        (
+            "bad-record",
+            "checksum is right but the bytes are not a TensorBoard Event; record skipped",
+            bad_msg,
+        ),
+    ):
+        if records:
+            offsets = [start_offset + int(starts[r]) for r in records]
+            out.extend(_record_issues(kind, what, records, offsets, source))
+    return out
 
 
 def tag_issues(frame: pl.DataFrame, tags: Tags, source: str) -> list[DataIssue]:

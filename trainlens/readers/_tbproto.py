@@ -17,6 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from trainlens.readers._tbrows import FileData, Rows
+from trainlens.readers._tbtags import Tags
+from trainlens.readers._tfrecord_format import HEADER
+
 # plugins whose summaries are never scalars, even when a tensor happens to hold one number
 NON_SCALAR_PLUGINS = frozenset(
     {
@@ -302,3 +306,52 @@ def decode_event(b: bytes) -> _Event:
                 if snum == 1 and swt == 2:
                     values.append(_decode_value(b, vs, ve))
     return _Event(wall, step, values, version)
+
+
+def decode_records(
+    raw: memoryview,
+    starts: np.ndarray,
+    lens: np.ndarray,
+    rec: np.ndarray,
+    tags: Tags,
+    data: FileData,
+) -> tuple[Rows, list[int]]:
+    """Decode the records ``rec`` (whose checksums hold) one at a time: their rows, and the
+    records that are not an Event. Plugins, skipped summaries and the file version go to
+    ``data``."""
+    g_rec: list[int] = []
+    g_step: list[int] = []
+    g_wall: list[float] = []
+    g_tag: list[int] = []
+    g_val: list[float] = []
+    malformed: list[int] = []
+    for r in rec.tolist():
+        s = int(starts[r]) + HEADER
+        try:
+            ev = decode_event(bytes(raw[s : s + int(lens[r])]))
+        except (Malformed, struct.error, ValueError):
+            malformed.append(r)
+            continue
+        if ev.file_version is not None and data.file_version is None:
+            data.file_version = ev.file_version
+        for v in ev.values:
+            tid = tags.id_for(v.tag)
+            if v.plugin:
+                data.plugins.add(v.plugin)
+                data.tag_plugins.setdefault(tid, v.plugin)
+            if v.value is None:
+                data.skipped[v.skip] += 1
+                continue
+            g_rec.append(r)
+            g_step.append(ev.step)
+            g_wall.append(ev.wall_time)
+            g_tag.append(tid)
+            g_val.append(v.value)
+    rows = Rows(
+        np.array(g_rec, dtype=np.int64),
+        np.array(g_step, dtype=np.int64),
+        np.array(g_wall, dtype=np.float64),
+        np.array(g_tag, dtype=np.int64),
+        np.array(g_val, dtype=np.float64),
+    )
+    return rows, malformed
