@@ -904,6 +904,31 @@ def test_compiled_lane_leaves_other_files_to_the_numpy_reader(
 
 
 @lane
+def test_analyze_verbose_says_why_the_compiled_lane_left_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainlens.cli import main
+
+    w = torch_tb.SummaryWriter(str(tmp_path))
+    for s in range(50):
+        w.add_scalar("train/loss", 2.0 - s / 100, s)
+    w.add_histogram("weights", np.arange(10.0), 0)
+    w.close()
+    path = _one_file(tmp_path)
+    assert main(["analyze", str(path), "-v"]) == 0
+    why = "a value that is not a simple_value"
+    assert (
+        f"reader      read by the numpy reader: the compiled lane left it, as it met {why}"
+        in capsys.readouterr().out
+    )
+    assert main(["analyze", str(path)]) == 0  # without -v: not shown
+    assert "reader      " not in capsys.readouterr().out
+    _lane_file(tmp_path / "plain")  # a file the lane takes: nothing to say
+    assert main(["analyze", str(tmp_path / "plain"), "-v"]) == 0
+    assert "reader      " not in capsys.readouterr().out
+
+
+@lane
 def test_compiled_lane_on_random_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # random schedules of simple values: tag order changing, steps jumping and going back,
     # tags first logged late, special values; whichever lane takes each, the runs agree
