@@ -1,11 +1,20 @@
 """The numpy reader of TensorBoard event files: every record shape, every fault.
 
-The record stream is framed and checksummed with numpy (``_tfrecord``), and the
-Event → Summary → Value layout that every scalar writer produces is decoded for many records
-at once with byte gathers at computed offsets; records that do not fit that layout go
-through a small general protobuf decoder. Both paths produce the same values (a test checks
-this value for value). Corrupt, truncated and unknown records are skipped and reported with
-their record number and byte offset.
+One file is read in chunks of records. The record stream is framed and checksummed with
+numpy (:mod:`~trainlens.readers._tfrecord`); then each record goes to the first lane that
+takes it:
+
+- :mod:`~trainlens.readers._tbcycles`: a training loop's cycle of records at a time, where
+  the records repeat byte for byte but for wall time, step, value and checksum;
+- :mod:`~trainlens.readers._tbfast`: the Event → Summary → Value layout every scalar writer
+  produces, many records at once, with byte gathers at computed offsets;
+- :mod:`~trainlens.readers._tbproto`: a small general protobuf decoder, one record at a time.
+
+Tags become ids through one registry per read (:mod:`~trainlens.readers._tbtags`). The
+reference read (``fast=False``) checks each record with its own CRC call and sends every
+record to the general decoder; the tests hold the other lanes to it value for value.
+Corrupt, truncated and unknown records are skipped and reported with their record number
+and byte offset.
 
 :mod:`trainlens.readers.tensorboard` (the reader) tries its compiled lane first and comes
 here for the files that lane leaves (see its docstring) and for directories of several

@@ -24,7 +24,9 @@ record, checks both checksums and decodes the Event layout of ``simple_value`` s
 without importing numpy. It takes the file only when every record is sound and of that
 layout; anything else (a corrupt or truncated record, tensors, histograms, several files)
 is read by the numpy reader (:mod:`trainlens.readers._tbdecode`), which decodes every shape
-and reports every fault. Both give the same frame (tests compare them value for value).
+and reports every fault. Both give the same frame (tests compare them value for value). Why
+the lane left a file it was offered is kept in ``Run.metadata["reader_note"]``
+(``trainlens analyze -v`` shows it).
 
 Resume. ``Run.cursor`` maps each file to the byte offset up to which complete records were
 read; ``ReadOptions.start_offset`` (single files only) starts reading there, so a watcher can
