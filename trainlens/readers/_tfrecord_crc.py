@@ -18,10 +18,10 @@ from collections.abc import Callable
 import numpy as np
 
 from trainlens.readers._tfrecord_format import (
-    CRC32C_TABLE,
     LENGTH_BYTES,
     MASK_DELTA,
     crc32c_py,
+    crc32c_table,
     masked_crc,
 )
 
@@ -43,8 +43,8 @@ def mask_array(crc: np.ndarray) -> np.ndarray:
     return ((crc >> _U32(15)) | (crc << _U32(17))) + _U32(MASK_DELTA)
 
 
-_T = np.array(CRC32C_TABLE, dtype=_U32)
-_T_LIST = CRC32C_TABLE
+_T_LIST = crc32c_table()
+_T = np.array(_T_LIST, dtype=_U32)
 
 
 def crc32c(data: bytes | memoryview) -> int:

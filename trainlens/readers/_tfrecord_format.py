@@ -17,6 +17,8 @@ copy, whose constants a test checks against these.
 
 from __future__ import annotations
 
+import functools
+
 MASK_DELTA = 0xA282EAD8
 CRC32C_POLY = 0x82F63B78  # CRC-32C (Castagnoli), bit-reflected
 LENGTH_BYTES = 8  # uint64 length
@@ -26,7 +28,10 @@ OVERHEAD = HEADER + CRC_BYTES  # header + the data's checksum: 16
 _FULL = 0xFFFFFFFF
 
 
-def _table() -> list[int]:
+@functools.cache
+def crc32c_table() -> list[int]:
+    """The byte-at-a-time CRC-32C table (the numpy tables start from it). Built on first
+    use: importing this module is on every read's path, and a sniff rarely needs it."""
     out = []
     for i in range(256):
         c = i
@@ -36,14 +41,11 @@ def _table() -> list[int]:
     return out
 
 
-CRC32C_TABLE: list[int] = _table()  # byte-at-a-time table (the numpy tables start from it)
-
-
 def crc32c_py(data: bytes | memoryview, value: int = 0) -> int:
     """CRC-32C of ``data``, continued from the CRC ``value`` of earlier bytes (0 to start),
     one byte at a time (the fallback where the ``crc32c`` package is not installed)."""
     crc = value ^ _FULL
-    t = CRC32C_TABLE
+    t = crc32c_table()
     for b in bytes(data):
         crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ _FULL
