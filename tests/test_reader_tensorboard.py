@@ -19,9 +19,13 @@ from polars.testing import assert_frame_equal
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import Run
+from trainlens.readers import _tbcycles as tbcycles
 from trainlens.readers import _tbdecode as dec
 from trainlens.readers import _tfrecord as tfr
+from trainlens.readers import _tfrecord_crc as tfcrc
 from trainlens.readers import tensorboard as tb
+from trainlens.readers._tbrows import FileData
+from trainlens.readers._tbtags import Tags
 from trainlens.readers.base import ReadOptions, read_head
 
 torch_tb = pytest.importorskip("torch.utils.tensorboard")
@@ -320,7 +324,7 @@ def _mixed_file(d: Path) -> Path:
     return path
 
 
-def _same(a: dec.FileData, b: dec.FileData, ta: dec._Tags, tb_: dec._Tags) -> None:
+def _same(a: FileData, b: FileData, ta: Tags, tb_: Tags) -> None:
     assert a.records == b.records
     assert np.array_equal(a.rows.record, b.rows.record)
     assert np.array_equal(a.rows.step, b.rows.step)
@@ -338,7 +342,7 @@ def _same(a: dec.FileData, b: dec.FileData, ta: dec._Tags, tb_: dec._Tags) -> No
 
 def test_fast_path_equals_general_path(tmp_path: Path) -> None:
     path = _mixed_file(tmp_path / "mixed")
-    tags_fast, tags_slow = dec._Tags(), dec._Tags()
+    tags_fast, tags_slow = Tags(), Tags()
     fast = dec.read_events_file(path, tags_fast, fast=True)
     slow = dec.read_events_file(path, tags_slow, fast=False)
     assert fast.fast_records > 0.9 * len(fast.rows.record)  # the fast path did the work
@@ -350,7 +354,7 @@ def test_fast_path_equals_general_path(tmp_path: Path) -> None:
 
     want = _tf2_file(tmp_path / "tf2")
     path2 = _one_file(tmp_path / "tf2")
-    tf, ts = dec._Tags(), dec._Tags()
+    tf, ts = Tags(), Tags()
     f2 = dec.read_events_file(path2, tf, fast=True)
     s2 = dec.read_events_file(path2, ts, fast=False)
     assert f2.fast_records >= 4 * len(want["f32"])  # content tensors take the fast path
@@ -382,7 +386,7 @@ def test_cycles_notice_whatever_changes_between_them(tmp_path: Path) -> None:
         raw[o + 12 + n - 3] ^= 0x01
     path.write_bytes(bytes(raw))
 
-    tags_fast, tags_slow = dec._Tags(), dec._Tags()
+    tags_fast, tags_slow = Tags(), Tags()
     fast = dec.read_events_file(path, tags_fast)
     slow = dec.read_events_file(path, tags_slow, fast=False)
     _same(fast, slow, tags_fast, tags_slow)
@@ -412,14 +416,14 @@ def test_tags_of_one_length_taking_turns_are_decoded_by_cycle(
     w.close()
     path = _one_file(tmp_path)
     calls: list[int] = []
-    cycles = dec._cycles
+    cycles = tbcycles.cycles
 
     def counted(*args: Any) -> Any:
         calls.append(args[-1])
         return cycles(*args)
 
-    monkeypatch.setattr(dec, "_cycles", counted)
-    tags_fast, tags_slow = dec._Tags(), dec._Tags()
+    monkeypatch.setattr(tbcycles, "cycles", counted)
+    tags_fast, tags_slow = Tags(), Tags()
     fast = dec.read_events_file(path, tags_fast)
     assert len(calls) < 30
     assert fast.cycle_records > 0.95 * fast.fast_records
@@ -455,7 +459,7 @@ def test_fast_path_equals_general_path_on_random_runs(tmp_path: Path, seed: int)
     for _ in range(rng.randrange(0, 4)):
         raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
     path.write_bytes(bytes(raw))
-    tags_fast, tags_slow = dec._Tags(), dec._Tags()
+    tags_fast, tags_slow = Tags(), Tags()
     fast = dec.read_events_file(path, tags_fast)
     slow = dec.read_events_file(path, tags_slow, fast=False)
     _same(fast, slow, tags_fast, tags_slow)
@@ -473,7 +477,7 @@ def test_mapped_file_and_copy_read_the_same(
     start = min(o for o in offsets if o >= start)  # a record's offset, not page aligned
     mapped_buf = tfr.Buffer.from_file(str(path), start)
     assert mapped_buf.pad == 0 and mapped_buf.n == path.stat().st_size - start
-    t1, t2 = dec._Tags(), dec._Tags()
+    t1, t2 = Tags(), Tags()
     mapped = dec.read_events_file(path, t1, start_offset=start)
     monkeypatch.setattr(tfr, "_CAN_MAP", False)
     copy_buf = tfr.Buffer.from_file(str(path), start)
@@ -488,10 +492,10 @@ def test_fallback_crc_without_the_c_extension(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _mixed_file(tmp_path)
-    t1, t2 = dec._Tags(), dec._Tags()
+    t1, t2 = Tags(), Tags()
     with_c = dec.read_events_file(path, t1)
-    monkeypatch.setattr(tfr, "_crc32c_c", None)
-    assert tfr.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    monkeypatch.setattr(tfcrc, "fast_crc32c", None)
+    assert tfcrc.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
     without = dec.read_events_file(path, t2)
     _same(with_c, without, t1, t2)
 
@@ -774,7 +778,10 @@ def _same_runs(a: list[Run], b: list[Run]) -> None:
     for x, y in zip(a, b, strict=True):
         assert_frame_equal(x.frame, y.frame, check_exact=True)
         assert (x.name, x.source, x.format) == (y.name, y.source, y.format)
-        assert x.metadata == y.metadata
+        # (the numpy reader notes why it read a file the compiled lane was offered)
+        assert {k: v for k, v in x.metadata.items() if k != tb.NOTE_KEY} == {
+            k: v for k, v in y.metadata.items() if k != tb.NOTE_KEY
+        }
         assert x.cursor == y.cursor
         assert [(i.kind, i.location, i.message) for i in x.data_quality] == [
             (i.kind, i.location, i.message) for i in y.data_quality
@@ -799,7 +806,7 @@ def test_compiled_lane_equals_numpy_reader(
     w.add_scalar("neg", 2.0, -7)
     w.close()
     path = _one_file(tmp_path)
-    assert tb._scan(path) is not None  # the lane takes this file
+    assert not isinstance(tb._scan(path), str)  # the lane takes this file
     for p in (path, tmp_path):  # a file, and the directory holding it
         got = _read(p)
         _same_runs(got, _numpy_read(p, monkeypatch))
@@ -818,7 +825,7 @@ def test_compiled_lane_keeps_file_order_when_steps_go_back(
         w.add_scalar("loss", 10.0 - s, s)
         w.add_scalar("lr", 0.1, s)
     w.close()
-    assert tb._scan(_one_file(tmp_path)) is not None
+    assert not isinstance(tb._scan(_one_file(tmp_path)), str)
     got = _read(tmp_path)
     _same_runs(got, _numpy_read(tmp_path, monkeypatch))
     (run,) = got
@@ -833,7 +840,7 @@ def test_compiled_lane_reads_events_with_several_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _several_values(tmp_path, histogram=False)
-    assert tb._scan(_one_file(tmp_path)) is not None
+    assert not isinstance(tb._scan(_one_file(tmp_path)), str)
     got = _read(tmp_path)
     _same_runs(got, _numpy_read(tmp_path, monkeypatch))
     assert got[0].frame.height == 6
@@ -886,14 +893,42 @@ def test_compiled_lane_leaves_other_files_to_the_numpy_reader(
     path.write_bytes(bytes(raw))
     reason = tb._tbscan.scan(bytes(raw))
     assert isinstance(reason, str) and reason.startswith(why)
-    assert tb._scan(path) is None
+    assert tb._scan(path) == f"it met {reason}"
     got = _read(tmp_path)
     _same_runs(got, _numpy_read(tmp_path, monkeypatch))
+    assert got[0].metadata[tb.NOTE_KEY] == (
+        f"read by the numpy reader: the compiled lane left it, as it met {reason}"
+    )
     if fault.startswith("flipped") or fault == "truncated":
         assert any(i.severity != "info" for i in got[0].data_quality)
 
 
 @pytest.mark.slow
+@lane
+def test_analyze_verbose_says_why_the_compiled_lane_left_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainlens.cli import main
+
+    w = torch_tb.SummaryWriter(str(tmp_path))
+    for s in range(50):
+        w.add_scalar("train/loss", 2.0 - s / 100, s)
+    w.add_histogram("weights", np.arange(10.0), 0)
+    w.close()
+    path = _one_file(tmp_path)
+    assert main(["analyze", str(path), "-v"]) == 0
+    why = "a value that is not a simple_value"
+    assert (
+        f"reader      read by the numpy reader: the compiled lane left it, as it met {why}"
+        in capsys.readouterr().out
+    )
+    assert main(["analyze", str(path)]) == 0  # without -v: not shown
+    assert "reader      " not in capsys.readouterr().out
+    _lane_file(tmp_path / "plain")  # a file the lane takes: nothing to say
+    assert main(["analyze", str(tmp_path / "plain"), "-v"]) == 0
+    assert "reader      " not in capsys.readouterr().out
+
+
 @lane
 def test_compiled_lane_on_random_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # random schedules of simple values: tag order changing, steps jumping and going back,
@@ -912,7 +947,7 @@ def test_compiled_lane_on_random_runs(tmp_path: Path, monkeypatch: pytest.Monkey
                     v = rng.choice(SPECIAL) if rng.random() < 0.02 else rng.gauss(0, 1)
                     w.add_scalar(tag, v, step)
         w.close()
-        taken += tb._scan(_one_file(d)) is not None
+        taken += not isinstance(tb._scan(_one_file(d)), str)
         _same_runs(_read(d), _numpy_read(d, monkeypatch))
     assert taken == 20
 

@@ -139,6 +139,8 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
         lines.append("data        " + str(dq[0]))
         for d in dq[1:]:
             lines.append("            " + str(d))
+    if verbose and a.run.metadata.get("reader_note"):  # how the reader read it (why slower)
+        lines.append(f"reader      {a.run.metadata['reader_note']}")
 
     lines.append("")
     if a.findings:

@@ -12,30 +12,10 @@ import os
 import struct
 from pathlib import Path
 
-TFRECORD_HEADER = 12  # uint64 length + masked CRC-32C of it
+from trainlens.readers._tfrecord_format import HEADER as TFRECORD_HEADER
+from trainlens.readers._tfrecord_format import masked_length_crc
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
-_MASK_DELTA = 0xA282EAD8
-_crc_table: list[int] = []
-
-
-def _crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli) of a few bytes, in pure Python."""
-    if not _crc_table:
-        for i in range(256):
-            c = i
-            for _ in range(8):
-                c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
-            _crc_table.append(c)
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = _crc_table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-def masked_length_crc(length: int) -> int:
-    """The masked CRC a TFRecord header stores for its 8-byte length field."""
-    crc = _crc32c(length.to_bytes(8, "little"))
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
 UTF8_BOM = b"\xef\xbb\xbf"

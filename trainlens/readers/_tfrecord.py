@@ -1,10 +1,7 @@
 """TFRecord framing and CRC32C checks, vectorized with numpy (private to the TensorBoard reader).
 
-A TFRecord file is a sequence of records::
-
-    uint64 length | uint32 masked_crc32c(length) | data[length] | uint32 masked_crc32c(data)
-
-all little-endian, where ``masked(crc) = ((crc >> 15) | (crc << 17)) + 0xa282ead8 mod 2**32``.
+The format (record layout, masked CRC-32C, constants) is in
+:mod:`trainlens.readers._tfrecord_format`.
 
 Two things make a naive reader slow: walking the records one at a time, and one CRC call per
 record. Here the walk *speculates* that record lengths repeat with a period (a training loop
@@ -18,10 +15,7 @@ Data checksums use the linearity of CRC over GF(2). With the C CRC32C available,
 record's stored checksum is rewritten in our copy of the file so that a correct record's raw
 CRC register becomes 0, and then one C call over a whole stretch of records checks all of
 them (see :func:`verify_records`); only a stretch that fails is checked record by record.
-Without the C extension, ``crc(data) = ~(K[L] ^ XOR_j B_{L-1-j}[data[j]])`` is evaluated for
-many records at once, where ``B_d`` is the contribution of a byte value ``d`` bytes before
-the end of the message and ``K[L]`` that of the initial register; two bytes at a time are
-looked up in 64K-entry tables (:func:`data_crcs`).
+Without it, numpy tables check many records at once (:mod:`trainlens.readers._tfrecord_crc`).
 """
 
 from __future__ import annotations
@@ -30,154 +24,15 @@ import itertools
 import mmap
 import os
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-_crc32c_c: Callable[..., int] | None
-try:  # hardware CRC32C (declared dependency); the tables below are the fallback
-    from crc32c import crc32c as _crc32c_c
-except ImportError:  # pragma: no cover - exercised only without the crc32c package
-    _crc32c_c = None
+from trainlens.readers import _tfrecord_crc as crc
+from trainlens.readers._tfrecord_format import HEADER, OVERHEAD, masked_crc
 
-MASK_DELTA = 0xA282EAD8
-_POLY = 0x82F63B78  # CRC-32C (Castagnoli), reflected
-_U32 = np.uint32
-_FULL = 0xFFFFFFFF
-
-# records longer than this are checked with one CRC call each (images, graphs, histograms)
-VECTOR_CRC_MAX_LEN = 160
-HEADER = 12  # length + length crc
-OVERHEAD = 16  # header + data crc
 MAX_PERIOD = 2048  # longest repeating pattern of record lengths looked for
 _PAD = 64  # zero bytes after the file so fixed-width reads near the end stay in bounds
-
-
-def masked_crc(crc: int) -> int:
-    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & _FULL
-
-
-def _mask_array(crc: np.ndarray) -> np.ndarray:
-    crc = crc.astype(_U32, copy=False)
-    return ((crc >> _U32(15)) | (crc << _U32(17))) + _U32(MASK_DELTA)
-
-
-def _byte_table() -> np.ndarray:
-    c = np.arange(256, dtype=_U32)
-    for _ in range(8):
-        c = np.where(c & _U32(1), (c >> _U32(1)) ^ _U32(_POLY), c >> _U32(1)).astype(_U32)
-    return c
-
-
-_T = _byte_table()
-_T_LIST = [int(x) for x in _T]
-
-
-def _crc32c_py(data: bytes | memoryview, value: int = 0) -> int:
-    crc = value ^ _FULL
-    t = _T_LIST
-    for b in bytes(data):
-        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ _FULL
-
-
-def crc32c(data: bytes | memoryview) -> int:
-    """CRC-32C of a buffer (the C extension when installed, else a table loop)."""
-    if _crc32c_c is not None:
-        return int(_crc32c_c(data))
-    return _crc32c_py(data)
-
-
-class _Tables:
-    """Per-distance byte and byte-pair tables, grown on demand and shared by all reads."""
-
-    def __init__(self) -> None:
-        self.byte = np.empty((0, 256), dtype=_U32)  # byte[d][b]: b sitting d bytes from the end
-        self.pairs: list[np.ndarray] = []  # pairs[m][lo | hi << 8]: hi at distance 2m, lo 2m+1
-        self.init = np.array([_FULL], dtype=_U32)  # init[L]: initial register after L bytes
-
-    def ensure(self, max_len: int) -> None:
-        have = self.byte.shape[0]
-        if have < max_len + 2:
-            rows = [self.byte[i] for i in range(have)] or [_T.copy()]
-            while len(rows) < max_len + 2:
-                c = rows[-1]
-                rows.append(_T[c & _U32(0xFF)] ^ (c >> _U32(8)))
-            self.byte = np.stack(rows)
-            init = [int(x) for x in self.init]
-            while len(init) < max_len + 2:
-                c = init[-1]
-                init.append(_T_LIST[c & 0xFF] ^ (c >> 8))
-            self.init = np.array(init, dtype=_U32)
-        while 2 * len(self.pairs) + 2 <= max_len:
-            m = len(self.pairs)
-            hi, lo = self.byte[2 * m], self.byte[2 * m + 1]
-            self.pairs.append((hi[:, None] ^ lo[None, :]).ravel())
-
-
-_TABLES = _Tables()
-_LEN_CRC: dict[int, int] = {}
-
-
-def length_crc(length: int) -> int:
-    """Masked CRC of a record's 8-byte length field (cached: lengths repeat)."""
-    c = _LEN_CRC.get(length)
-    if c is None:
-        c = masked_crc(crc32c(length.to_bytes(8, "little")))
-        if len(_LEN_CRC) < 1 << 16:
-            _LEN_CRC[length] = c
-    return c
-
-
-def data_crcs(arr: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Unmasked CRC-32C of ``arr[s:s+L]`` for each record, vectorized over records of up to
-    VECTOR_CRC_MAX_LEN bytes (longer ones get one CRC call each)."""
-    out = np.empty(len(starts), dtype=_U32)
-    if not len(starts):
-        return out
-    long_ = lens > VECTOR_CRC_MAX_LEN
-    if long_.any():
-        for i in np.flatnonzero(long_).tolist():
-            s, n = int(starts[i]), int(lens[i])
-            out[i] = crc32c(arr.data[s : s + n])
-        short = np.flatnonzero(~long_)
-        if len(short):
-            out[short] = data_crcs(arr, starts[short], lens[short])
-        return out
-    max_len = int(lens.max())
-    _TABLES.ensure(max_len)
-    # longest records first, so the records still active at distance 2m are a prefix
-    order = np.argsort(-lens.astype(np.int16), kind="stable")
-    ls = lens[order]
-    ends = starts[order] + ls
-    crc = _TABLES.init[ls].copy()
-    neg = -ls
-    pairs = _TABLES.pairs
-    m = 0
-    while 2 * m + 2 <= max_len:
-        cnt = int(np.searchsorted(neg, -(2 * m + 2), side="right"))
-        q = ends[:cnt] - (2 * m + 2)
-        idx = arr[q].astype(np.intp) | (arr[q + 1].astype(np.intp) << 8)
-        crc[:cnt] ^= pairs[m][idx]
-        m += 1
-    odd = np.flatnonzero(ls & 1)
-    if len(odd):
-        lo = ls[odd]
-        crc[odd] ^= _TABLES.byte.ravel()[(lo - 1) * 256 + arr[ends[odd] - lo]]
-    out[order] = crc ^ _U32(_FULL)
-    return out
-
-
-def _window8_masked_crcs(arr: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """Masked CRC of the 8 bytes at every offset in [lo, hi): candidate record headers."""
-    _TABLES.ensure(8)
-    pos = np.arange(lo, hi, dtype=np.int64)
-    crc = np.full(len(pos), _TABLES.init[8], dtype=_U32)
-    for m in range(4):
-        q = pos + (6 - 2 * m)
-        crc ^= _TABLES.pairs[m][arr[q].astype(np.intp) | (arr[q + 1].astype(np.intp) << 8)]
-    return _mask_array(crc ^ _U32(_FULL))
 
 
 class Buffer:
@@ -341,12 +196,14 @@ class _Framer:
         if o + HEADER > n:
             if o < n:
                 self.problems.append(
-                    FrameProblem("truncated", self.count, o, detail=f"{n - o} of 12 header bytes")
+                    FrameProblem(
+                        "truncated", self.count, o, detail=f"{n - o} of {HEADER} header bytes"
+                    )
                 )
             self.end = o
             return False
         length, lcrc = _HDR.unpack_from(self.buf.mv, o)
-        if lcrc != length_crc(length):
+        if lcrc != crc.length_crc(length):
             return self._resync(o)
         if o + OVERHEAD + length > n:
             self.problems.append(
@@ -374,13 +231,13 @@ class _Framer:
         block = 1 << 16
         while lo + HEADER <= n:
             hi = min(lo + block, n - HEADER + 1)
-            crcs = _window8_masked_crcs(arr, lo, hi)
+            crcs = crc.window8_masked_crcs(arr, lo, hi)
             hits = np.flatnonzero(crcs == self.buf.u32[lo + 8 : hi + 8]) + lo
             for p in hits.tolist():
                 length = int(self.buf.u64[p])
                 if p + OVERHEAD + length <= n:
                     stored = int(self.buf.u32[p + HEADER + length])
-                    got = masked_crc(crc32c(self.buf.mv[p + HEADER : p + HEADER + length]))
+                    got = masked_crc(crc.crc32c(self.buf.mv[p + HEADER : p + HEADER + length]))
                     if stored != got:
                         continue
                 elif length > 1 << 31:
@@ -524,60 +381,13 @@ class _Plan:
         self.lens = np.tile(c, reps)
         size = self.lens + OVERHEAD
         self.offsets = np.cumsum(size) - size
-        crc = np.array([length_crc(int(x)) for x in cycle], dtype=np.uint32)
-        self.crcs = np.tile(crc, reps)
+        crcs = np.array([crc.length_crc(int(x)) for x in cycle], dtype=np.uint32)
+        self.crcs = np.tile(crcs, reps)
 
 
 def frame_records(buf: Buffer, *, speculate: bool = True) -> Framing:
     """Find every complete record in ``buf``: header offsets, data lengths, problems."""
     return _Framer(buf, speculate=speculate).run()
-
-
-def _unmask_array(masked: np.ndarray) -> np.ndarray:
-    r = masked.astype(_U32, copy=False) - _U32(MASK_DELTA)
-    return (r << _U32(15)) | (r >> _U32(17))
-
-
-class _Residues:
-    """Per-length constants for the one-call-per-stretch check (see verify_records)."""
-
-    LIMIT = 1 << 16
-
-    def __init__(self) -> None:
-        self.table = np.zeros(self.LIMIT, dtype=_U32)
-        self.have = np.zeros(self.LIMIT, dtype=bool)
-
-    @staticmethod
-    def value(length: int) -> int:
-        # crc32c of `length` zero bytes, xor the raw register of (header, `length` zeros)
-        header = length.to_bytes(8, "little") + length_crc(length).to_bytes(4, "little")
-        zeros = bytes(length)
-        raw_header = crc32c_from(header + zeros, _FULL) ^ _FULL
-        return crc32c(zeros) ^ raw_header
-
-    def lookup(self, lens: np.ndarray) -> np.ndarray:
-        small = lens < self.LIMIT
-        if not small.all():
-            out = np.empty(len(lens), dtype=_U32)
-            out[small] = self.lookup(lens[small])
-            for i in np.flatnonzero(~small).tolist():
-                out[i] = self.value(int(lens[i]))
-            return out
-        missing = lens[~self.have[lens]]
-        for length in set(missing.tolist()):
-            self.table[length] = self.value(length)
-            self.have[length] = True
-        return self.table[lens]
-
-
-_RESIDUES = _Residues()
-
-
-def crc32c_from(data: bytes | memoryview, value: int) -> int:
-    """CRC-32C continued from a previous CRC ``value``."""
-    if _crc32c_c is not None:
-        return int(_crc32c_c(data, value))
-    return _crc32c_py(data, value)
 
 
 def verify_records(buf: Buffer, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -597,25 +407,26 @@ def verify_records(buf: Buffer, starts: np.ndarray, lens: np.ndarray) -> np.ndar
     if n == 0:
         return np.empty(0, dtype=bool)
     ends = starts + OVERHEAD + lens
-    if _crc32c_c is None:
+    fast = crc.fast_crc32c
+    if fast is None:
         data = starts + HEADER
-        return _mask_array(data_crcs(buf.arr, data, lens)) == buf.u32[data + lens]
+        return crc.mask_array(crc.data_crcs(buf.arr, data, lens)) == buf.u32[data + lens]
     lo_b, hi_b = int(starts[0]), int(ends[-1])
     copy = buf.scratch(hi_b - lo_b)
     copy[:] = buf.arr[lo_b:hi_b]
     u32 = np.ndarray((len(copy) - 3,), dtype="<u4", buffer=copy, strides=(1,))
     at = starts + (HEADER - lo_b) + lens
-    u32[at] = _unmask_array(u32[at]) ^ _RESIDUES.lookup(lens)
+    u32[at] = crc.unmask_array(u32[at]) ^ crc.RESIDUES.lookup(lens)
     s_rel, e_rel = starts - lo_b, ends - lo_b
     ok = np.ones(n, dtype=bool)
     gaps = np.flatnonzero(starts[1:] != ends[:-1]) + 1
     bounds = [0, *gaps.tolist(), n]
     mv = copy.data
     for lo, hi in itertools.pairwise(bounds):
-        if _crc32c_c(mv[int(s_rel[lo]) : int(e_rel[hi - 1])], _FULL) == _FULL:
+        if fast(mv[int(s_rel[lo]) : int(e_rel[hi - 1])], 0xFFFFFFFF) == 0xFFFFFFFF:
             continue
         for i in range(lo, hi):
-            ok[i] = _crc32c_c(mv[int(s_rel[i]) : int(e_rel[i])], _FULL) == _FULL
+            ok[i] = fast(mv[int(s_rel[i]) : int(e_rel[i])], 0xFFFFFFFF) == 0xFFFFFFFF
     return ok
 
 
@@ -624,5 +435,6 @@ def verify_records_slow(buf: Buffer, starts: np.ndarray, lens: np.ndarray) -> np
     out = np.empty(len(starts), dtype=bool)
     u32 = buf.u32
     for i, (s, n) in enumerate(zip(starts.tolist(), lens.tolist(), strict=True)):
-        out[i] = masked_crc(crc32c(buf.mv[s + HEADER : s + HEADER + n])) == int(u32[s + HEADER + n])
+        data = buf.mv[s + HEADER : s + HEADER + n]
+        out[i] = masked_crc(crc.crc32c(data)) == int(u32[s + HEADER + n])
     return out

@@ -24,7 +24,9 @@ record, checks both checksums and decodes the Event layout of ``simple_value`` s
 without importing numpy. It takes the file only when every record is sound and of that
 layout; anything else (a corrupt or truncated record, tensors, histograms, several files)
 is read by the numpy reader (:mod:`trainlens.readers._tbdecode`), which decodes every shape
-and reports every fault. Both give the same frame (tests compare them value for value).
+and reports every fault. Both give the same frame (tests compare them value for value). Why
+the lane left a file it was offered is kept in ``Run.metadata["reader_note"]``
+(``trainlens analyze -v`` shows it).
 
 Resume. ``Run.cursor`` maps each file to the byte offset up to which complete records were
 read; ``ReadOptions.start_offset`` (single files only) starts reading there, so a watcher can
@@ -37,7 +39,6 @@ import mmap
 import os
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,11 +47,13 @@ import polars as pl
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _sniff
+from trainlens.readers._tbfile import FileInfo
 from trainlens.readers._wide import enum_runs
 from trainlens.readers.base import ReadOptions
 
 if TYPE_CHECKING:
-    from trainlens.readers._tbdecode import FileData, _Tags
+    from trainlens.readers._tbrows import FileData, RunParts
+    from trainlens.readers._tbtags import Tags
 
 try:
     from trainlens.readers import _tbscan
@@ -59,21 +62,6 @@ except ImportError:  # not compiled at install: every file goes to the numpy rea
 
 FORMAT = "tensorboard"
 SNIFF_MAX_FILES = 100_000  # a directory sniff gives up after looking at this many files
-
-
-@dataclass
-class FileInfo:
-    """What a run's metadata and notes need from one events file."""
-
-    path: Path
-    start: int  # byte offset reading started at
-    end: int  # byte offset up to which complete records were consumed
-    size: int
-    records: int
-    issues: list[DataIssue] = field(default_factory=list)
-    skipped: Counter[str] = field(default_factory=Counter)
-    plugins: set[str] = field(default_factory=set)
-    file_version: str | None = None
 
 
 _TS = re.compile(r"tfevents\.(\d+)")
@@ -178,7 +166,7 @@ def _split_groups(dirs: dict[Path, list[Path]]) -> dict[Path, Path]:
 
 
 def _split_renames(
-    group: dict[Path, list[FileData]], tags: _Tags
+    group: dict[Path, list[FileData]], tags: Tags
 ) -> tuple[list[FileData], list[dict[int, str] | None], dict[str, str]]:
     """The files of one Keras run, a tag-id -> label map for each, and label -> the tag
     as logged (``validation/epoch_loss``) for ``Run.raw_names``."""
@@ -209,13 +197,6 @@ def _run_name(d: Path, root: Path) -> str:
     if d == root or root not in d.parents:
         return d.resolve().name
     return d.relative_to(root).as_posix()
-
-
-@dataclass
-class _RunParts:
-    files: list[FileData] = field(default_factory=list)
-    renames: list[dict[int, str] | None] = field(default_factory=list)  # tag id -> metric
-    logged: dict[str, str] = field(default_factory=dict)  # renamed label -> tag as logged
 
 
 def _skipped_issue(files: list[FileInfo], source: str) -> list[DataIssue]:
@@ -321,50 +302,55 @@ def _build(
     return run
 
 
-def _scan(path: Path) -> tuple[tuple[Any, ...], int] | None:
+# why the numpy reader read a file the compiled lane was offered (Run.metadata; -v shows it)
+NOTE_KEY = "reader_note"
+
+
+def _scan(path: Path) -> tuple[_tbscan.ScanResult, int] | str:
     """The compiled lane's columns for one whole events file and the number of bytes they
-    came from (a file still being written may have grown since), or None where the lane
-    does not take it (not compiled, nothing to map, or a record it leaves to the numpy
-    reader)."""
+    came from (a file still being written may have grown since), or why the lane does not
+    take it (not compiled, nothing to map, or a record it leaves to the numpy reader)."""
     if _tbscan is None:
-        return None
+        return "it is not built (no C compiler at install)"
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             got, size = _tbscan.scan(m), len(m)
     except (OSError, ValueError):  # an empty file cannot be mapped; no mmap on this system
-        return None
-    return None if isinstance(got, str) else (got, size)
+        return "the file cannot be mapped into memory"
+    return f"it met {got}" if isinstance(got, str) else (got, size)
 
 
-def _read_compiled(path: Path, name: str, source: str, base: Path, opts: ReadOptions) -> Run | None:
-    """The run held in the one events file ``path``, read by the compiled lane; None when
-    the lane leaves the file to the numpy reader."""
+def _read_compiled(path: Path, name: str, source: str, base: Path, opts: ReadOptions) -> Run | str:
+    """The run held in the one events file ``path``, read by the compiled lane; or, when
+    the lane leaves the file to the numpy reader, the note that says why."""
     scanned = _scan(path)
-    if scanned is None:
-        return None
-    (records, version, tags, counts, grouped, step, wall, value, code), size = scanned
+    if isinstance(scanned, str):
+        return f"read by the numpy reader: the compiled lane left it, as {scanned}"
+    got, size = scanned
+    tags, counts, grouped = got.tags, got.counts, got.grouped
     try:
         names = [t.decode("utf-8") for t in tags]
     except UnicodeDecodeError:  # a tag that is not UTF-8: the numpy reader says so
-        return None
+        return "read by the numpy reader: the compiled lane left it, as a tag is not UTF-8"
     if grouped:
         metric = enum_runs(names, counts)
     else:
-        metric = pl.Series("metric", names, dtype=pl.Enum(names)).gather(pl.Series(code))
+        metric = pl.Series("metric", names, dtype=pl.Enum(names)).gather(pl.Series(got.code))
     frame = pl.DataFrame(
         [
-            pl.Series(step).alias("step"),
+            pl.Series(got.step).alias("step"),
             metric.alias("metric"),
-            pl.Series(value).alias("value"),
-            pl.Series(wall).alias("wall_time"),
+            pl.Series(got.value).alias("value"),
+            pl.Series(got.wall).alias("wall_time"),
         ]
     )
+    version = got.file_version
     info = FileInfo(
         path,
         0,
         size,
         size,
-        records,
+        got.records,
         plugins={"scalars"},
         file_version=version.decode("utf-8", "replace") if version is not None else None,
     )
@@ -390,11 +376,11 @@ def _no_scalars(path: Path, files: list[FileInfo]) -> UnreadableInputError:
 
 
 def _numpy_run(
-    name: str, source: str, parts: _RunParts, tags: _Tags, base: Path, opts: ReadOptions
+    name: str, source: str, parts: RunParts, tags: Tags, base: Path, opts: ReadOptions
 ) -> Run:
-    from trainlens.readers._tbdecode import _frame_of, tag_issues
+    from trainlens.readers._tbdecode import frame_of, tag_issues
 
-    frame, blocks = _frame_of(parts, tags)
+    frame, blocks = frame_of(parts, tags)
     run = _build(name, source, list(parts.files), frame, blocks, base, opts)
     run.data_quality.extend(tag_issues(frame, tags, source))
     if parts.logged:
@@ -425,17 +411,20 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             else f"{where}: its {len(pointers)} event files are Git LFS pointers, not the logs "
             "themselves; run `git lfs pull`"
         )
+    note = None
     if len(dirs) == 1:  # one run in one file: the compiled lane may take it
         ((d, files),) = dirs.items()
         if len(files) == 1 and d.name not in SPLIT_DIRS:
             name = path.resolve().name if d == path else d.relative_to(path).as_posix()
-            run = _read_compiled(files[0], name, str(d), d, opts)
-            if run is not None:
-                return _note_pointers([run], pointers, path)
+            compiled = _read_compiled(files[0], name, str(d), d, opts)
+            if isinstance(compiled, Run):
+                return _note_pointers([compiled], pointers, path)
+            note = compiled
 
-    from trainlens.readers._tbdecode import _Tags, read_events_file
+    from trainlens.readers._tbdecode import read_events_file
+    from trainlens.readers._tbtags import Tags
 
-    tags = _Tags()
+    tags = Tags()
     data = {d: [read_events_file(f, tags) for f in files] for d, files in dirs.items()}
     out: list[Run] = []
     for d, parts in _group_runs(path, dirs, data, tags).items():
@@ -446,31 +435,40 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         out.append(_numpy_run(_run_name(d, path), str(d), parts, tags, d, opts))
     if not any(r.frame.height for r in out):
         raise _no_scalars(path, [fd for fds in data.values() for fd in fds])
+    if note is not None:
+        out[0].metadata[NOTE_KEY] = note
     return _note_pointers(out, pointers, path)
 
 
 def _read_file(path: Path, opts: ReadOptions) -> list[Run]:
     split = _is_event_file(path.name) and path.resolve().parent.name in SPLIT_DIRS
     name = path.resolve().parent.name if _is_event_file(path.name) else path.stem
+    note = None
     if opts.start_offset == 0 and not split:
-        run = _read_compiled(path, name, str(path), path.parent, opts)
-        if run is not None:
-            return [run]
-    from trainlens.readers._tbdecode import _Tags, read_events_file
+        compiled = _read_compiled(path, name, str(path), path.parent, opts)
+        if isinstance(compiled, Run):
+            return [compiled]
+        note = compiled
+    from trainlens.readers._tbdecode import read_events_file
+    from trainlens.readers._tbrows import RunParts
+    from trainlens.readers._tbtags import Tags
 
-    tags = _Tags()
+    tags = Tags()
     fd = read_events_file(path, tags, start_offset=opts.start_offset)
     if not len(fd.rows.record) and opts.start_offset == 0:
         raise _no_scalars(path, [fd])
-    parts = _RunParts([fd], [None])
+    parts = RunParts([fd], [None])
     if split:  # one file of a Keras logdir: named and mapped as its run would be
-        parts = _RunParts(*_split_renames({path.resolve().parent: [fd]}, tags))
+        parts = RunParts(*_split_renames({path.resolve().parent: [fd]}, tags))
         name = path.resolve().parent.parent.name
-    return [_numpy_run(name, str(path), parts, tags, path.parent, opts)]
+    run = _numpy_run(name, str(path), parts, tags, path.parent, opts)
+    if note is not None:
+        run.metadata[NOTE_KEY] = note
+    return [run]
 
 
 def _folded_scalars(
-    root: Path, dirs: dict[Path, list[Path]], data: dict[Path, list[FileData]], tags: _Tags
+    root: Path, dirs: dict[Path, list[Path]], data: dict[Path, list[FileData]], tags: Tags
 ) -> dict[Path, tuple[Path, str, int]]:
     """add_scalars sub-directories: folder -> (its run's folder, metric, tag id)."""
     import numpy as np
@@ -491,8 +489,8 @@ def _folded_scalars(
 
 
 def _group_runs(
-    root: Path, dirs: dict[Path, list[Path]], data: dict[Path, list[FileData]], tags: _Tags
-) -> dict[Path, _RunParts]:
+    root: Path, dirs: dict[Path, list[Path]], data: dict[Path, list[FileData]], tags: Tags
+) -> dict[Path, RunParts]:
     """The runs of a tree: each events folder, with add_scalars folders folded into their
     run and a Keras logdir's split folders into one."""
     folded = _folded_scalars(root, dirs, data, tags)
@@ -500,14 +498,16 @@ def _group_runs(
     # not a Keras split; one under a Keras split folder is left a run of its own)
     splits = {d: p for d, p in _split_groups(dirs).items() if d not in folded}
     folded = {d: f for d, f in folded.items() if f[0] not in splits}
-    runs: dict[Path, _RunParts] = {}
+    from trainlens.readers._tbrows import RunParts
+
+    runs: dict[Path, RunParts] = {}
     by_parent: dict[Path, dict[Path, list[FileData]]] = {}
     for d, fds in data.items():
         if d in splits:
             by_parent.setdefault(splits[d], {})[d] = fds
-            runs.setdefault(splits[d], _RunParts())
+            runs.setdefault(splits[d], RunParts())
         elif d not in folded:
-            runs.setdefault(d, _RunParts()).files.extend(fds)
+            runs.setdefault(d, RunParts()).files.extend(fds)
             runs[d].renames.extend([None] * len(fds))
     for parent, group in by_parent.items():
         split_files, renames, logged = _split_renames(group, tags)
