@@ -22,28 +22,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 import trainlens
 
 PKG = Path(trainlens.__file__).parent
 MAX_LINES = 600
-
-#: import cycles other changes of issue 14 are removing at the time of writing; each is
-#: an expected failure until they are merged (then the xfail goes)
-PENDING_CYCLES: dict[str, frozenset[str]] = {
-    "readers/_tbdecode <-> readers/tensorboard (readers split)": frozenset(
-        {"trainlens.readers._tbdecode", "trainlens.readers.tensorboard"}
-    ),
-}
-
-#: modules over MAX_LINES that other changes of issue 14 are splitting at the time of
-#: writing (expected failures until merged)
-PENDING_SIZES = {
-    "trainlens/readers/_tbdecode.py": "being split",
-    # CRC-32C and the TFRecord constants are moving to one module: may shrink it
-    "trainlens/readers/_tfrecord.py": "CRC-32C dedup pending",
-}
 
 
 @dataclass(frozen=True)
@@ -203,23 +185,11 @@ def test_the_graph_sees_imports() -> None:
     assert len(_modules()) > 50
 
 
-def test_no_import_cycle_beyond_those_being_removed() -> None:
-    pending = set(PENDING_CYCLES.values())
-    new = [c for c in _cycles() if c not in pending]
+def test_no_import_cycle() -> None:
+    new = _cycles()
     assert not new, "import cycles:\n" + "\n".join(
         "  " + " <-> ".join(sorted(c)) + "\n    " + "\n    ".join(_edges_within(c)) for c in new
     )
-
-
-@pytest.mark.parametrize(
-    "cycle",
-    [
-        pytest.param(c, id=k, marks=pytest.mark.xfail(strict=False, reason=f"being removed: {k}"))
-        for k, c in PENDING_CYCLES.items()
-    ],
-)
-def test_pending_import_cycle_is_gone(cycle: frozenset[str]) -> None:
-    assert cycle not in _cycles(), "\n".join(_edges_within(cycle))
 
 
 def _layer(module: str) -> str:
@@ -295,18 +265,6 @@ def _sizes() -> dict[str, int]:
     }
 
 
-def test_no_module_over_the_size_limit_beyond_those_being_split() -> None:
-    big = {p: n for p, n in _sizes().items() if n > MAX_LINES and p not in PENDING_SIZES}
+def test_no_module_over_the_size_limit() -> None:
+    big = {p: n for p, n in _sizes().items() if n > MAX_LINES}
     assert not big, f"modules over {MAX_LINES} lines: {big}"
-
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(p, id=p, marks=pytest.mark.xfail(strict=False, reason=why))
-        for p, why in sorted(PENDING_SIZES.items())
-    ],
-)
-def test_pending_module_is_split(path: str) -> None:
-    n = _sizes().get(path, 0)
-    assert n <= MAX_LINES, f"{path}: {n} lines"
