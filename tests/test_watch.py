@@ -182,29 +182,42 @@ def test_a_replaced_file_is_followed_from_its_start(tmp_path: Path) -> None:
 
 
 def test_chunks_add_up_to_the_finished_file(tmp_path: Path) -> None:
-    """Following a file line by line gives the frame trainlens.read gives at the end."""
+    """Following a file as it is written gives, chunk by chunk, the rows trainlens.read
+    gives for the finished file (a restart at step 200 -> 0 included)."""
     from trainlens.api import read
+    from trainlens.core.run import mark_restarts
 
     path = tmp_path / "run.jsonl"
     path.touch()
     f = OffsetFollower(path, "jsonl", ReadOptions())
-    live = LiveRun(f, _job())
+    frames = []
     rng = np.random.default_rng(0)
     for s in range(300):
         with path.open("a") as fh:
             fh.write(json.dumps({"step": s % 200, "loss": float(rng.normal(2, 0.1))}) + "\n")
-        if s % 7 == 0:
-            chunk = f.poll()
-            if chunk is not None:
-                live.add(chunk)
-    chunk = f.poll()
-    if chunk is not None:
-        live.add(chunk)
-    got = live.run().frame.sort("step", "metric", "superseded")
-    want = read(path)[0].frame.sort("step", "metric", "superseded")
-    assert got.select("step", "value", "superseded").equals(
-        want.select("step", "value", "superseded")
-    )  # the restart at step 200 -> 0 is marked across chunks too
+        if s % 7 == 0 and (chunk := f.poll()) is not None:
+            frames.append(chunk.frame)
+    if (chunk := f.poll()) is not None:
+        frames.append(chunk.frame)
+    got = pl.concat(
+        [c.drop("superseded").with_columns(pl.col("metric").cast(pl.String)) for c in frames]
+    )
+    got, _ = mark_restarts(got, source=str(path))
+    want = read(path)[0].frame
+    key = ["step", "value", "superseded"]
+    assert got.select(key).sort(key).equals(want.select(key).sort(key))
+    assert want["superseded"].sum() == 200  # the restart at step 0 supersedes 0..199
+
+
+def test_judging_reads_the_source_not_a_copy_kept_in_memory(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(f'{{"step": {s}, "loss": 2.0}}\n' for s in range(50)))
+    live = LiveRun(OffsetFollower(path, "jsonl", ReadOptions()), _job())
+    chunk = live.follower.poll()
+    assert chunk is not None
+    live.add(chunk)
+    assert not [v for v in vars(live).values() if isinstance(v, pl.DataFrame)]
+    assert live.run().frame.height == 50
 
 
 # ---- the lifecycle of a finding ----------------------------------------------------------

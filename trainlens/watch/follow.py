@@ -73,6 +73,11 @@ class Follower:
     def poll(self) -> Chunk | None:  # pragma: no cover - the subclasses define it
         raise NotImplementedError
 
+    def read_whole(self) -> Run | None:
+        """The source as ``trainlens.read`` gives it now (what judging reads), or None
+        while nothing complete is there."""
+        return self._read(0)
+
     def _read(self, start: int = 0) -> Run | None:
         opts = ReadOptions(
             aliases=self.options.aliases,

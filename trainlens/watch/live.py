@@ -1,16 +1,15 @@
-"""A run being watched: its frame so far, its judging, and what to announce.
+"""A run being watched: its state, its judging, and what to announce.
 
 :class:`LiveRun` takes the chunks a follower reads and keeps:
 
-- the **frame**: the chunks concatenated, restarts marked over the whole (a step that goes
-  back across two polls is a restart like any other), exactly the frame ``trainlens.read``
-  gives for the finished file;
 - the **fast lane**, run on every chunk, costing in proportion to the chunk: the last value
   of each metric, steps/s, time since the last record, and early warnings
   (:mod:`trainlens.watch.early`);
 - the **judge**: the gate's own path (:func:`trainlens.gate.runner.gate_run`, the detectors
-  ``analyze`` runs plus the configured gate checks) over the whole frame. Judging costs in
-  proportion to the run, so it is duty-cycled: it runs when data arrived and at most once
+  ``analyze`` runs plus the configured gate checks) over the run as ``trainlens.read``
+  gives the source at that moment (read again: the values are not kept between judgings,
+  so memory does not grow with the run; restarts are marked as in ``analyze``). Judging
+  costs in proportion to the run, so it is duty-cycled: it runs when data arrived and at most once
   per ``max(min_interval, cost / budget)`` seconds — with the default 3 % budget a run whose
   judging takes 30 ms is judged every second, one that takes 1 s every 33 s — except when
   the fast lane saw what should not wait (a non-finite value, an early warning): then it is
@@ -33,7 +32,7 @@ import numpy as np
 import polars as pl
 
 from trainlens.core.findings import Finding, Severity
-from trainlens.core.run import DataIssue, Run, mark_restarts
+from trainlens.core.run import DataIssue, Run
 from trainlens.watch.early import EarlyWarnings
 from trainlens.watch.events import WatchEvent
 
@@ -82,7 +81,6 @@ class LiveRun:
     stall_factor: float = 10.0
     min_stall_seconds: float = 30.0
 
-    chunks: list[pl.DataFrame] = field(default_factory=list)
     issues: list[DataIssue] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     last_values: dict[str, float] = field(default_factory=dict)
@@ -116,7 +114,7 @@ class LiveRun:
         read issues, a replaced file, a run that resumed after a stall)."""
         now = time.time() if now is None else now
         out: list[WatchEvent] = []
-        if chunk.replaced and self.chunks:
+        if chunk.replaced and self.last_step is not None:
             out.append(
                 self.event(
                     "run-resumed",
@@ -131,7 +129,6 @@ class LiveRun:
         frame = chunk.frame
         if frame.height == 0:
             return out
-        self.chunks.append(frame.drop("superseded", strict=False))
         self.dirty = True
         if self.stalled:
             self.stalled = False
@@ -222,27 +219,21 @@ class LiveRun:
     # ---- the judge ---------------------------------------------------------------------
 
     def run(self) -> Run:
-        """The run so far, as ``trainlens.read`` gives the finished file."""
-        if not self.chunks:
-            frame = pl.DataFrame(
-                schema={"step": pl.Int64, "metric": pl.String, "value": pl.Float64}
+        """The run so far, as ``trainlens.read`` gives the source now: judging reads the
+        source again (the follower's ``read_whole``) rather than keeping every value read,
+        so between judgings a watched run holds only its fast-lane state and the watch's
+        memory does not grow with the run (an hour at 100 steps/s x 20 metrics is 7.2M
+        values, ~200 MB as a frame; bench/watch.py --soak measures it). Reading costs in
+        proportion to the run, as judging does; the duty cycle pays for both."""
+        whole = self.follower.read_whole()
+        if whole is None:
+            empty = pl.DataFrame(
+                schema={"step": pl.Int64, "metric": pl.Categorical, "value": pl.Float64}
             )
-        else:
-            frame = pl.concat(
-                [c.with_columns(pl.col("metric").cast(pl.String)) for c in self.chunks],
-                how="diagonal_relaxed",
-            )
-            self.chunks = [frame]  # one chunk from now on: the next concat is cheaper
-        frame, restarts = mark_restarts(frame, source=self.source)
-        frame = frame.with_columns(pl.col("metric").cast(pl.Categorical))
-        return Run(
-            name=self.name,
-            source=self.source,
-            format=self.follower.format,
-            frame=frame,
-            metadata=dict(self.metadata),
-            data_quality=[*self.issues, *restarts],
-        )
+            whole = Run(self.name, self.source, self.follower.format, empty)
+        whole.name = self.name
+        whole.data_quality = [*whole.data_quality]
+        return whole
 
     def judge(self, now: float | None = None, *, force: bool = False) -> list[WatchEvent]:
         """Re-judge when due (or ``force``); return the lifecycle events."""
