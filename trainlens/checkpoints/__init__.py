@@ -1,0 +1,57 @@
+"""Checkpoints: find a run's checkpoints and audit them without running anything in them.
+
+``inventory(path)`` finds the checkpoints beside a run (or under a folder) and audits
+each: step, wall time, size, kind, integrity (``ok`` / ``truncated`` / ``corrupt`` /
+``missing`` / ``unsafe``, each problem naming the file and member), and whether the
+optimizer state a resume needs is saved. :func:`~trainlens.checkpoints.findings.findings`
+turns an inventory into CKPT findings.
+
+Nothing is ever unpickled: pickles (torch's ``data.pkl``, Lightning's ``.ckpt``, DCP's
+``.metadata``) are read as opcodes (:mod:`pickletools`), never executed. See
+docs/checkpoints.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+from trainlens.checkpoints._audit import audit_file, audit_folder
+from trainlens.checkpoints._discover import MAX_ENTRIES, find
+from trainlens.checkpoints._files import CRC_BUDGET
+from trainlens.checkpoints._model import Checkpoint, Inventory, Pointer, Problem
+from trainlens.core.errors import UnreadableInputError
+
+__all__ = ["CRC_BUDGET", "Checkpoint", "Inventory", "Pointer", "Problem", "inventory"]
+
+
+def inventory(path: str | os.PathLike[str], *, crc_budget: int = CRC_BUDGET) -> Inventory:
+    """Every checkpoint under ``path`` (a folder) or beside it (a run file), audited.
+
+    ``crc_budget``: bytes of zip members read per checkpoint for CRC checks (the rest is
+    checked for structure only, with a note)."""
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise UnreadableInputError(f"{p}: no such file or folder")
+    root, found = find(p)
+    inv = Inventory(root=root)
+    if found.truncated:
+        inv.notes.append(f"more than {MAX_ENTRIES} entries under {root}: searched in part")
+    for fpath, kind, step in found.folders:
+        inv.checkpoints.append(audit_folder(fpath, kind, step, crc_budget))
+    for fpath, kind, step in found.files:
+        inv.checkpoints.append(audit_file(fpath, kind, step, crc_budget))
+    inv.checkpoints.sort(key=lambda c: (c.step is None, c.step or 0, c.path))
+    for ppath, kind in found.pointers:
+        inv.pointers.append(_pointer(ppath, kind, inv))
+    return inv
+
+
+def _pointer(path: str, kind: str, inv: Inventory) -> Pointer:
+    with open(path, "rb") as fh:
+        target = fh.read(256).decode("utf-8", "replace").strip()
+    folder = os.path.dirname(path)
+    candidates = [os.path.join(folder, target)]
+    if kind == "megatron" and target.isdigit():
+        candidates.insert(0, os.path.join(folder, f"iter_{int(target):07d}"))
+    resolved = next((c for c in candidates if target and os.path.exists(c)), None)
+    return Pointer(path=path, kind=kind, target=target, resolved=resolved)
