@@ -19,9 +19,23 @@ from trainlens.checkpoints._audit import audit_file, audit_folder
 from trainlens.checkpoints._discover import MAX_ENTRIES, find
 from trainlens.checkpoints._files import CRC_BUDGET
 from trainlens.checkpoints._model import Checkpoint, Inventory, Pointer, Problem
+from trainlens.checkpoints.findings import CODES, Params, RunSteps, findings
 from trainlens.core.errors import UnreadableInputError
+from trainlens.core.findings import Finding
 
-__all__ = ["CRC_BUDGET", "Checkpoint", "Inventory", "Pointer", "Problem", "inventory"]
+__all__ = [
+    "CODES",
+    "CRC_BUDGET",
+    "Checkpoint",
+    "Inventory",
+    "Params",
+    "Pointer",
+    "Problem",
+    "RunSteps",
+    "audit",
+    "findings",
+    "inventory",
+]
 
 
 def inventory(path: str | os.PathLike[str], *, crc_budget: int = CRC_BUDGET) -> Inventory:
@@ -55,3 +69,36 @@ def _pointer(path: str, kind: str, inv: Inventory) -> Pointer:
         candidates.insert(0, os.path.join(folder, f"iter_{int(target):07d}"))
     resolved = next((c for c in candidates if target and os.path.exists(c)), None)
     return Pointer(path=path, kind=kind, target=target, resolved=resolved)
+
+
+def run_steps_of(path: str | os.PathLike[str]) -> RunSteps | None:
+    """The logged steps and wall times of the run at ``path``, or None when ``path`` is no
+    run trainlens reads (a folder of checkpoints only): the CKPT findings that need a run
+    (no recent checkpoint, save stalls) are then left out."""
+    from trainlens.core.errors import TrainlensError
+    from trainlens.readers import read_runs
+
+    try:
+        runs = read_runs([os.fspath(path)])
+    except TrainlensError:
+        return None
+    if not runs:
+        return None
+    import polars as pl
+
+    pts = runs[0].standing().group_by("step").agg(pl.col("wall_time").min()).sort("step")
+    return RunSteps(pts.get_column("step").to_list(), pts.get_column("wall_time").to_list())
+
+
+def audit(
+    path: str | os.PathLike[str],
+    *,
+    params: Params | None = None,
+    crc_budget: int = CRC_BUDGET,
+    with_run: bool = True,
+) -> tuple[Inventory, list[Finding], RunSteps | None]:
+    """:func:`inventory` and its CKPT findings; the run at ``path`` (when it is one) adds
+    the findings that need its steps."""
+    inv = inventory(path, crc_budget=crc_budget)
+    run = run_steps_of(path) if with_run else None
+    return inv, findings(inv, params, run), run

@@ -49,7 +49,11 @@ class Checkpoint:
 
     @property
     def name(self) -> str:
-        return self.path.rstrip("/").rsplit("/", 1)[-1]
+        """The folder or file name; a sharded index goes by its folder's name."""
+        parts = self.path.rstrip("/").rsplit("/", 2)
+        if self.path.endswith(".safetensors.index.json") and len(parts) > 1:
+            return f"{parts[-2]}/{parts[-1]}"
+        return parts[-1]
 
     def to_dict(self) -> dict[str, Any]:
         return {
