@@ -117,7 +117,8 @@ def _audit_zip(path: str, rel: str, budget: int, out: FileAudit) -> None:
         out.problem(
             "truncated",
             rel,
-            f"no readable zip directory at the end of the file ({exc}): the write was cut short",
+            f"no readable zip directory at the end of the file ({exc}): the write was cut "
+            "short, or its end overwritten",
         )
         return
     with zf:

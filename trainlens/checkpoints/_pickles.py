@@ -172,6 +172,8 @@ def scan(data: bytes, *, ref_suffix: str | None = None) -> PickleScan:
 
 
 def _add_global(out: PickleScan, seen: set[str], qualified: str) -> None:
+    if qualified.startswith("__builtin__."):  # protocol 2 (torch.save) spells builtins so
+        qualified = "builtins." + qualified[len("__builtin__.") :]
     if qualified not in seen:
         seen.add(qualified)
         out.globals.append(qualified)
