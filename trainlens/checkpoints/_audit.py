@@ -199,7 +199,10 @@ def audit_folder(path: str, kind: str, step: int | None, budget: int = CRC_BUDGE
         ckpt.problems.append(Problem("missing", "", "the folder is empty"))
     elif kind == "hf-trainer" and not _has_weights(files):
         ckpt.problems.append(Problem("missing", "", "no model weights file"))
-    ckpt.optimizer = optimizer_file or _has_optimizer_key(auditor.strings)
+    # HF and DeepSpeed keep the optimizer in files of their own (a key named "optimizer"
+    # in scheduler.pt is the scheduler's); Megatron and DCP inside the state dict
+    by_key = kind not in ("hf-trainer", "deepspeed") and _has_optimizer_key(auditor.strings)
+    ckpt.optimizer = optimizer_file or by_key
     return ckpt
 
 
