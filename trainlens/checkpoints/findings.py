@@ -267,7 +267,11 @@ def _recent(inv: Inventory, run: RunSteps, p: Params) -> list[Finding]:
     newest = max(steps, default=None)
     if newest is not None and newest >= (1 - p.recent_frac) * last:
         return []
-    since = "no intact checkpoint" if newest is None else f"the newest intact one is at {newest}"
+    since = (
+        "no intact checkpoint"
+        if newest is None
+        else f"the newest intact checkpoint is at step {newest}"
+    )
     lost = last - (newest or 0)
     msg = (
         f"the run reached step {last} but {since}: a crash now loses {lost} steps "
