@@ -233,6 +233,31 @@ def test_run_beside_checkpoints_gives_recency_and_save_stalls(tmp_path: Path) ->
     assert "CKPT004" not in {f.code for f in found}
 
 
+def test_a_run_without_checkpoints_beside_it_is_not_judged(tmp_path: Path) -> None:
+    lines = [json.dumps({"step": s, "loss": 1.0, "time": 1.7e9 + s}) for s in range(50)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    inv, found, run = audit(tmp_path / "metrics.jsonl")
+    assert inv.checkpoints == [] and found == [] and run is None
+    assert findings(inv, run=RunSteps(list(range(50)), [None] * 50)) == []
+
+
+def test_hf_layout_found_from_the_log_folder_and_siblings_left_alone(tmp_path: Path) -> None:
+    """HF logs into output_dir/runs/<date>/ and saves output_dir/checkpoint-N/: found two
+    levels up; another run's checkpoints in a sibling subfolder are not this run's."""
+    logs = tmp_path / "out" / "runs" / "Dec01"
+    logs.mkdir(parents=True)
+    (logs / "metrics.jsonl").write_text(json.dumps({"step": 5, "loss": 1.0}) + "\n")
+    ckpt = tmp_path / "out" / "checkpoint-5"
+    ckpt.mkdir()
+    safetensors_torch.save_file(_model().state_dict(), ckpt / "model.safetensors")
+    other = tmp_path / "out" / "other_run"
+    other.mkdir()
+    torch.save(_train_state(), other / "ckpt_step_3.pt")
+    inv = inventory(logs / "metrics.jsonl")
+    assert inv.root == str(tmp_path / "out")
+    assert [(c.name, c.optimizer) for c in inv.checkpoints] == [("checkpoint-5", False)]
+
+
 def test_params_move_the_thresholds() -> None:
     steps = RunSteps(steps=[0, 1, 2, 3], wall_times=[0.0, 1.0, 2.0, 3.0])
     assert steps.last_step == 3

@@ -100,5 +100,6 @@ def audit(
     """:func:`inventory` and its CKPT findings; the run at ``path`` (when it is one) adds
     the findings that need its steps."""
     inv = inventory(path, crc_budget=crc_budget)
-    run = run_steps_of(path) if with_run else None
+    # no checkpoint, nothing to judge against the run (and reading it costs seconds)
+    run = run_steps_of(path) if with_run and inv.checkpoints else None
     return inv, findings(inv, params, run), run

@@ -36,17 +36,18 @@ class Found:
 def find(path: str) -> tuple[str, Found]:
     """(the folder searched, what it holds); parents are tried when nothing is found."""
     start = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    found = Found()
+    _walk(start, 0, found, [0], MAX_DEPTH)
     root = start
-    for _ in range(MAX_UP + 1):
-        found = Found()
-        _walk(root, 0, found, [0])
+    for _ in range(MAX_UP):
         if found or os.path.dirname(root) == root:
-            return root, found
+            break
         root = os.path.dirname(root)
-    return start, Found()
+        _walk(root, 0, found, [0], 0)
+    return (root if found else start), found
 
 
-def _walk(folder: str, depth: int, found: Found, seen: list[int]) -> None:
+def _walk(folder: str, depth: int, found: Found, seen: list[int], max_depth: int) -> None:
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
@@ -61,19 +62,21 @@ def _walk(folder: str, depth: int, found: Found, seen: list[int]) -> None:
         if e.is_symlink():
             continue
         if e.is_dir():
-            _dir_entry(e, depth, found, seen)
+            _dir_entry(e, depth, found, seen, max_depth)
         elif e.is_file():
             _file_entry(e, folder, in_index, found)
 
 
-def _dir_entry(e: os.DirEntry[str], depth: int, found: Found, seen: list[int]) -> None:
+def _dir_entry(
+    e: os.DirEntry[str], depth: int, found: Found, seen: list[int], max_depth: int
+) -> None:
     hit = L.folder_kind(e.name)
     if hit is not None:
         found.folders.append((e.path, hit[0], hit[1]))
     elif os.path.isfile(os.path.join(e.path, L.DCP_METADATA)):
         found.folders.append((e.path, "dcp", L.step_in_name(e.name)))
-    elif depth < MAX_DEPTH and not e.name.startswith(".") and e.name not in _SKIP:
-        _walk(e.path, depth + 1, found, seen)
+    elif depth < max_depth and not e.name.startswith(".") and e.name not in _SKIP:
+        _walk(e.path, depth + 1, found, seen, max_depth)
 
 
 def _file_entry(e: os.DirEntry[str], folder: str, in_index: set[str], found: Found) -> None:

@@ -262,7 +262,7 @@ def _size_drift(inv: Inventory, group: list[Checkpoint], p: Params) -> list[Find
 def _recent(inv: Inventory, run: RunSteps, p: Params) -> list[Finding]:
     last = run.last_step
     steps = [c.step for c in inv.checkpoints if c.intact and c.step is not None]
-    if not last:
+    if not last or not inv.checkpoints:  # none found: kept elsewhere, not judged
         return []
     newest = max(steps, default=None)
     if newest is not None and newest >= (1 - p.recent_frac) * last:
