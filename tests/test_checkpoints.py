@@ -415,5 +415,22 @@ def test_cli_exit_codes_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_not_a_checkpoint_file_is_named(tmp_path: Path) -> None:
     (tmp_path / "ckpt_step_5.pt").write_bytes(b"hello, not a checkpoint")
     (tmp_path / "ckpt_step_6.pt").write_bytes(b"")
-    got = {c.step: c.problems[0].status for c in inventory(tmp_path).checkpoints}
-    assert got == {5: "corrupt", 6: "truncated"}
+    got = {c.step: c.problems[0] for c in inventory(tmp_path).checkpoints}
+    assert {s: p.status for s, p in got.items()} == {5: "corrupt", 6: "truncated"}
+    assert "not a zip archive" in got[5].message and "empty" in got[6].message
+
+
+def test_legacy_torch_format_is_scanned_through_all_its_pickles(tmp_path: Path) -> None:
+    """torch's pre-1.6 format: five pickles, then raw tensor bytes. The object is the
+    fourth pickle: a payload there is found, and intact ones are intact."""
+    marker = tmp_path / "marker"
+    torch.save(_train_state(), tmp_path / "a_step_1.pt", _use_new_zipfile_serialization=False)
+    torch.save(
+        {"x": _Payload(marker), "w": torch.ones(3)},
+        tmp_path / "b_step_2.pt",
+        _use_new_zipfile_serialization=False,
+    )
+    got = {c.step: c for c in inventory(tmp_path).checkpoints}
+    assert got[1].status == "ok" and got[1].optimizer is True
+    assert got[2].status == "unsafe" and "builtins.exec" in got[2].problems[0].message
+    assert not marker.exists()

@@ -83,27 +83,40 @@ def audit_pickled(path: str, rel: str, budget: int = CRC_BUDGET) -> FileAudit:
         head = fh.read(4)
     if head == _ZIP_MAGIC:
         _audit_zip(path, rel, budget, out)
-    elif head[:1] == bytes([_PICKLE_PROTO]):
-        with open(path, "rb") as fh:
-            data = fh.read(PICKLE_BUDGET)
-        _scan_pickle(data, rel, out, whole=os.path.getsize(path) <= PICKLE_BUDGET)
     elif not head:
         out.problem("truncated", rel, "empty file")
     else:
-        out.problem("corrupt", rel, "neither a zip archive (torch.save) nor a pickle")
+        with open(path, "rb") as fh:
+            data = fh.read(PICKLE_BUDGET)
+        _scan_pickles(data, rel, out, whole=os.path.getsize(path) <= PICKLE_BUDGET)
     return out
 
 
-def _scan_pickle(data: bytes, rel: str, out: FileAudit, *, whole: bool) -> None:
+#: pickles read one after another in a raw file: torch's legacy format (before 1.6)
+#: writes five (magic number, protocol, system info, the object, the storage keys),
+#: then the tensors' raw bytes
+_MAX_PICKLES = 5
+
+
+def _scan_pickles(data: bytes, rel: str, out: FileAudit, *, whole: bool) -> None:
+    """The pickles at the start of a raw file (protocol 0 to 5), opcodes only."""
     found = scan(data)
-    out.pickles.append(found)
-    if found.unsafe:
-        calls = ", ".join(found.unsafe[:3])
-        out.problem("unsafe", rel, f"loading it would call {calls} (not loaded)")
-    if found.error is not None:
+    scans = [found]
+    while found.error is None and len(scans) < _MAX_PICKLES and found.end < len(data):
+        if data[found.end] != _PICKLE_PROTO:
+            break  # the legacy format's raw tensor bytes
+        found = scan(data, start=found.end)
+        scans.append(found)
+    out.pickles.extend(scans)
+    calls = [g for s in scans for g in s.unsafe]
+    if calls:
+        out.problem("unsafe", rel, f"loading it would call {', '.join(calls[:3])} (not loaded)")
+    first = scans[0]
+    if first.error is not None:  # a later pickle's error may be tensor bytes: not judged
         if whole:
-            status = "truncated" if "STOP" in found.error else "corrupt"
-            out.problem(status, rel, f"the pickle does not parse: {found.error}")
+            status = "truncated" if "STOP" in first.error else "corrupt"
+            what = "the pickle" if rel.endswith(".pkl") else "not a zip archive, and a pickle that"
+            out.problem(status, rel, f"{what} does not parse: {first.error}")
         else:
             out.notes.append(f"{rel}: pickle over {PICKLE_BUDGET >> 20} MiB, scanned in part")
 
@@ -145,7 +158,7 @@ def _member_pickle(zf: zipfile.ZipFile, info: zipfile.ZipInfo, rel: str, out: Fi
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         out.problem("corrupt", rel, f"member {info.filename}: {exc}")
         return
-    _scan_pickle(data, f"{rel}:{info.filename}", out, whole=True)
+    _scan_pickles(data, f"{rel}:{info.filename}", out, whole=True)
 
 
 def _check_crcs(

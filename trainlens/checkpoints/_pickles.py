@@ -118,16 +118,19 @@ def is_unsafe(qualified: str) -> bool:
     return top in _UNSAFE_MODULES
 
 
-def scan(data: bytes, *, ref_suffix: str | None = None) -> PickleScan:
-    """Walk the opcodes of the pickle at the start of ``data`` (never executing them)."""
+def scan(data: bytes, *, ref_suffix: str | None = None, start: int = 0) -> PickleScan:
+    """Walk the opcodes of the pickle at offset ``start`` of ``data`` (never executing
+    them); ``end`` is the offset just past its STOP."""
     out = PickleScan()
     memo: dict[int, object] = {}
     recent: list[object] = []  # values pushed lately (strings matter: STACK_GLOBAL's args)
     pending: str | None = None  # last string seen, waiting for an int
     ref: tuple[str, list[int]] | None = None
     seen: set[str] = set()
+    stream = io.BytesIO(data)
+    stream.seek(start)
     try:
-        for op, arg, pos in pickletools.genops(io.BytesIO(data)):
+        for op, arg, pos in pickletools.genops(stream):
             name = op.name
             value: object = None
             if name in _STRINGS:
