@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pickle
 import resource
 import struct
@@ -256,6 +257,34 @@ def test_hf_layout_found_from_the_log_folder_and_siblings_left_alone(tmp_path: P
     inv = inventory(logs / "metrics.jsonl")
     assert inv.root == str(tmp_path / "out")
     assert [(c.name, c.optimizer) for c in inv.checkpoints] == [("checkpoint-5", False)]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_an_unreadable_file_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    safetensors_torch.save_file(_model().state_dict(), folder / "model.safetensors")
+    (folder / "model.safetensors").chmod(0)
+    (c,) = inventory(tmp_path).checkpoints
+    assert [(p.status, p.file) for p in c.problems] == [("unreadable", "model.safetensors")]
+
+
+def test_a_read_the_machine_refuses_is_a_problem_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the test above, where root reads everything: the refusal is simulated."""
+    from trainlens.checkpoints import _audit
+
+    def refuse(path: str, rel: str) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    safetensors_torch.save_file(_model().state_dict(), folder / "model.safetensors")
+    monkeypatch.setattr(_audit, "audit_safetensors", refuse)
+    (c,) = inventory(tmp_path).checkpoints
+    assert [(p.status, p.file) for p in c.problems] == [("unreadable", "model.safetensors")]
+    assert "Permission denied" in c.problems[0].message
 
 
 def test_params_move_the_thresholds() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from trainlens.checkpoints import _layouts as L
 from trainlens.checkpoints._files import (
@@ -16,6 +17,8 @@ from trainlens.checkpoints._files import (
 )
 from trainlens.checkpoints._model import Checkpoint, Problem
 from trainlens.checkpoints._pickles import scan
+
+_T = TypeVar("_T")
 
 #: a checkpoint folder with more files than this is audited on its first ones (a note says so)
 MAX_FILES = 20_000
@@ -54,6 +57,16 @@ class _Auditor:
             self.strings |= p.strings
             for k, v in p.int_after.items():
                 self.ints.setdefault(k, v)
+
+    def guard(self, fn: Callable[[str], _T], rel: str, default: _T) -> _T:
+        """``fn(rel)``; a file the machine will not let us read is a problem, not a crash
+        (a checkpoint folder of another user on a shared cluster)."""
+        try:
+            return fn(rel)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            self.ckpt.problems.append(Problem("unreadable", rel, f"cannot be read ({why})"))
+            return default
 
     def pickled(self, rel: str) -> None:
         self.add(audit_pickled(os.path.join(self.base, rel), rel, self.budget))
@@ -139,7 +152,7 @@ def audit_file(path: str, kind: str, step: int | None, budget: int = CRC_BUDGET)
     base, rel = os.path.split(path)
     auditor = _Auditor(ckpt, base, budget)
     if path.endswith(L.INDEX):
-        covered = auditor.index(rel)
+        covered: set[str] = auditor.guard(auditor.index, rel, set())
         for shard in covered:
             spath = os.path.join(base, shard)
             if os.path.isfile(spath):
@@ -147,9 +160,9 @@ def audit_file(path: str, kind: str, step: int | None, budget: int = CRC_BUDGET)
                 ckpt.size += ssize
                 ckpt.wall_time = max(ckpt.wall_time or 0.0, smtime)
     elif path.endswith(L.SAFETENSORS):
-        auditor.safetensors(rel)
+        auditor.guard(auditor.safetensors, rel, None)
     else:
-        auditor.pickled(rel)
+        auditor.guard(auditor.pickled, rel, None)
         ckpt.optimizer = _has_optimizer_key(auditor.strings) if kind == "lightning" else None
         if kind == "torch" and _has_optimizer_key(auditor.strings):
             ckpt.optimizer = True
@@ -171,13 +184,16 @@ def audit_folder(path: str, kind: str, step: int | None, budget: int = CRC_BUDGE
     if len(files) >= MAX_FILES:
         ckpt.notes.append(f"over {MAX_FILES} files: only the first {MAX_FILES} audited")
     for rel in files:
-        size, mtime = _stat(os.path.join(path, rel))
+        try:
+            size, mtime = _stat(os.path.join(path, rel))
+        except OSError:  # gone since the listing (a rotation deleting it)
+            continue
         ckpt.size += size
         ckpt.wall_time = max(ckpt.wall_time or 0.0, mtime)
     covered: set[str] = set()
     for rel in files:
         if rel.endswith(L.INDEX):
-            covered |= auditor.index(rel)
+            covered |= auditor.guard(auditor.index, rel, set())
     optimizer_file = False
     for rel in files:
         name = os.path.basename(rel)
@@ -186,15 +202,15 @@ def audit_folder(path: str, kind: str, step: int | None, budget: int = CRC_BUDGE
         if rel in covered or rel.endswith(L.INDEX):
             continue
         if name.endswith(L.SAFETENSORS):
-            auditor.safetensors(rel)
+            auditor.guard(auditor.safetensors, rel, None)
         elif name.endswith(L.PICKLED):
-            auditor.pickled(rel)
+            auditor.guard(auditor.pickled, rel, None)
         elif name == L.DCP_METADATA:
-            auditor.dcp(rel)
+            auditor.guard(auditor.dcp, rel, None)
         elif name in dict(L.POINTERS).values():
-            _inner_pointer(ckpt, path, rel)
+            auditor.guard(lambda r: _inner_pointer(ckpt, path, r), rel, None)
         elif name == "trainer_state.json":
-            _trainer_state(ckpt, path, rel)
+            auditor.guard(lambda r: _trainer_state(ckpt, path, r), rel, None)
     if not files:
         ckpt.problems.append(Problem("missing", "", "the folder is empty"))
     elif kind == "hf-trainer" and not _has_weights(files):

@@ -7,7 +7,7 @@ from typing import Any
 
 #: integrity states, worst first: code that would run on load beats damage, damage beats
 #: a missing piece (a checkpoint with both is reported by the worst)
-STATUSES = ("unsafe", "corrupt", "truncated", "missing", "ok")
+STATUSES = ("unsafe", "corrupt", "truncated", "missing", "unreadable", "ok")
 
 
 @dataclass(frozen=True)
