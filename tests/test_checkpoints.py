@@ -228,6 +228,16 @@ def test_run_beside_checkpoints_gives_recency_and_save_stalls(tmp_path: Path) ->
     assert stall.severity.value == "warning"
     recent = codes["CKPT004"]
     assert recent.evidence == {"last_step": 99, "newest_intact_step": 60}
+    # the same, with the checkpoints kept apart from the log
+    store = tmp_path / "store"
+    store.mkdir()
+    for p in tmp_path.glob("*.pt"):
+        p.rename(store / p.name)
+    _, apart, _ = audit(store, run_path=tmp_path / "metrics.jsonl")
+    assert {f.code for f in apart} == {"CKPT004", "CKPT006"}
+    assert main(["checkpoints", str(store), "--run", str(tmp_path / "nope.jsonl")]) == 2
+    for p in store.glob("*.pt"):
+        p.rename(tmp_path / p.name)
     # a save at 80 closes the gap at the end
     torch.save(_train_state(), tmp_path / "ckpt_step_80.pt")
     _, found, _ = audit(tmp_path / "metrics.jsonl")

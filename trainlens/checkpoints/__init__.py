@@ -96,10 +96,15 @@ def audit(
     params: Params | None = None,
     crc_budget: int = CRC_BUDGET,
     with_run: bool = True,
+    run_path: str | os.PathLike[str] | None = None,
 ) -> tuple[Inventory, list[Finding], RunSteps | None]:
-    """:func:`inventory` and its CKPT findings; the run at ``path`` (when it is one) adds
-    the findings that need its steps."""
+    """:func:`inventory` and its CKPT findings; the run at ``run_path`` (default: ``path``,
+    when it is one) adds the findings that need its steps."""
     inv = inventory(path, crc_budget=crc_budget)
+    if run_path is not None and not os.path.exists(run_path):
+        raise UnreadableInputError(f"{os.fspath(run_path)}: no such file or folder")
     # no checkpoint, nothing to judge against the run (and reading it costs seconds)
-    run = run_steps_of(path) if with_run and inv.checkpoints else None
+    run = None
+    if with_run and inv.checkpoints:
+        run = run_steps_of(path if run_path is None else run_path)
     return inv, findings(inv, params, run), run

@@ -31,6 +31,15 @@ def checkpoints(
         ),
     ],
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    run_log: Annotated[
+        Path | None,
+        typer.Option(
+            "--run",
+            help="The run's log (file or folder), when the checkpoints are kept elsewhere: "
+            "its steps and wall times judge recency and save stalls.",
+            show_default=False,
+        ),
+    ] = None,
     fail_on: Annotated[
         str,
         typer.Option(
@@ -57,7 +66,7 @@ def checkpoints(
     threshold = fail_rank(fail_on)
     if crc_budget_gib < 0:
         raise UsageError("--crc-budget must be 0 or more GiB")
-    inv, found, run = audit(path, crc_budget=int(crc_budget_gib * 2**30))
+    inv, found, run = audit(path, crc_budget=int(crc_budget_gib * 2**30), run_path=run_log)
     if json_out:
         import json
 
