@@ -162,3 +162,32 @@ def test_lightning_damage_named(lightning_run: Path, tmp_path: Path) -> None:
     assert f.step_start == 12 and "step=9.ckpt (step 9, saved" in f.message
     doc = json.dumps(f.to_dict())
     assert "truncated" in doc
+
+
+def test_lightning_top_k_by_a_metric_is_not_a_cadence(lightning_run: Path, tmp_path: Path) -> None:
+    """ModelCheckpoint(monitor=...) keeps the k best: its gaps are by design (CKPT003 is
+    not judged), while the every-n-steps run above is a cadence."""
+    L = pytest.importorskip("lightning")
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 8, generator=gen)
+    data = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4
+    )
+    ckpt = L.pytorch.callbacks.ModelCheckpoint(
+        monitor="train_loss", save_top_k=3, every_n_train_steps=2
+    )
+    trainer = L.Trainer(
+        max_steps=16,
+        default_root_dir=str(tmp_path),
+        callbacks=[ckpt],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+    )
+    trainer.fit(_Tiny.make(), data)
+    inv, found, _ = audit(tmp_path, with_run=False)
+    assert len(inv.checkpoints) == 3
+    assert all(c.selective and c.intact for c in inv.checkpoints)
+    assert "CKPT003" not in {f.code for f in found}
+    assert not any(c.selective for c in inventory(lightning_run).checkpoints)

@@ -166,9 +166,22 @@ def audit_file(path: str, kind: str, step: int | None, budget: int = CRC_BUDGET)
         ckpt.optimizer = _has_optimizer_key(auditor.strings) if kind == "lightning" else None
         if kind == "torch" and _has_optimizer_key(auditor.strings):
             ckpt.optimizer = True
+    if kind == "lightning":
+        ckpt.selective = _monitored(auditor.strings)
     if ckpt.step is None and "global_step" in auditor.ints:
         ckpt.step = auditor.ints["global_step"]
     return ckpt
+
+
+def _monitored(strings: set[str]) -> bool:
+    """Lightning keys each ModelCheckpoint's state by its settings, e.g.
+    ``ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', ...}``; a monitor other than
+    None keeps the top k by that metric."""
+    return any(
+        s.startswith("ModelCheckpoint{'monitor': ")
+        and not s.startswith("ModelCheckpoint{'monitor': None")
+        for s in strings
+    )
 
 
 def _has_optimizer_key(strings: set[str]) -> bool:

@@ -37,6 +37,9 @@ class Checkpoint:
     notes: list[str] = field(default_factory=list)  # what was not checked, and why
     #: whether the optimizer state a resume needs is there (None: cannot tell / no format)
     optimizer: bool | None = None
+    #: kept by a metric (Lightning's ModelCheckpoint with a ``monitor``: the top k), not
+    #: by cadence: gaps between such saves are by design
+    selective: bool = False
 
     @property
     def status(self) -> str:
@@ -69,6 +72,7 @@ class Checkpoint:
             ],
             "notes": list(self.notes),
             "optimizer": self.optimizer,
+            "selective": self.selective,
         }
 
 

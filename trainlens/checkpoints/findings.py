@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -185,11 +186,12 @@ def _pointers(inv: Inventory) -> list[Finding]:
     return out
 
 
-def _by_kind(inv: Inventory) -> dict[str, list[Checkpoint]]:
-    groups: dict[str, list[Checkpoint]] = {}
+def _by_kind(inv: Inventory) -> dict[tuple[str, str], list[Checkpoint]]:
+    """The saves of one series: one kind in one folder (two runs under one root are two)."""
+    groups: dict[tuple[str, str], list[Checkpoint]] = {}
     for c in inv.checkpoints:
         if c.step is not None:
-            groups.setdefault(c.kind, []).append(c)
+            groups.setdefault((c.kind, os.path.dirname(c.path.rstrip("/"))), []).append(c)
     return groups
 
 
@@ -198,7 +200,7 @@ def _cadence(inv: Inventory, group: list[Checkpoint], p: Params) -> list[Finding
     common step difference; the first difference is never judged (HF's save_total_limit
     keeps the best checkpoint apart from the latest ones: a gap by design)."""
     steps = sorted({c.step for c in group if c.step is not None})
-    if len(steps) < p.min_saves:
+    if len(steps) < p.min_saves or any(c.selective for c in group):
         return []
     diffs = [b - a for a, b in itertools.pairwise(steps)]
     interval = statistics.multimode(diffs)[0]
