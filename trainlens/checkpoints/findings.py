@@ -203,9 +203,8 @@ def _cadence(inv: Inventory, group: list[Checkpoint], p: Params) -> list[Finding
     if len(steps) < p.min_saves or any(c.selective for c in group):
         return []
     diffs = [b - a for a, b in itertools.pairwise(steps)]
-    interval = statistics.multimode(diffs)[0]
-    seen = diffs.count(interval)
-    if seen < p.min_cadence_seen or interval <= 0:
+    interval = save_interval(steps, p.min_cadence_seen)
+    if interval is None:
         return []
     out = []
     for i, d in enumerate(diffs[1:], start=1):
@@ -230,6 +229,16 @@ def _cadence(inv: Inventory, group: list[Checkpoint], p: Params) -> list[Finding
                 )
             )
     return out
+
+
+def save_interval(steps: Sequence[int], min_seen: int = 2) -> int | None:
+    """The save cadence: the most common positive step difference between saves (the
+    first of equals), when seen at least ``min_seen`` times."""
+    diffs = [b - a for a, b in itertools.pairwise(sorted(set(steps))) if b > a]
+    if not diffs:
+        return None
+    interval = statistics.multimode(diffs)[0]
+    return interval if diffs.count(interval) >= min_seen else None
 
 
 def _size_drift(inv: Inventory, group: list[Checkpoint], p: Params) -> list[Finding]:
