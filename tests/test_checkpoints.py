@@ -152,6 +152,14 @@ def test_truncated_and_bit_flipped_torch_checkpoints_named(tmp_path: Path) -> No
     assert found[300].evidence["restart_from"] == str(p100)
 
 
+def test_a_flipped_byte_in_the_pickle_member_is_named_once(tmp_path: Path) -> None:
+    p100, _, _ = _three_saves(tmp_path)
+    _flip(p100, _member_data_offset(p100, "data.pkl") + 7)
+    c = inventory(tmp_path).by_path(str(p100))
+    assert c is not None and c.status == "corrupt"
+    assert len(c.problems) == 1 and "data.pkl" in c.problems[0].message
+
+
 def test_latest_pointer_to_nowhere_and_to_a_broken_checkpoint(tmp_path: Path) -> None:
     for step in (10, 20):
         folder = tmp_path / f"global_step{step}"

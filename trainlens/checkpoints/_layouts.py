@@ -31,11 +31,16 @@ OPTIMIZER_FILE = re.compile(r"(^optimizer\.(pt|bin)$|optim_states\.pt$|^distrib_
 OPTIMIZER_KEYS = ("optimizer_states", "optimizer", "optimizer_state_dict", "optim", "opt")
 
 
+#: a shard's name (``model-00002-of-00007``): its numbers are no step
+_SHARD = re.compile(r"-\d+-of-\d+$")
+
+
 def step_in_name(name: str) -> int | None:
     stem = name
     for suffix in (*PICKLED, SAFETENSORS):
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
+    stem = _SHARD.sub("", stem)
     for pattern in STEP_IN_NAME:
         m = pattern.search(stem)
         if m:
