@@ -54,6 +54,9 @@ class Params:
     size_ratio: float = 1.5
     #: at least this many saves of one kind to judge cadence and size
     min_saves: int = 3
+    #: a pause around a save shorter than this is not counted (as DATA002's `min_gap_s`:
+    #: pauses under a second are garbage collection and logging, and a tiny model's save)
+    min_pause_s: float = 1.0
     #: saving's share of the run's wall time that is reported (info) ...
     stall_share: float = 0.05
     #: ... and that is a warning
@@ -315,7 +318,9 @@ def _save_stalls(inv: Inventory, run: RunSteps, p: Params) -> list[Finding]:
         if i < 0 or i + 1 >= len(pts):
             continue
         (s1, w1), (s2, w2) = pts[i], pts[i + 1]
-        pauses[c.step] = max(0.0, (w2 - w1) - per_step * (s2 - s1))
+        pause = (w2 - w1) - per_step * (s2 - s1)
+        if pause >= p.min_pause_s:
+            pauses[c.step] = pause
     spent = sum(pauses.values())
     share = spent / total if total > 0 else 0.0
     if not pauses or share < p.stall_share:
