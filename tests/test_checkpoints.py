@@ -353,6 +353,28 @@ def test_code_running_pickle_in_a_checkpoint_is_reported_and_never_run(
     assert not marker.exists()
 
 
+class _Calls:
+    def __init__(self, fn: object, *args: object) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        return (self.fn, self.args)
+
+
+@pytest.mark.parametrize(
+    ("fn", "named"),
+    [
+        (os.system, "posix.system"),
+        (torch.hub.load, "torch.hub.load"),
+        (eval, "builtins.eval"),
+    ],
+)
+def test_each_kind_of_code_running_call_is_named(tmp_path: Path, fn: object, named: str) -> None:
+    torch.save({"x": _Calls(fn, "true")}, tmp_path / "ckpt_step_1.pt")
+    (c,) = inventory(tmp_path).checkpoints
+    assert c.status == "unsafe" and named in c.problems[0].message
+
+
 def test_no_unpickling_anywhere_in_the_checkpoint_code() -> None:
     """The audit's promise, checked on its source: no pickle/torch import, no load call."""
     sources = [*sorted((PKG / "checkpoints").glob("*.py")), PKG / "cli" / "checkpoints.py"]

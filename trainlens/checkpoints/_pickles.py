@@ -74,6 +74,22 @@ _UNSAFE_BUILTINS = frozenset(
         "apply",
     }
 )
+#: single callables elsewhere that load more pickles, fetch code, or reach any attribute
+_UNSAFE_NAMES = frozenset(
+    {
+        "torch.load",
+        "torch.serialization.load",
+        "torch.jit.load",
+        "torch.hub.load",
+        "torch.hub.load_state_dict_from_url",
+        "torch.hub.download_url_to_file",
+        "numpy.load",
+        "numpy.testing._private.utils.runstring",
+        "operator.attrgetter",
+        "operator.methodcaller",
+        "functools.reduce",
+    }
+)
 _STRINGS = frozenset(
     {
         "SHORT_BINUNICODE",
@@ -112,6 +128,8 @@ class PickleScan:
 
 def is_unsafe(qualified: str) -> bool:
     module, _, name = qualified.rpartition(".")
+    if qualified in _UNSAFE_NAMES:
+        return True
     top = module.split(".", 1)[0]
     if top in ("builtins", "__builtin__"):
         return name in _UNSAFE_BUILTINS
