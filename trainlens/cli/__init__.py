@@ -25,6 +25,7 @@ import typer
 from trainlens.cli import analyze as _analyze  # noqa: F401
 from trainlens.cli import calc as _calc  # noqa: F401
 from trainlens.cli import calc_gpus as _calc_gpus  # noqa: F401
+from trainlens.cli import checkpoints as _checkpoints  # noqa: F401
 from trainlens.cli import gate as _gate  # noqa: F401
 from trainlens.cli import report as _report  # noqa: F401
 from trainlens.cli import watch as _watch  # noqa: F401

@@ -1,0 +1,76 @@
+"""Restart advice: the detectors' findings on fixture runs name the newest intact
+checkpoint before their onset (VAL001: the one nearest the best validation step)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import fixture_path
+from trainlens.api import analyze
+from trainlens.checkpoints import inventory
+from trainlens.checkpoints.advice import RESTART_PHRASE, attach_restart_advice
+
+torch = pytest.importorskip("torch")
+
+DETECTORS = Path(__file__).resolve().parents[1] / "trainlens" / "detectors"
+
+
+def _saves(folder: Path, steps: range, broken: int | None = None) -> None:
+    model = torch.nn.Linear(8, 8)
+    for step in steps:
+        path = folder / f"ckpt_step_{step}.pt"
+        torch.save({"model": model.state_dict(), "step": step}, path)
+        if step == broken:
+            path.write_bytes(path.read_bytes()[:-200])
+
+
+def test_the_detectors_still_say_the_phrase_advice_looks_for() -> None:
+    text = "".join(p.read_text("utf-8") for p in DETECTORS.glob("*.py"))
+    assert text.count(RESTART_PHRASE) >= 2
+
+
+def test_divergence_names_the_newest_intact_checkpoint_before_it(tmp_path: Path) -> None:
+    run = fixture_path("lr_shock_diverge")  # diverges from step 400 (GRAD001 + LOSS003)
+    _saves(tmp_path, range(100, 1001, 100), broken=300)
+    (analysis,) = analyze([run])
+    advised = attach_restart_advice(analysis.findings, inventory(tmp_path))
+    by_code = {f.code: f for f in advised}
+    loss = by_code["LOSS003"]
+    assert loss.step_start == 400
+    # 300 is cut short: 200 is the newest intact one before the onset
+    assert loss.evidence["restart_from"]["name"] == "ckpt_step_200.pt"
+    assert "go back to ckpt_step_200.pt (step 200, saved" in loss.message
+    assert "intact; the newest before step 400" in loss.message
+    # findings that advise no restart are left as they were
+    untouched = [f for f in advised if "restart_from" not in f.evidence]
+    assert untouched and all("go back to" not in f.message for f in untouched)
+
+
+def test_val_divergence_names_the_checkpoint_nearest_the_best_step(tmp_path: Path) -> None:
+    run = fixture_path("overfit")  # val/loss best at step 100
+    _saves(tmp_path, range(0, 801, 150))
+    (analysis,) = analyze([run])
+    (val,) = [
+        f
+        for f in attach_restart_advice(analysis.findings, inventory(tmp_path))
+        if f.code == "VAL001"
+    ]
+    best = val.evidence["best_step"]
+    assert best == 100
+    assert val.evidence["restart_from"]["step"] == 150  # |150-100| < |0-100|
+    assert "keep ckpt_step_150.pt (step 150" in val.message
+
+
+def test_no_intact_checkpoint_is_said(tmp_path: Path) -> None:
+    run = fixture_path("lr_shock_diverge")
+    _saves(tmp_path, range(500, 1001, 100))  # all after the onset
+    (analysis,) = analyze([run])
+    (loss,) = [
+        f
+        for f in attach_restart_advice(analysis.findings, inventory(tmp_path))
+        if f.code == "LOSS003"
+    ]
+    assert loss.evidence["restart_from"] is None
+    assert "no intact checkpoint before step 400 was found" in loss.message
