@@ -376,3 +376,17 @@ def test_docs_list_every_watch_key_and_event() -> None:
     missing = [k for k in WATCH_KEYS if f"\n{k} = " not in text]
     assert not missing, f"docs/watch.md's config example lacks {missing}"
     assert not [k for k in KINDS if f"`{k}`" not in text]
+
+
+def test_an_unreadable_source_is_told_once_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainlens.cli import main
+
+    run = tmp_path / "run.jsonl"
+    run.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 12\n")
+    assert main(["watch", str(run), "--once", "--json", "--format", "jsonl"]) == 0
+    events = _events(capsys.readouterr().out)
+    issues = [e for e in events if e["event"] == "read-issue"]
+    assert len(issues) == 1 and "LFS" in issues[0]["message"]
+    assert not _finding_events(events)

@@ -69,6 +69,7 @@ class Follower:
         self.name = name or (path.stem if path.is_file() else path.name)
         self.source = str(path)
         self.paths: list[Path] = [path]
+        self.error: str | None = None  # why the last read gave nothing, if it failed
 
     def poll(self) -> Chunk | None:  # pragma: no cover - the subclasses define it
         raise NotImplementedError
@@ -87,9 +88,12 @@ class Follower:
         )
         try:
             runs = read_runs(self.path, format=self.format, options=opts)
-        except TrainlensError:
-            # nothing complete yet (an empty file, one partial line): the next poll tells
+        except TrainlensError as exc:
+            # nothing complete yet (an empty file, one partial line): the next poll tells;
+            # what the reader said is kept, and told once if it stays (an LFS pointer)
+            self.error = str(exc)
             return None
+        self.error = None
         if not runs:
             return None
         run = runs[0]

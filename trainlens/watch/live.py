@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 
 from trainlens.core.findings import Finding, Severity
-from trainlens.core.run import DataIssue, Run
+from trainlens.core.run import FRAME_SCHEMA, DataIssue, Run
 from trainlens.watch.early import EarlyWarnings
 from trainlens.watch.events import WatchEvent
 
@@ -92,7 +92,8 @@ class LiveRun:
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     stalled: bool = False
     dirty: bool = False  # new data since the last judging
-    urgent: bool = False  # judge at the next tick, whatever the duty cycle says
+    urgent: bool = False
+    _told_error: str | None = None  # judge at the next tick, whatever the duty cycle says
     judged: int = 0
     early: EarlyWarnings = field(default_factory=EarlyWarnings)
 
@@ -227,13 +228,18 @@ class LiveRun:
         proportion to the run, as judging does; the duty cycle pays for both."""
         whole = self.follower.read_whole()
         if whole is None:
-            empty = pl.DataFrame(
-                schema={"step": pl.Int64, "metric": pl.Categorical, "value": pl.Float64}
-            )
-            whole = Run(self.name, self.source, self.follower.format, empty)
+            whole = Run(self.name, self.source, self.follower.format, empty_frame())
         whole.name = self.name
-        whole.data_quality = [*whole.data_quality]
         return whole
+
+    def read_error(self) -> list[WatchEvent]:
+        """What the reader said when the source gave nothing, once per distinct sentence
+        (an empty file says so once; a Git LFS pointer is named, not judged)."""
+        error = getattr(self.follower, "error", None)
+        if error is None or error == self._told_error:
+            return []
+        self._told_error = error
+        return [self.event("read-issue", error, severity="info")]
 
     def judge(self, now: float | None = None, *, force: bool = False) -> list[WatchEvent]:
         """Re-judge when due (or ``force``); return the lifecycle events."""
@@ -244,7 +250,11 @@ class LiveRun:
             return []
         self.urgent = False
         t0 = time.perf_counter()
-        report = gate_run(self.run(), self.name, self.job)
+        run = self.run()
+        if run.frame.height == 0:  # nothing readable yet: nothing to judge
+            self.dirty = False
+            return []
+        report = gate_run(run, self.name, self.job)
         self.timing.last_cost = time.perf_counter() - t0
         self.timing.last_at = now
         self.dirty = False
@@ -340,3 +350,8 @@ def _span(f: Finding) -> tuple[int | None, int]:
     start = f.step_start if f.step_start is not None else f.step_end
     end = f.step_end if f.step_end is not None else start
     return start, end if end is not None else -1
+
+
+def empty_frame() -> pl.DataFrame:
+    """A canonical frame with no rows (a source with nothing readable yet)."""
+    return pl.DataFrame(schema=FRAME_SCHEMA)

@@ -113,6 +113,7 @@ def watch(
                     if chunk.frame.height:
                         last_growth = time.monotonic()
                     announce(live.add(chunk))
+                announce(live.read_error())
             for live in state.runs:
                 announce(live.judge(force=once))
                 if not once:
