@@ -74,3 +74,38 @@ def test_no_intact_checkpoint_is_said(tmp_path: Path) -> None:
     ]
     assert loss.evidence["restart_from"] is None
     assert "no intact checkpoint before step 400 was found" in loss.message
+
+
+def test_analyze_finds_the_checkpoints_beside_the_run_and_names_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """End to end: checkpoints saved beside the run's log are found by `analyze` itself,
+    the broken one is a CKPT001 finding, and the divergence names the one to go back to."""
+    import json
+    import shutil
+
+    from trainlens.cli import main
+
+    run = tmp_path / "lr_shock_diverge"
+    shutil.copytree(fixture_path("lr_shock_diverge").parent, run)
+    (run / "checkpoints").mkdir()
+    _saves(run / "checkpoints", range(100, 1001, 100), broken=300)
+    assert main(["analyze", str(run / "metrics.jsonl"), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)["runs"][0]["findings"]
+    by_code = {f["code"]: f for f in found}
+    assert by_code["CKPT001"]["step_start"] == 300
+    assert "go back to ckpt_step_200.pt (step 200" in by_code["LOSS003"]["message"]
+    # the config can turn the search off
+    (tmp_path / "trainlens.toml").write_text("checkpoints = false\n")
+    main(
+        [
+            "analyze",
+            str(run / "metrics.jsonl"),
+            "--json",
+            "--config",
+            str(tmp_path / "trainlens.toml"),
+        ]
+    )
+    found = json.loads(capsys.readouterr().out)["runs"][0]["findings"]
+    assert not [f for f in found if f["code"].startswith("CKPT")]
+    assert all("go back to" not in f["message"] for f in found)

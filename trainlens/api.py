@@ -84,10 +84,13 @@ def analyze_run(run: Run, config: Config | None = None) -> Analysis:
 
         add_efficiency(run, ctx.model, summary)
     result: DetectionResult = run_detectors(run, config, ctx)
+    from trainlens.checkpoints.attach import analysis_checkpoints
+
+    found, ctx.checkpoints = analysis_checkpoints(run, result.findings, config)
     return Analysis(
         run=run,
         summary=summary,
-        findings=result.findings,
+        findings=found,
         skipped=result.skipped,
         context=ctx,
     )

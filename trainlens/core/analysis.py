@@ -33,6 +33,7 @@ class Context:
     model: dict[str, Any] = field(default_factory=dict)
     schedule_source: str | None = None
     step_offset: int = 0
+    checkpoints: Any = None  # the run's checkpoint inventory (trainlens.checkpoints), if any
 
 
 @dataclass

@@ -24,6 +24,7 @@ TOP_KEYS = {
     "fail_on": "analyze: exit 1 at or above this severity (info/warning/error/none)",
     "gate": "trainlens gate rules ([tool.trainlens.gate])",
     "report": "report options (smoothing, ...)",
+    "checkpoints": "the run's checkpoint folder (default: found beside the run); false: none",
     "watch": "trainlens watch settings ([tool.trainlens.watch]: poll, notify, exit_on, ...)",
     "perplexity": (
         "summary perplexity: 'auto' (only for a per-token language-model loss), true or false"
@@ -46,6 +47,7 @@ class Config:
     gate: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
     watch: dict[str, Any] = field(default_factory=dict)
+    checkpoints: str | bool | None = None  # None: look beside the run
     perplexity: bool | str = "auto"
     path: Path | None = None
 
@@ -78,6 +80,12 @@ def parse_config(table: dict[str, Any], *, origin: str = "config") -> Config:
             if not isinstance(value, str):
                 raise ConfigError(f"{origin}: 'fail_on' must be a string")
             cfg.fail_on = value
+        elif key == "checkpoints":
+            if value is True or not isinstance(value, (str, bool)):
+                raise ConfigError(
+                    f"{origin}: 'checkpoints' must be a folder or false, not {value!r}"
+                )
+            cfg.checkpoints = value
         elif key == "perplexity":
             if isinstance(value, str):
                 value = value.strip().lower()

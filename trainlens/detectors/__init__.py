@@ -52,7 +52,20 @@ CONTRACT = ("CODES", "Params", "detect")
 #: family of their first code, then its number; findings at one step and severity, and
 #: the "skipped" lines, keep that order. A new family goes here (a test checks every code
 #: has its family listed).
-FAMILIES = ("NAN", "LR", "GRAD", "LOSS", "ENT", "TPUT", "MEM", "VAL", "TENSOR", "DATA", "MFU")
+FAMILIES = (
+    "NAN",
+    "LR",
+    "GRAD",
+    "LOSS",
+    "ENT",
+    "TPUT",
+    "MEM",
+    "VAL",
+    "TENSOR",
+    "DATA",
+    "MFU",
+    "CKPT",
+)
 
 _CODE = re.compile(r"([A-Z]+)(\d{3})")
 
@@ -149,7 +162,9 @@ def validate_config(cfg: Config) -> None:
     from trainlens.core.codes import GATE_CODES
 
     names = available()
-    all_codes: set[str] = set(GATE_CODES)
+    from trainlens.checkpoints.findings import CODES as CKPT_CODES
+
+    all_codes: set[str] = set(GATE_CODES) | set(CKPT_CODES)
     for name in names:
         all_codes.update(load(name).CODES)
     for name, overrides in cfg.detectors.items():

@@ -99,7 +99,9 @@ def gate_run(run: Run, name: str, job: GateJob) -> RunReport:
         else:
             checks_out.append(CheckResult(f"detector:{det}", "detector", PASS))
     for f in analysis.findings:
-        found.append((f, f"detector:{owner.get(f.code, 'unknown')}"))
+        # CKPT findings come from the checkpoint audit analyze runs beside the detectors
+        check = "checkpoints" if f.code.startswith("CKPT") else owner.get(f.code, "unknown")
+        found.append((f, f"detector:{check}"))
 
     outcomes: list[Outcome] = outcome_checks(checks, report.outcomes)
     if job.baseline is not None:

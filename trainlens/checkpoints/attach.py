@@ -1,0 +1,69 @@
+"""Checkpoints in ``analyze``: the CKPT findings and the checkpoint to go back to.
+
+:func:`analysis_checkpoints` runs after the detectors (:func:`trainlens.api.analyze_run`):
+it finds the checkpoints beside the run (or in ``[tool.trainlens] checkpoints``), audits
+their structure (no CRC pass: ``trainlens checkpoints`` does the deep check; analyze must
+stay quick on a folder of 50 GB checkpoints), adds the CKPT findings the config keeps, and
+names the newest intact checkpoint before each incident that advises a restart.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from trainlens.core.findings import Finding, Severity
+
+if TYPE_CHECKING:
+    from trainlens.checkpoints._model import Inventory
+    from trainlens.core.config import Config
+    from trainlens.core.run import Run
+
+
+def checkpoints_path(run: Run, config: Config) -> str | None:
+    """Where to look: the configured folder; none when the config says ``false``; else
+    beside the run when its source is on disk."""
+    setting = config.checkpoints
+    if setting is False:
+        return None
+    if isinstance(setting, str) and setting:
+        return setting
+    return run.source if os.path.exists(run.source) else None
+
+
+def _kept(code: str, config: Config) -> bool:
+    """The config's select / ignore, by code or family, as for detector codes."""
+    if any(code.startswith(p.upper()) for p in config.ignore):
+        return False
+    return not config.select or any(code.startswith(p.upper()) for p in config.select)
+
+
+def analysis_checkpoints(
+    run: Run, findings: list[Finding], config: Config
+) -> tuple[list[Finding], Inventory | None]:
+    """The findings with the CKPT ones added and restart advice attached, and the
+    inventory (None when no checkpoint or pointer was found)."""
+    where = checkpoints_path(run, config)
+    if where is None:
+        return findings, None
+    import polars as pl
+
+    from trainlens.checkpoints import RunSteps, inventory
+    from trainlens.checkpoints import findings as ckpt_findings
+    from trainlens.checkpoints.advice import attach_restart_advice
+    from trainlens.core.errors import TrainlensError
+
+    try:
+        inv = inventory(where, crc_budget=0)
+    except (TrainlensError, OSError):
+        return findings, None
+    if not inv.checkpoints and not inv.pointers:
+        return findings, None
+    pts = run.standing().group_by("step").agg(pl.col("wall_time").min()).sort("step")
+    steps = RunSteps(pts.get_column("step").to_list(), pts.get_column("wall_time").to_list())
+    severity = {k.upper(): Severity.parse(v) for k, v in config.severity.items()}
+    extra = []
+    for f in ckpt_findings(inv, run=steps):
+        if _kept(f.code, config):
+            extra.append(f.with_severity(severity[f.code]) if f.code in severity else f)
+    return attach_restart_advice([*findings, *extra], inv), inv
