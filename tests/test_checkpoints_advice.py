@@ -109,3 +109,19 @@ def test_analyze_finds_the_checkpoints_beside_the_run_and_names_one(
     found = json.loads(capsys.readouterr().out)["runs"][0]["findings"]
     assert not [f for f in found if f["code"].startswith("CKPT")]
     assert all("go back to" not in f["message"] for f in found)
+
+
+def test_the_report_marks_checkpoints_on_the_step_axis(tmp_path: Path) -> None:
+    import shutil
+
+    from trainlens.report.panels import build_figures
+
+    run = tmp_path / "lr_shock_diverge"
+    shutil.copytree(fixture_path("lr_shock_diverge").parent, run)
+    (run / "checkpoints").mkdir()
+    _saves(run / "checkpoints", range(100, 1001, 100), broken=300)
+    figures = build_figures(analyze([run / "metrics.jsonl"]))
+    loss = next(p for p in figures.panels if p.key == "loss")
+    gids = {a.get_gid() for ax in loss.figure.axes for a in ax.get_lines()}
+    assert "checkpoint-0-300-broken" in gids and "checkpoint-0-200-ok" in gids
+    assert len({g for g in gids if g and g.startswith("checkpoint-")}) == 10

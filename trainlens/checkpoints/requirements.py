@@ -1,7 +1,8 @@
 """What the gate can require of a run's checkpoints, and the report's marks for them.
 
-Library functions the gate and the report would call (not wired in yet: see
-docs/checkpoints.md, "Not done yet"); they compute, the gate and the report only show.
+Library functions the gate and the report call (the report draws ``axis_marks``; the gate's
+requirements are not wired in yet: see docs/checkpoints.md); they compute, the gate and
+the report only show.
 """
 
 from __future__ import annotations

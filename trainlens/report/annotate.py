@@ -1,4 +1,4 @@
-"""Findings and restarts drawn where they happened.
+"""Findings, restarts and checkpoints drawn where they happened.
 
 Every finding gets a shaded step span on the panel of its metric (an outline around
 its row on a heatmap), a label with its code in a row along the top, a ring at its
@@ -68,6 +68,50 @@ def _restart_label(ax: Axes, to_step: Any, from_step: Any) -> None:
         color=RESTART_COLOR,
         zorder=8,
     )
+
+
+# ---- checkpoints ---------------------------------------------------------------------------
+
+CKPT_OK, CKPT_BROKEN = "#2e7d32", "#c62828"
+
+
+def draw_checkpoints(c: Canvas) -> None:
+    """A mark on the step axis of each dashboard panel at every checkpoint the run's
+    analysis found (``Context.checkpoints``): green when intact, red when broken."""
+    from trainlens.checkpoints.requirements import axis_marks
+
+    dashboard = {p.key for p in c.panels if p.section == "dashboard"}
+    for run, a in enumerate(c.analyses):
+        inv = a.context.checkpoints
+        if inv is None:
+            continue
+        marks = axis_marks(inv)
+        axes = {
+            id(ax): ax
+            for (r, _), ax in c.axes_of.items()
+            if r == run and c.panel_of_axes.get(id(ax)) in dashboard
+        }
+        for ax in axes.values():
+            labelled: set[bool] = set()
+            for m in marks:
+                ok = bool(m["intact"])
+                label = None
+                if ok not in labelled:
+                    label = "checkpoint" if ok else "broken checkpoint"
+                    labelled.add(ok)
+                (pt,) = ax.plot(
+                    [m["step"]],
+                    [0.0],
+                    marker="^",
+                    ms=6,
+                    ls="none",
+                    color=CKPT_OK if ok else CKPT_BROKEN,
+                    transform=ax.get_xaxis_transform(),
+                    clip_on=False,
+                    zorder=7,
+                    label=label,
+                )
+                pt.set_gid(f"checkpoint-{run}-{m['step']}-{'ok' if ok else 'broken'}")
 
 
 # ---- where a finding goes ------------------------------------------------------------------

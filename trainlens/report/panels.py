@@ -25,7 +25,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from trainlens.report.annotate import draw_findings, draw_restarts, place_labels
+from trainlens.report.annotate import (
+    draw_checkpoints,
+    draw_findings,
+    draw_restarts,
+    place_labels,
+)
 from trainlens.report.canvas import Canvas
 from trainlens.report.clipping import apply_limits
 from trainlens.report.dashboard import dashboard
@@ -57,6 +62,7 @@ def _build(c: Canvas) -> Figures:
     taken |= tensor_panels(c)
     other_panels(c, taken)
     draw_restarts(c)
+    draw_checkpoints(c)
     drawn, undrawn = draw_findings(c)
     apply_limits(c)
     tidy_log_axes(c)
