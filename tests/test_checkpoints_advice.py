@@ -125,3 +125,20 @@ def test_the_report_marks_checkpoints_on_the_step_axis(tmp_path: Path) -> None:
     gids = {a.get_gid() for ax in loss.figure.axes for a in ax.get_lines()}
     assert "checkpoint-0-300-broken" in gids and "checkpoint-0-200-ok" in gids
     assert len({g for g in gids if g and g.startswith("checkpoint-")}) == 10
+
+
+def test_analyze_checkpoints_flag_names_a_folder_kept_elsewhere(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from trainlens.cli import main
+
+    _saves(tmp_path, range(100, 1001, 100))
+    run = fixture_path("lr_shock_diverge")
+    assert main(["analyze", str(run), "--json", "--checkpoints", str(tmp_path)]) == 0
+    found = json.loads(capsys.readouterr().out)["runs"][0]["findings"]
+    loss = next(f for f in found if f["code"] == "LOSS003")
+    assert "go back to ckpt_step_300.pt (step 300" in loss["message"]
+    assert main(["analyze", str(run), "--checkpoints", str(tmp_path / "nope")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err

@@ -90,6 +90,15 @@ def analyze(
             show_default=False,
         ),
     ] = None,
+    checkpoints: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoints",
+            help="The run's checkpoint folder, audited to name the checkpoint to go back "
+            "to [default: found beside the run, or checkpoints in the config].",
+            show_default=False,
+        ),
+    ] = None,
     report: Annotated[
         Path | None,
         typer.Option(
@@ -110,6 +119,12 @@ def analyze(
     if schedule:
         cfg.schedule = parse_schedule(schedule)
     cfg.apply_flags(select, ignore)
+    if checkpoints is not None:
+        if not checkpoints.exists():
+            from trainlens.core.errors import UsageError
+
+            raise UsageError(f"--checkpoints {checkpoints}: no such file or folder")
+        cfg.checkpoints = str(checkpoints)
     cfg.aliases = {**cfg.aliases, **parse_aliases(alias)}
     cfg.model = {**cfg.model, **_model_overrides(params, gpu, gpus)}
     threshold = fail_rank(fail_on or cfg.fail_on or "none")  # checked before the read
