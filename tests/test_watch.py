@@ -92,6 +92,7 @@ def test_once_on_a_finished_run_gives_analyzes_findings(
 # ---- live: a writer in a subprocess ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_nan_is_announced_while_the_run_is_written(tmp_path: Path) -> None:
     run = tmp_path / "run.jsonl"
     run.touch()

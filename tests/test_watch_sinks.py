@@ -162,6 +162,7 @@ def _scrape(port: int) -> dict[str, list[Any]]:
     return {f.name: f.samples for f in text_string_to_metric_families(text)}
 
 
+@pytest.mark.slow
 def test_prometheus_serves_what_the_watch_sees(tmp_path: Path) -> None:
     run = tmp_path / "run.jsonl"
     run.write_text('{"step": -1, "loss": 2.0, "grad_norm": 1.0}\n')
