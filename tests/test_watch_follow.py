@@ -495,3 +495,25 @@ def test_a_folder_whose_runs_appear_later(tmp_path: Path) -> None:
     shutil.copy(tmp_path / "lr_shock" / "metrics.jsonl", tmp_path / "b.jsonl")
     watched.poll()
     assert sorted(watched.runs) == ["b", "lr_shock"]
+
+
+def test_a_summary_note_is_passed_on_once_not_per_poll(tmp_path: Path) -> None:
+    """Histograms beside the scalars: the reader's "N non-scalar summaries skipped" note
+    comes with every chunk; the follower passes it on once."""
+    import numpy as np
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "hist"
+    w = SummaryWriter(str(run))
+    f = follower_for(run, "tensorboard", ReadOptions())
+    notes = []
+    for k in range(4):
+        for s in range(10 * k, 10 * k + 10):
+            w.add_scalar("train/loss", _loss(s), s)
+            w.add_histogram("weights", np.arange(10) * s, s)
+        w.flush()
+        chunk = f.poll()
+        assert chunk is not None and chunk.frame.height == 10
+        notes += chunk.issues
+    w.close()
+    assert [n.kind for n in notes] == ["non-scalar"]

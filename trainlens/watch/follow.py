@@ -77,6 +77,11 @@ def _waiting(issue: DataIssue) -> bool:
     return issue.kind in WAITING_KINDS
 
 
+#: Notes about the whole run that :class:`~trainlens.watch.live.LiveRun` makes over all the
+#: chunks (a chunk's reader saw only its own rows: its restarts are LiveRun's too).
+WHOLE_RUN_KINDS = frozenset({"restart", "duplicate-step"})
+
+
 _LINE = re.compile(r"\b(lines?|records?) (\d+)(\.\.|-| to )?(\d+)?(?: after byte \d+)?")
 
 
@@ -127,9 +132,24 @@ class Follower:
         self.name = name or (path.stem if path.is_file() else path.name)
         self.source = str(path)
         self.paths: list[Path] = [path]
+        self._told: set[str] = set()  # kinds of summary notes passed on
 
     def poll(self) -> Chunk | None:  # pragma: no cover - the subclasses define it
         raise NotImplementedError
+
+    def _notes(self, issues: list[DataIssue]) -> list[DataIssue]:
+        """The notes of one read worth passing on: not a wait, not a whole-run note, and
+        a summary note (``info``: 20 histograms skipped) once per kind, not per poll."""
+        out = []
+        for i in issues:
+            if _waiting(i) or i.kind in WHOLE_RUN_KINDS:
+                continue
+            if i.severity == "info":
+                if i.kind in self._told:
+                    continue
+                self._told.add(i.kind)
+            out.append(i)
+        return out
 
     def _options(self, start: int = 0, runs: list[str] | None = None) -> ReadOptions:
         return ReadOptions(
@@ -181,7 +201,7 @@ class OffsetFollower(Follower):
         new_cursor = run.cursor.get(str(self.path), size)
         if new_cursor <= start and not replaced:
             return None  # only a partial line or record so far
-        issues = [i for i in run.data_quality if not _waiting(i)]
+        issues = self._notes(run.data_quality)
         if self.format == "tensorboard":
             issues = renumber(issues, records=self.lines)
             self.lines += sum(run.metadata.get("records", {}).values())
@@ -263,7 +283,7 @@ class LinesFollower(Follower):
         # a CSV chunk's data lines are numbered from 2 in the scratch file: line 1 is the header
         shift = body_lines - (1 if self.format == "csv" and start_lines else 0)
         scratch = self._scratch.name if self._scratch else ""
-        issues = [_at(i, scratch, self.source) for i in run.data_quality]
+        issues = [_at(i, scratch, self.source) for i in self._notes(run.data_quality)]
         issues = renumber(issues, lines=max(shift, 0))
         return Chunk(frame, issues, replaced=replaced, metadata=run.metadata)
 
@@ -405,17 +425,19 @@ class RereadFollower(Follower):
                 metadata=run.metadata,
             )
         self.reported.clear()
-        return Chunk(frame.drop("_k"), list(run.data_quality), replaced=True, metadata=run.metadata)
+        self._told.clear()
+        issues = self._new_issues(run.data_quality)
+        return Chunk(frame.drop("_k"), issues, replaced=True, metadata=run.metadata)
 
     def _new_issues(self, issues: list[DataIssue]) -> list[DataIssue]:
         """Each note once: a re-read reports again what the last one did."""
         out = []
         for i in issues:
             key = (i.kind, i.location, i.message)
-            if key not in self.reported and not _waiting(i):
+            if key not in self.reported:
                 self.reported.add(key)
                 out.append(i)
-        return out
+        return self._notes(out)
 
 
 def _same_values(old: pl.DataFrame, before: pl.DataFrame) -> bool:
