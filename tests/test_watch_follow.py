@@ -94,7 +94,8 @@ def _follow_one(follower: Follower, steps: list[Callable[[], None]]) -> LiveRun:
         write()
         chunk = follower.poll()
         if chunk is not None:
-            assert not chunk.issues, [str(i) for i in chunk.issues]
+            warnings = [str(i) for i in chunk.issues if i.severity != "info"]
+            assert not warnings  # (a half-written line or record is a wait, not a note)
             live.add(chunk)
     chunk = follower.poll()
     if chunk is not None:
@@ -407,6 +408,14 @@ def _real_lines(shared_dir: Path, rel: str, n: int) -> list[bytes]:
     [  # (the Megatron log's argument dump takes its first 1,565 lines)
         ("stark-sim_megatron-deepspeed-lock-clock/qwen7b_baseline_500.log", 1000, 1900),
         ("modded_nanogpt/2024-10-13_llmc_main.log", 40, 600),
+        # Megatron-DeepSpeed prints a DeepSpeed engine line before each iteration line: a
+        # chunk of engine lines alone was read as a DeepSpeed log (its lr twice)
+        (
+            "microsoft_Megatron-DeepSpeed/"
+            "gpt3-0.125B-tokendropping-graduallyIncrease-lr-3.0e-4-with-kernel.log",
+            0,
+            3400,
+        ),
     ],
 )
 def test_text_logs_are_followed_line_by_line(

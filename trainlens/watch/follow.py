@@ -227,11 +227,33 @@ def _count_lines(path: Path, start: int, end: int) -> int:
     return n
 
 
+#: Text shapes with real steps: once one is in a log, the reader leaves out the DeepSpeed
+#: engine lines and printed Trainer dicts anywhere in it (they record the same steps).
+STEPPED_SHAPES = ("megatron", "key_value", "nanogpt", "torchtitan", "build_nanogpt")
+#: How many of the last lines of a chunk are tried as its log's anchor line.
+ANCHOR_TRIES = 64
+#: Steps of DeepSpeed engine lines (printed dicts) held back before a log counts as one
+#: of that shape alone (see ``LinesFollower._hold``).
+HOLD_STEPS = 3
+
+
 class LinesFollower(Follower):
     """A text log or a CSV table: the complete lines added since the cursor are read by the
-    format's reader from a scratch file of the same name (a CSV's with its header line
-    before them). A line without its line end waits. A CSV whose header line changed was
-    rewritten (Lightning adds a column by rewriting the file): it is read again whole."""
+    format's reader from a scratch file of the same name. A line without its line end
+    waits. A CSV's chunk has its header line before it; a CSV whose header line changed
+    was rewritten (Lightning adds a column by rewriting the file): it is read again whole,
+    and only values after those passed on are passed on when the rest are the same.
+
+    A text log's chunk has its **anchor** before it: one line of the log's stepped shape
+    (a Megatron ``iteration`` line, an llm.c ``s:N`` line), read alone once. The reader
+    decides from the whole file which lines count — Megatron-DeepSpeed prints DeepSpeed
+    engine lines beside its own, which the reader leaves out when Megatron lines are in
+    the file, and a chunk holding only engine lines would otherwise be read as a DeepSpeed
+    log (its ``lr`` twice, measured on Microsoft's Megatron-DeepSpeed MoE log). The
+    anchor's own rows come first in the chunk's frame (rows are in line order) and are
+    dropped. Before the first stepped line, values of a shape it would overrule are held
+    back for up to ``HOLD_STEPS`` steps: Megatron-DeepSpeed prints its engine line just
+    before its iteration line."""
 
     def __init__(self, path: Path, fmt: str, options: ReadOptions, name: str | None = None) -> None:
         super().__init__(path, fmt, options, name)
@@ -239,8 +261,16 @@ class LinesFollower(Follower):
         self.inode: int | None = None
         self.lines = 0  # lines before the cursor
         self.header = b""  # a CSV's header line, with its line end
+        self.anchor = b""  # a text log's anchor line (see the class docstring)
+        self.anchor_rows = 0
+        self.committed = False  # a text log of an overrulable shape alone (see _hold)
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self.passed = _Passed()
+
+    def _restart(self) -> None:
+        self.cursor = self.lines = self.anchor_rows = 0
+        self.header = self.anchor = b""
+        self.committed = False
 
     def poll(self) -> Chunk | None:
         sig = _signature(self.path)
@@ -251,26 +281,29 @@ class LinesFollower(Follower):
             inode != self.inode or size < self.cursor or not self._same_header()
         )
         if replaced:
-            self.cursor = self.lines = 0
-            self.header = b""
+            self._restart()
         self.inode = inode
         if size <= self.cursor:
             return None
         data = self._complete_lines(size)
         if data is None:
             return None  # only a partial line so far
-        if not self.header and self.format == "csv":
+        if self.cursor == 0 and self.format == "csv":
             self.header = data[: data.index(b"\n") + 1]
-            body_lines = 0
-        else:
-            body_lines = self.lines
-        run = self._read_lines(data if self.cursor == 0 else self.header + data)
-        start_lines = self.lines
+        prefix = (self.header or self.anchor) if self.cursor else b""
+        skip = self.anchor_rows if prefix and self.anchor else 0
+        # the chunk's lines are numbered after the prefix's line in the scratch file
+        shift = self.lines - (1 if prefix else 0)
+        run = self._read_lines(prefix + data)
+        if run is not None and self._hold(run):
+            return None
         self.cursor += len(data)
         self.lines += data.count(b"\n")
         if run is None:
             return Chunk(empty_frame(), replaced=True) if replaced else None
-        frame = run.frame
+        frame = run.frame.slice(skip) if skip else run.frame
+        if self.format == "text" and not self.anchor:
+            self._pin(run, data)
         if replaced:
             # Lightning's CSVLogger rewrites the whole file when a metric appears: the values
             # passed on before are all there again, and only those after them are new
@@ -280,12 +313,40 @@ class LinesFollower(Follower):
             else:
                 self.passed = _Passed()
         self.passed.add(frame)
-        # a CSV chunk's data lines are numbered from 2 in the scratch file: line 1 is the header
-        shift = body_lines - (1 if self.format == "csv" and start_lines else 0)
         scratch = self._scratch.name if self._scratch else ""
         issues = [_at(i, scratch, self.source) for i in self._notes(run.data_quality)]
+        if skip:  # (a note about the anchor line was told with the chunk it came in)
+            issues = [i for i in issues if i.location != "line 1"]
         issues = renumber(issues, lines=max(shift, 0))
         return Chunk(frame, issues, replaced=replaced, metadata=run.metadata)
+
+    def _hold(self, run: Run) -> bool:
+        """Wait with the first values of a shape a stepped one overrules (DeepSpeed's
+        engine line comes just before Megatron's iteration line of the same step): read
+        with the next lines, the reader leaves them out as it does in the whole file."""
+        if self.format != "text" or self.anchor or self.committed:
+            return False
+        shapes = set(run.metadata.get("text_shapes", {}))
+        if not shapes or shapes & set(STEPPED_SHAPES):
+            return False
+        if run.frame.get_column("step").n_unique() < HOLD_STEPS:
+            return True
+        self.committed = True  # a log of that shape alone: no stepped line came
+        return False
+
+    def _pin(self, run: Run, data: bytes) -> None:
+        """Find the anchor in the chunk that holds the log's first stepped lines."""
+        if not set(run.metadata.get("text_shapes", {})) & set(STEPPED_SHAPES):
+            return
+        lines = data.splitlines(keepends=True)
+        for line in reversed(lines[-ANCHOR_TRIES:]):
+            if not any(c.isdigit() for c in line.decode("utf-8", "replace")):
+                continue
+            alone = self._read_lines(line)
+            got = set(alone.metadata.get("text_shapes", {})) if alone is not None else set()
+            if alone is not None and alone.frame.height and got <= set(STEPPED_SHAPES):
+                self.anchor, self.anchor_rows = line, alone.frame.height
+                return
 
     def _same_header(self) -> bool:
         if not self.header:
