@@ -526,3 +526,19 @@ def test_a_summary_note_is_passed_on_once_not_per_poll(tmp_path: Path) -> None:
         notes += chunk.issues
     w.close()
     assert [n.kind for n in notes] == ["non-scalar"]
+
+
+def test_a_last_line_without_its_line_end_is_read_when_the_watch_ends(tmp_path: Path) -> None:
+    """A finished log need not end in a line end (a real train.log in ../shared does not):
+    while watching it waits; the watch's last poll (``final``) reads it, as analyze does."""
+    path = tmp_path / "train.log"
+    path.write_text("".join(f"step:{s}/10 train_loss:{3 - s / 10}\n" for s in range(5)))
+    with path.open("a") as fh:
+        fh.write("step:5/10 train_loss:2.5")
+    f = follower_for(path, "text", ReadOptions())
+    live = _follow_one(f, [])
+    assert live.last_step == 4
+    chunk = f.poll(final=True)
+    assert chunk is not None and chunk.frame["step"].unique().to_list() == [5]
+    live.add(chunk)
+    assert_same_run(live, _only(path))

@@ -69,7 +69,7 @@ class TensorBoardRunFollower(Follower):
             return False
         return any(_event_files(Path(e.path)) for e in subs)
 
-    def poll(self) -> Chunk | None:
+    def poll(self, final: bool = False) -> Chunk | None:
         if self.whole is None and self._has_folded_series():
             self.whole = RereadFollower(self.path, self.format, self.options, self.name)
             if self.files:  # what was passed on so far is passed on again, whole

@@ -134,7 +134,10 @@ class Follower:
         self.paths: list[Path] = [path]
         self._told: set[str] = set()  # kinds of summary notes passed on
 
-    def poll(self) -> Chunk | None:  # pragma: no cover - the subclasses define it
+    def poll(self, final: bool = False) -> Chunk | None:  # pragma: no cover - subclasses
+        """What the source gained since the last poll; None: nothing new. ``final``: the
+        watch ends, so a last line without its line end is read too (a finished log need
+        not end in one; ``trainlens.read`` reads it)."""
         raise NotImplementedError
 
     def _notes(self, issues: list[DataIssue]) -> list[DataIssue]:
@@ -162,9 +165,9 @@ class Follower:
     def _read(self, start: int = 0, path: Path | None = None) -> Run | None:
         try:
             runs = read_runs(path or self.path, format=self.format, options=self._options(start))
-        except TrainlensError:
+        except (TrainlensError, OSError):
             # nothing complete yet (an empty file, one partial line, a half-written JSON
-            # document, a database being written): the next poll tells
+            # document, a database being written, a file being replaced): next poll tells
             return None
         if not runs:
             return None
@@ -183,7 +186,7 @@ class OffsetFollower(Follower):
         self.inode: int | None = None
         self.lines = 0  # lines (records) before the cursor: the chunk's notes count from here
 
-    def poll(self) -> Chunk | None:
+    def poll(self, final: bool = False) -> Chunk | None:
         sig = _signature(self.path)
         if sig is None:
             return None
@@ -215,7 +218,7 @@ class OffsetFollower(Follower):
 def _count_lines(path: Path, start: int, end: int) -> int:
     """Line ends between two offsets (the bytes just read: they are in the page cache)."""
     n = 0
-    with path.open("rb") as fh:
+    with path.open("rb") as fh:  # (just read by the reader: an error here is a real one)
         fh.seek(start)
         left = end - start
         while left > 0:
@@ -272,7 +275,7 @@ class LinesFollower(Follower):
         self.header = self.anchor = b""
         self.committed = False
 
-    def poll(self) -> Chunk | None:
+    def poll(self, final: bool = False) -> Chunk | None:
         sig = _signature(self.path)
         if sig is None:
             return None
@@ -285,7 +288,7 @@ class LinesFollower(Follower):
         self.inode = inode
         if size <= self.cursor:
             return None
-        data = self._complete_lines(size)
+        data = self._complete_lines(size, final)
         if data is None:
             return None  # only a partial line so far
         if self.cursor == 0 and self.format == "csv":
@@ -295,9 +298,9 @@ class LinesFollower(Follower):
         # the chunk's lines are numbered after the prefix's line in the scratch file
         shift = self.lines - (1 if prefix else 0)
         run = self._read_lines(prefix + data)
-        if run is not None and self._hold(run):
+        if run is not None and not final and self._hold(run):
             return None
-        self.cursor += len(data)
+        self.cursor = min(self.cursor + len(data), size)  # (final: the line end we added)
         self.lines += data.count(b"\n")
         if run is None:
             return Chunk(empty_frame(), replaced=True) if replaced else None
@@ -357,10 +360,15 @@ class LinesFollower(Follower):
         except OSError:
             return True  # gone for a moment (being replaced): looked at next poll
 
-    def _complete_lines(self, size: int) -> bytes | None:
-        with self.path.open("rb") as fh:
-            fh.seek(self.cursor)
-            data = fh.read(size - self.cursor)
+    def _complete_lines(self, size: int, final: bool = False) -> bytes | None:
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.cursor)
+                data = fh.read(size - self.cursor)
+        except OSError:
+            return None  # gone for a moment (being replaced): looked at next poll
+        if final and data.strip() and not data.endswith(b"\n"):
+            return data + b"\n"
         end = data.rfind(b"\n") + 1
         return data[:end] if end else None
 
@@ -458,7 +466,7 @@ class RereadFollower(Follower):
     def _read_whole(self) -> Run | None:
         return self._read()
 
-    def poll(self) -> Chunk | None:
+    def poll(self, final: bool = False) -> Chunk | None:
         state = self._state()
         if state is None or state == self.seen:
             return None
