@@ -97,7 +97,7 @@ def _follow_one(follower: Follower, steps: list[Callable[[], None]]) -> LiveRun:
             warnings = [str(i) for i in chunk.issues if i.severity != "info"]
             assert not warnings  # (a half-written line or record is a wait, not a note)
             live.add(chunk)
-    chunk = follower.poll()
+    chunk = follower.poll(final=True)  # (as the watch's last poll)
     if chunk is not None:
         live.add(chunk)
     return live
@@ -536,9 +536,36 @@ def test_a_last_line_without_its_line_end_is_read_when_the_watch_ends(tmp_path: 
     with path.open("a") as fh:
         fh.write("step:5/10 train_loss:2.5")
     f = follower_for(path, "text", ReadOptions())
-    live = _follow_one(f, [])
-    assert live.last_step == 4
+    live = LiveRun(f, _job())
+    first = f.poll()
+    assert first is not None and first.frame["step"].max() == 4
+    live.add(first)
+    assert f.poll() is None
     chunk = f.poll(final=True)
     assert chunk is not None and chunk.frame["step"].unique().to_list() == [5]
     live.add(chunk)
     assert_same_run(live, _only(path))
+
+
+def test_deepspeed_chat_lines_that_need_their_neighbours(tmp_path: Path, shared_dir: Path) -> None:
+    """DeepSpeed-Chat's log: an overflow line counts at the NEXT step line, a ``ppl:`` line
+    needs the banner line before it. Followed a line a time (a poll between every two
+    lines), the values and their steps are those of the whole file — except the
+    fractional ``epoch``, which the reader derives from the whole file's epoch length."""
+    src = "microsoft_DeepSpeedExamples/opt-1.3b-globalBatchSize128.log"
+    lines = _real_lines(shared_dir, src, 900)
+    path = tmp_path / "training.log"
+    path.write_bytes(b"")
+
+    def piece(b: bytes) -> Callable[[], None]:
+        def go() -> None:
+            with path.open("ab") as fh:
+                fh.write(b)
+
+        return go
+
+    live = _follow_one(follower_for(path, "text", ReadOptions()), [piece(ln) for ln in lines])
+    got = _frame(live.run().frame).filter(pl.col("metric") != "epoch")
+    want = _frame(_only(path).frame).filter(pl.col("metric") != "epoch")
+    assert_frame_equal(got, want)
+    assert {"loss_scale", "val/perplexity"} <= set(want["metric"])

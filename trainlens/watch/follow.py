@@ -235,6 +235,10 @@ def _count_lines(path: Path, start: int, end: int) -> int:
 STEPPED_SHAPES = ("megatron", "key_value", "nanogpt", "torchtitan", "build_nanogpt")
 #: How many of the last lines of a chunk are tried as its log's anchor line.
 ANCHOR_TRIES = 64
+#: A text log's lines that give no value are read again with the next ones, up to this
+#: many bytes: some values take two lines (DeepSpeed-Chat's ``Evaluating perplexity``
+#: banner, then ``ppl: …``), and a poll between the two lost the value.
+HOLD_BYTES = 1 << 20
 #: Steps of DeepSpeed engine lines (printed dicts) held back before a log counts as one
 #: of that shape alone (see ``LinesFollower._hold``).
 HOLD_STEPS = 3
@@ -266,14 +270,16 @@ class LinesFollower(Follower):
         self.header = b""  # a CSV's header line, with its line end
         self.anchor = b""  # a text log's anchor line (see the class docstring)
         self.anchor_rows = 0
+        self.pinned = False  # the anchor is a line of the log's stepped shape
         self.committed = False  # a text log of an overrulable shape alone (see _hold)
+        self.deepspeed = False  # a DeepSpeed log: chunks end at a step line (_to_last_step)
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         self.passed = _Passed()
 
     def _restart(self) -> None:
         self.cursor = self.lines = self.anchor_rows = 0
         self.header = self.anchor = b""
-        self.committed = False
+        self.committed = self.deepspeed = self.pinned = False
 
     def poll(self, final: bool = False) -> Chunk | None:
         sig = _signature(self.path)
@@ -294,19 +300,33 @@ class LinesFollower(Follower):
         if self.cursor == 0 and self.format == "csv":
             self.header = data[: data.index(b"\n") + 1]
         prefix = (self.header or self.anchor) if self.cursor else b""
+        last = None
+        if self.deepspeed and not final:
+            last = self._to_last_step(data)
+            if last is None:
+                return None  # no step line yet after the lines that wait for one
+            data = last[0]
         skip = self.anchor_rows if prefix and self.anchor else 0
         # the chunk's lines are numbered after the prefix's line in the scratch file
         shift = self.lines - (1 if prefix else 0)
         run = self._read_lines(prefix + data)
         if run is not None and not final and self._hold(run):
             return None
+        if run is None and self.format == "text" and not final and len(data) < HOLD_BYTES:
+            return None  # no value yet: read again with the next lines (see HOLD_BYTES)
+        if run is not None and not final and self._deepspeed_found(run):
+            return self.poll()  # read again, cut at its last step line
         self.cursor = min(self.cursor + len(data), size)  # (final: the line end we added)
         self.lines += data.count(b"\n")
         if run is None:
             return Chunk(empty_frame(), replaced=True) if replaced else None
         frame = run.frame.slice(skip) if skip else run.frame
-        if self.format == "text" and not self.anchor:
+        if self.format == "text" and not self.pinned:
             self._pin(run, data)
+        if last is not None and not self.pinned:
+            # a DeepSpeed log's next chunk is read after this one's last step line: its
+            # evaluation lines are counted at the step before them
+            self.anchor, self.anchor_rows = last[1], last[2]
         if replaced:
             # Lightning's CSVLogger rewrites the whole file when a metric appears: the values
             # passed on before are all there again, and only those after them are new
@@ -327,7 +347,7 @@ class LinesFollower(Follower):
         """Wait with the first values of a shape a stepped one overrules (DeepSpeed's
         engine line comes just before Megatron's iteration line of the same step): read
         with the next lines, the reader leaves them out as it does in the whole file."""
-        if self.format != "text" or self.anchor or self.committed:
+        if self.format != "text" or self.pinned or self.committed:
             return False
         shapes = set(run.metadata.get("text_shapes", {}))
         if not shapes or shapes & set(STEPPED_SHAPES):
@@ -336,6 +356,28 @@ class LinesFollower(Follower):
             return True
         self.committed = True  # a log of that shape alone: no stepped line came
         return False
+
+    def _deepspeed_found(self, run: Run) -> bool:
+        """True the first time a log without a stepped shape shows DeepSpeed lines."""
+        if self.format != "text" or self.pinned or self.deepspeed:
+            return False
+        shapes = run.metadata.get("text_shapes", {})
+        self.deepspeed = any(k.startswith("deepspeed") for k in shapes)
+        return self.deepspeed
+
+    def _to_last_step(self, data: bytes) -> tuple[bytes, bytes, int] | None:
+        """The lines up to the last one that logs a step, that line and its rows read
+        alone. DeepSpeed's overflow lines carry no step and are counted at the next
+        logged step, which later lines hold (cut after them, they were counted at the step
+        before). None: no such line in the last ``ANCHOR_TRIES`` lines."""
+        lines = data.splitlines(keepends=True)
+        cut = len(data)
+        for line in reversed(lines[-ANCHOR_TRIES:]):
+            alone = self._read_lines(line)
+            if alone is not None and alone.frame.height:
+                return data[:cut], line, alone.frame.height
+            cut -= len(line)
+        return None
 
     def _pin(self, run: Run, data: bytes) -> None:
         """Find the anchor in the chunk that holds the log's first stepped lines."""
@@ -348,7 +390,7 @@ class LinesFollower(Follower):
             alone = self._read_lines(line)
             got = set(alone.metadata.get("text_shapes", {})) if alone is not None else set()
             if alone is not None and alone.frame.height and got <= set(STEPPED_SHAPES):
-                self.anchor, self.anchor_rows = line, alone.frame.height
+                self.anchor, self.anchor_rows, self.pinned = line, alone.frame.height, True
                 return
 
     def _same_header(self) -> bool:
