@@ -569,3 +569,18 @@ def test_deepspeed_chat_lines_that_need_their_neighbours(tmp_path: Path, shared_
     want = _frame(_only(path).frame).filter(pl.col("metric") != "epoch")
     assert_frame_equal(got, want)
     assert {"loss_scale", "val/perplexity"} <= set(want["metric"])
+
+
+def test_text_notes_carry_the_files_line_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    path.write_text("".join(f"s:{s} trl:{3 - s / 100} lr:0.001\n" for s in range(50)))
+    f = follower_for(path, "text", ReadOptions())
+    assert f.poll() is not None
+    with path.open("ab") as fh:
+        fh.write(b"s:50 trl:2.5 lr:0.001\ns:51 trl:2.4 lr:0.001 note:\xff\n")
+    chunk = f.poll()
+    assert chunk is not None and 50 in chunk.frame["step"].to_list()
+    (issue,) = [i for i in chunk.issues if i.kind == "encoding"]
+    assert issue.location == "line 52" and issue.source == str(path)
+    want = [i for i in _only(path).data_quality if i.kind == "encoding"]
+    assert want and want[0].location == issue.location

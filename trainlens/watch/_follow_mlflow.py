@@ -81,7 +81,7 @@ class MlflowRunFollower(RereadFollower):
     def _read_whole(self) -> Any:
         try:
             runs = read_runs(self.path, format="mlflow", options=self._options(runs=[self.run_id]))
-        except (TrainlensError, OSError):
+        except (TrainlensError, OSError, sqlite3.Error):
             return None
         if not runs:
             return None
@@ -110,7 +110,7 @@ class MlflowStore:
             return []
         try:
             runs = read_runs(self.path, format="mlflow", options=self.options)
-        except (TrainlensError, OSError):
+        except (TrainlensError, OSError, sqlite3.Error):
             return []  # nothing readable yet: looked at again when the store changes
         self.seen = state
         folders = (
