@@ -112,7 +112,11 @@ class MlflowStore:
             runs = read_runs(self.path, format="mlflow", options=self.options)
         except (TrainlensError, OSError, sqlite3.Error):
             return []  # nothing readable yet: looked at again when the store changes
-        self.seen = state
+        count = state if isinstance(state, int) else len(state)
+        if len(runs) >= count:
+            # (a run that has logged nothing yet may be left out: looked at again until
+            # every run of the store is followed)
+            self.seen = state
         folders = (
             {Path(f).name: Path(f) for f in _run_folders(self.path)} if self.path.is_dir() else {}
         )
