@@ -56,7 +56,7 @@ def bench_format(fmt: str, made: Path, work: Path, steps: int, grow: int, repeat
     first = follower.poll()
     t_first = time.perf_counter() - t
     assert first is not None
-    polls, reads, cpu = [], [], []
+    polls, reads, cpu, read_cpu = [], [], [], []
     rows = 0
     for k in range(repeats):
         with target.open("ab") as fh:
@@ -67,14 +67,16 @@ def bench_format(fmt: str, made: Path, work: Path, steps: int, grow: int, repeat
         cpu.append(time.process_time() - c)
         assert chunk is not None
         rows += chunk.frame.height
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         read(watched)
         reads.append(time.perf_counter() - t)
+        read_cpu.append(time.process_time() - c)
     p, r = statistics.median(polls), statistics.median(reads)
+    pc, rc = statistics.median(cpu), statistics.median(read_cpu)
     print(
-        f"{fmt:12s} first poll {t_first * 1e3:8.1f} ms | poll after +{grow} steps "
-        f"{p * 1e3:7.2f} ms (cpu {statistics.median(cpu) * 1e3:6.2f} ms, "
-        f"{rows // repeats} values) | full read {r * 1e3:8.1f} ms | poll/read {p / r:.5f}",
+        f"{fmt:12s} first poll {t_first * 1e3:7.0f} ms | poll after +{grow} steps "
+        f"{p * 1e3:6.1f} ms (cpu {pc * 1e3:5.1f}, {rows // repeats} values) | full read "
+        f"{r * 1e3:6.0f} ms (cpu {rc * 1e3:5.0f}) | poll/read wall {p / r:.4f} cpu {pc / rc:.4f}",
         flush=True,
     )
 
