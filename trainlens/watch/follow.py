@@ -1,16 +1,29 @@
 """Followers: what each watched source gained since the last poll.
 
-A follower reads incrementally from a cursor where the format allows it (JSONL, text logs
-and a TensorBoard event file are read from the byte after the last complete line or
-record: ``ReadOptions.start_offset``), so a poll of a million-step file that grew by 100
-steps reads the 100 steps. A partial last line or record is not an error while watching:
-it is left for the next poll, when its writer has finished it. A file that was replaced
-(another inode) or truncated (shorter than what was read) is read again from its start,
-and the chunk says so (``replaced``: a resumed job that rewrote its log).
+A follower reads incrementally from a cursor, so a poll of a million-step file that grew by
+100 steps reads the 100 steps:
 
-Formats whose files are rewritten whole (HF ``trainer_state.json``, a Keras history) or
-that are stores of their own (CSV tables, MLflow, a TensorBoard logdir) are re-read when
-they change and only the rows not emitted before are passed on (:class:`RereadFollower`).
+- **JSONL** and **one TensorBoard event file** are read from ``ReadOptions.start_offset``
+  (the previous ``Run.cursor``: the end of the last complete line or record);
+- **text logs** (Megatron, llm.c, …) and **CSV** tables are read as the complete lines added
+  since the cursor (for a CSV with its header line before them), handed to the reader's
+  public path in a scratch file of the same name (:mod:`._follow_lines`): the text reader
+  reads a last line without a line end and leaves its cursor before it (its values would be
+  passed on twice), and the CSV reader has no ``start_offset``;
+- a **TensorBoard run folder** follows each of its event files from its cursor, and a new
+  event file (a restarted ``SummaryWriter``) joins the run (:mod:`._follow_tb`);
+- an **MLflow** store gives one follower per run, re-read only when that run's files (or the
+  database's metrics table) changed (:mod:`._follow_mlflow`);
+- sources rewritten whole (HF ``trainer_state.json``, a Keras history) are re-read when
+  their size or time changes and only the values after those passed before are passed on
+  (:class:`RereadFollower`).
+
+A partial last line or record is not an error while watching: it is left for the next poll,
+when its writer has finished it (a half-written JSON document likewise). A file that was
+replaced (another inode), truncated (shorter than what was read) or rewritten (a CSV whose
+header changed: Lightning's CSVLogger rewrites ``metrics.csv`` when a metric appears) is
+read again from its start, and the chunk says so (``replaced``: a resumed job). Line and
+record numbers in the notes of a chunk are the file's, not the chunk's.
 
 Every follower's rows are the rows ``trainlens.read`` gives for the finished file: same
 names, aliases and values (tests follow files while real writers write them and compare).
@@ -19,8 +32,9 @@ names, aliases and values (tests follow files while real writers write them and 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +44,13 @@ from trainlens.core.errors import TrainlensError
 from trainlens.core.run import DataIssue, Run
 from trainlens.readers import ReadOptions, detect_format, read_runs
 
-#: Formats read from a byte offset: their readers take ``ReadOptions.start_offset`` and
-#: set ``Run.cursor`` to the end of the last complete line or record.
-STREAMING = ("jsonl", "text", "tensorboard")
+#: Formats whose readers take ``ReadOptions.start_offset`` and set ``Run.cursor`` to the end
+#: of the last complete line or record, and leave a partial one out.
+OFFSET_FORMATS = ("jsonl", "tensorboard")
+#: Line formats read as their new complete lines (see the module docstring).
+LINE_FORMATS = ("text", "csv")
+#: Notes that only say the last line or record is still being written.
+WAITING_KINDS = frozenset({"truncated-line", "truncated-record", "partial-record"})
 
 
 @dataclass
@@ -54,8 +72,51 @@ def _signature(path: Path) -> tuple[int, int, float] | None:
 
 
 def _waiting(issue: DataIssue) -> bool:
-    """A note that only says the last line or record is still being written."""
-    return issue.kind in {"truncated-line", "truncated-record", "partial-record"}
+    return issue.kind in WAITING_KINDS
+
+
+#: Notes about the whole run that :class:`~trainlens.watch.live.LiveRun` makes over all the
+#: chunks (a chunk's reader saw only its own rows: its restarts are LiveRun's too).
+WHOLE_RUN_KINDS = frozenset({"restart", "duplicate-step"})
+
+
+_LINE = re.compile(r"\b(lines?|records?) (\d+)(\.\.|-| to )?(\d+)?(?: after byte \d+)?")
+
+
+def renumber(issues: list[DataIssue], lines: int = 0, records: int = 0) -> list[DataIssue]:
+    """The notes of a chunk read from an offset, with its line (record) numbers made the
+    file's: ``lines`` (``records``) came before the chunk's first one."""
+    if not lines and not records:
+        return issues
+
+    def shift(m: re.Match[str]) -> str:
+        by = lines if m.group(1).startswith("line") else records
+        a = int(m.group(2)) + by
+        rest = f"{m.group(3)}{int(m.group(4)) + by}" if m.group(4) else ""
+        return f"{m.group(1)} {a}{rest}"
+
+    return [
+        replace(
+            i,
+            location=_LINE.sub(shift, i.location) if i.location else i.location,
+            message=_LINE.sub(shift, i.message),
+        )
+        for i in issues
+    ]
+
+
+def empty_frame() -> pl.DataFrame:
+    return pl.DataFrame(
+        schema={
+            "step": pl.Int64,
+            "metric": pl.Categorical,
+            "value": pl.Float64,
+            "wall_time": pl.Float64,
+        }
+    )
+
+
+run_frame_empty = empty_frame  # (the name the first version used)
 
 
 class Follower:
@@ -70,8 +131,12 @@ class Follower:
         self.source = str(path)
         self.paths: list[Path] = [path]
         self.error: str | None = None  # why the last read gave nothing, if it failed
+        self._told: set[str] = set()  # kinds of summary notes passed on
 
-    def poll(self) -> Chunk | None:  # pragma: no cover - the subclasses define it
+    def poll(self, final: bool = False) -> Chunk | None:  # pragma: no cover - subclasses
+        """What the source gained since the last poll; None: nothing new. ``final``: the
+        watch ends, so a last line without its line end is read too (a finished log need
+        not end in one; ``trainlens.read`` reads it)."""
         raise NotImplementedError
 
     def read_whole(self) -> Run | None:
@@ -79,17 +144,34 @@ class Follower:
         while nothing complete is there."""
         return self._read(0)
 
-    def _read(self, start: int = 0) -> Run | None:
-        opts = ReadOptions(
+    def _notes(self, issues: list[DataIssue]) -> list[DataIssue]:
+        """The notes of one read worth passing on: not a wait, not a whole-run note, and
+        a summary note (``info``: 20 histograms skipped) once per kind, not per poll."""
+        out = []
+        for i in issues:
+            if _waiting(i) or i.kind in WHOLE_RUN_KINDS:
+                continue
+            if i.severity == "info":
+                if i.kind in self._told:
+                    continue
+                self._told.add(i.kind)
+            out.append(i)
+        return out
+
+    def _options(self, start: int = 0, runs: list[str] | None = None) -> ReadOptions:
+        return ReadOptions(
             aliases=self.options.aliases,
-            runs=self.options.runs,
+            runs=runs if runs is not None else self.options.runs,
             regex=self.options.regex,
             start_offset=start,
         )
+
+    def _read(self, start: int = 0, path: Path | None = None) -> Run | None:
         try:
-            runs = read_runs(self.path, format=self.format, options=opts)
-        except TrainlensError as exc:
-            # nothing complete yet (an empty file, one partial line): the next poll tells;
+            runs = read_runs(path or self.path, format=self.format, options=self._options(start))
+        except (TrainlensError, OSError) as exc:
+            # nothing complete yet (an empty file, one partial line, a half-written JSON
+            # document, a database being written, a file being replaced): next poll tells;
             # what the reader said is kept, and told once if it stays (an LFS pointer)
             self.error = str(exc)
             return None
@@ -97,54 +179,82 @@ class Follower:
         if not runs:
             return None
         run = runs[0]
-        self.name, self.source = self.fixed_name or run.name, run.source
+        if path is None:
+            self.name, self.source = self.fixed_name or run.name, run.source
         return run
 
 
 class OffsetFollower(Follower):
-    """A JSONL file, a text log or one TensorBoard event file, read from its cursor."""
+    """A JSONL file or one TensorBoard event file, read from its cursor."""
 
     def __init__(self, path: Path, fmt: str, options: ReadOptions, name: str | None = None) -> None:
         super().__init__(path, fmt, options, name)
         self.cursor = 0
         self.inode: int | None = None
+        self.lines = 0  # lines (records) before the cursor: the chunk's notes count from here
 
-    def poll(self) -> Chunk | None:
+    def poll(self, final: bool = False) -> Chunk | None:
         sig = _signature(self.path)
         if sig is None:
             return None
         inode, size, _ = sig
         replaced = self.inode is not None and (inode != self.inode or size < self.cursor)
         if replaced:
-            self.cursor = 0
+            self.cursor = self.lines = 0
         self.inode = inode
         if size <= self.cursor:
             return None
-        run = self._read(self.cursor)
+        start = self.cursor
+        run = self._read(start)
         if run is None:
-            return Chunk(run_frame_empty(), replaced=replaced) if replaced else None
+            return Chunk(empty_frame(), replaced=replaced) if replaced else None
         new_cursor = run.cursor.get(str(self.path), size)
-        if new_cursor <= self.cursor and not replaced:
+        if new_cursor <= start and not replaced:
             return None  # only a partial line or record so far
+        issues = self._notes(run.data_quality)
+        if self.format == "tensorboard":
+            issues = renumber(issues, records=self.lines)
+            self.lines += sum(run.metadata.get("records", {}).values())
+        else:
+            issues = renumber(issues, lines=self.lines)
+            self.lines += _count_lines(self.path, start, new_cursor)
         self.cursor = new_cursor
-        issues = [i for i in run.data_quality if not _waiting(i)]
         return Chunk(run.frame, issues, replaced=replaced, metadata=run.metadata)
 
 
+def _count_lines(path: Path, start: int, end: int) -> int:
+    """Line ends between two offsets (the bytes just read: they are in the page cache)."""
+    n = 0
+    with path.open("rb") as fh:  # (just read by the reader: an error here is a real one)
+        fh.seek(start)
+        left = end - start
+        while left > 0:
+            block = fh.read(min(left, 1 << 20))
+            if not block:
+                break
+            n += block.count(b"\n")
+            left -= len(block)
+    return n
+
+
 class RereadFollower(Follower):
-    """A source rewritten whole or a store of its own: re-read when it changes; pass on
-    the rows after those passed before (or all of them, ``replaced``, when the earlier
-    rows changed: the run was rewritten)."""
+    """A source rewritten whole (HF ``trainer_state.json``, a Keras history), or a store
+    read whole: re-read when it changes; pass on the values after those passed before, per
+    metric (a store's rows come metric by metric, so a new value of the first metric is not
+    at the end of the frame). When the values passed before changed, the run was rewritten:
+    all of it again, ``replaced``."""
 
     def __init__(self, path: Path, fmt: str, options: ReadOptions, name: str | None = None) -> None:
         super().__init__(path, fmt, options, name)
-        self.seen: tuple[Any, ...] | None = None
-        self.emitted: pl.DataFrame | None = None
+        self.seen: Any = None
+        self.emitted: pl.DataFrame | None = None  # what was passed on, with "_k" per metric
+        self.reported: set[tuple[str, str | None, str]] = set()
 
-    def _state(self) -> tuple[Any, ...] | None:
+    def _state(self) -> Any:
+        """What changes when the source gained data (None: cannot be looked at now)."""
         if self.path.is_file():
             return _signature(self.path)
-        try:  # a folder: the names, sizes and times of the files in it (one level down too)
+        try:  # a folder: the names, sizes and times of the files in it
             return tuple(
                 sorted(
                     (str(p), st.st_size, st.st_mtime)
@@ -155,63 +265,109 @@ class RereadFollower(Follower):
         except OSError:
             return None
 
-    def poll(self) -> Chunk | None:
+    def _read_whole(self) -> Run | None:
+        return self._read()
+
+    def read_whole(self) -> Run | None:
+        return self._read_whole()  # one MLflow run of a store, not the store's first
+
+    def poll(self, final: bool = False) -> Chunk | None:
         state = self._state()
         if state is None or state == self.seen:
             return None
-        self.seen = state
-        run = self._read()
+        run = self._read_whole()
         if run is None:
-            return None
-        frame = run.frame.drop("superseded", strict=False)
-        before = self.emitted
-        self.emitted = frame
+            return None  # half-written: the state is looked at again next poll
+        self.seen = state
+        frame = run.frame.drop("superseded", strict=False).with_columns(
+            pl.int_range(pl.len()).over("metric").alias("_k")
+        )
+        issues = self._new_issues(run.data_quality)
+        before, self.emitted = self.emitted, frame
         if before is None:
-            return Chunk(frame, list(run.data_quality), metadata=run.metadata)
-        n = before.height
-        if frame.height >= n and frame.slice(0, n).equals(before):
-            return Chunk(frame.slice(n), [], metadata=run.metadata)
-        return Chunk(frame, list(run.data_quality), replaced=True, metadata=run.metadata)
+            return Chunk(frame.drop("_k"), issues, metadata=run.metadata)
+        counts = before.group_by(pl.col("metric").cast(pl.String)).len()
+        keyed = frame.with_columns(pl.col("metric").cast(pl.String).alias("_m")).join(
+            counts.rename({"metric": "_m", "len": "_n"}), on="_m", how="left"
+        )
+        old = keyed.filter(pl.col("_k") < pl.col("_n").fill_null(0))
+        if _same_values(old, before):
+            new = keyed.filter(pl.col("_k") >= pl.col("_n").fill_null(0))
+            return Chunk(
+                new.select(run.frame.drop("superseded", strict=False).columns),
+                issues,
+                metadata=run.metadata,
+            )
+        self.reported.clear()
+        self._told.clear()
+        issues = self._new_issues(run.data_quality)
+        return Chunk(frame.drop("_k"), issues, replaced=True, metadata=run.metadata)
+
+    def _new_issues(self, issues: list[DataIssue]) -> list[DataIssue]:
+        """Each note once: a re-read reports again what the last one did."""
+        out = []
+        for i in issues:
+            key = (i.kind, i.location, i.message)
+            if key not in self.reported:
+                self.reported.add(key)
+                out.append(i)
+        return self._notes(out)
 
 
-def run_frame_empty() -> pl.DataFrame:
-    return pl.DataFrame(
-        schema={
-            "step": pl.Int64,
-            "metric": pl.Categorical,
-            "value": pl.Float64,
-            "wall_time": pl.Float64,
-        }
-    )
+def _same_values(old: pl.DataFrame, before: pl.DataFrame) -> bool:
+    if old.height != before.height:
+        return False
+    cols = ["step", "value", "_k"]
+    a = old.select(pl.col("_m").alias("metric"), *cols).sort("metric", "_k")
+    b = before.select(pl.col("metric").cast(pl.String), *cols).sort("metric", "_k")
+    return a.equals(b)
 
 
 def follower_for(path: Path, fmt: str, options: ReadOptions, name: str | None = None) -> Follower:
-    if fmt in STREAMING and path.is_file():
-        return OffsetFollower(path, fmt, options, name)
+    if path.is_file():
+        if fmt in OFFSET_FORMATS:
+            return OffsetFollower(path, fmt, options, name)
+        if fmt in LINE_FORMATS:
+            return LinesFollower(path, fmt, options, name)
+    elif fmt == "tensorboard":
+        from trainlens.watch._follow_tb import TensorBoardRunFollower
+
+        return TensorBoardRunFollower(path, fmt, options, name)
     return RereadFollower(path, fmt, options, name)
 
 
 class Discovery:
     """The sources under the watched paths, found as they appear: a file that is created
     after the watch began, a folder whose runs (Lightning versions, TensorBoard runs,
-    metrics files) appear one by one."""
+    metrics files) appear one by one, an MLflow store's runs."""
 
     def __init__(self, paths: Sequence[Path], *, format: str | None, options: ReadOptions) -> None:
         self.paths = list(paths)
         self.format = format
         self.options = options
         self.known: set[str] = set()
+        self.stores: dict[str, Any] = {}  # MLflow stores: their runs appear one by one
 
     def poll(self) -> list[Follower]:
         found: list[Follower] = []
         for path in self.paths:
             for source, fmt, name in self._sources(path):
                 key = os.path.realpath(source)
+                if fmt == "mlflow":
+                    found.extend(self._store(key, source, name).new_runs())
+                    continue
                 if key in self.known:
                     continue
                 self.known.add(key)
                 found.append(follower_for(source, fmt, self.options, name))
         return found
+
+    def _store(self, key: str, source: Path, name: str | None) -> Any:
+        from trainlens.watch._follow_mlflow import MlflowStore
+
+        if key not in self.stores:
+            self.stores[key] = MlflowStore(source, self.options, name)
+        return self.stores[key]
 
     def _sources(self, path: Path) -> list[tuple[Path, str, str | None]]:
         if path.is_file():
@@ -219,15 +375,22 @@ class Discovery:
             return [(path, fmt, None)] if fmt else []
         if not path.is_dir():
             return []
-        from trainlens.gate.discover import discover
+        from trainlens.gate.discover import discover, is_run_store
 
-        if _format_or_none(path):  # the folder is one run (a logdir, a store, a version_N)
-            return [(path, self.format or str(_format_or_none(path)), None)]
+        fmt = _format_or_none(path)
+        # the folder is one run (a run's logdir, a store, a version_N) unless it is a
+        # TensorBoard logdir whose sub-folders are the runs: those are walked, each a run
+        if fmt and (fmt != "tensorboard" or is_run_store(path)):
+            return [(path, self.format or fmt, None)]
         out: list[tuple[Path, str, str | None]] = []
-        for src in discover([str(path)]):
-            fmt = self.format or _format_or_none(Path(src.path))
-            if fmt:
-                out.append((Path(src.path), fmt, src.name))
+        try:
+            found = discover([str(path)])
+        except TrainlensError:
+            return []  # no run in it yet: looked at again next time
+        for src in found:
+            sfmt = self.format or _format_or_none(Path(src.path))
+            if sfmt:
+                out.append((Path(src.path), sfmt, src.name))
         return out
 
 
@@ -236,3 +399,17 @@ def _format_or_none(path: Path) -> str | None:
         return detect_format(path)
     except (TrainlensError, OSError):
         return None  # nothing to tell yet (an empty file): looked at again next poll
+
+
+# (at the end: the module imports this one's names)
+from trainlens.watch._follow_lines import LinesFollower  # noqa: E402
+
+__all__ = [
+    "Chunk",
+    "Discovery",
+    "Follower",
+    "LinesFollower",
+    "OffsetFollower",
+    "RereadFollower",
+    "follower_for",
+]

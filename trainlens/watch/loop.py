@@ -108,7 +108,7 @@ def watch(
                     state.runs.append(live)
                     announce([live.event("run-appeared", f"following {follower.format} run")])
             for live in state.runs:
-                chunk = live.follower.poll()
+                chunk = live.follower.poll(final=once)
                 if chunk is not None:
                     if chunk.frame.height:
                         last_growth = time.monotonic()
@@ -132,6 +132,10 @@ def watch(
         pass
     finally:
         stop.set()
+        for live in state.runs:  # a last line without its line end counts now
+            chunk = live.follower.poll(final=True)
+            if chunk is not None:
+                announce(live.add(chunk))
         for live in state.runs:  # what arrived since the last judging is judged once more
             if live.dirty:
                 announce(live.judge(force=True))
