@@ -391,3 +391,60 @@ def test_an_unreadable_source_is_told_once_not_a_crash(
     issues = [e for e in events if e["event"] == "read-issue"]
     assert len(issues) == 1 and "LFS" in issues[0]["message"]
     assert not _finding_events(events)
+
+
+REPLAY = textwrap.dedent(
+    """
+    import sys, time
+    src, dst, rate, slow = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+    with open(src) as fh:
+        lines = fh.readlines()
+    with open(dst, "a") as out:
+        for i, line in enumerate(lines):
+            out.write(line)
+            out.flush()
+            # the step after `slow` takes 2 s, as a large model's step does
+            time.sleep(2.0 if line.startswith(f'{{"step":{slow},') else 1 / rate)
+    print(f"DONE {time.time()}", flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+def test_an_lr_shock_is_told_while_the_run_is_written(fixture_runs: Path, tmp_path: Path) -> None:
+    """The fixture run with an LR shock at step 400, replayed line by line as its trainer
+    wrote it (with its config beside it), the step after 400 taking 2 s as a large model's
+    does: the grad-norm spike at 400 is an early warning before the loss at 401 exists,
+    and the LR finding and GRAD001 are told before the replay ends."""
+    src = fixture_runs / "lr_shock_diverge"
+    run = tmp_path / "lr_shock_diverge"
+    run.mkdir()
+    (run / "config.json").write_text((src / "config.json").read_text())
+    (run / "metrics.jsonl").write_text("")
+    watcher = _watch(str(run / "metrics.jsonl"), "--json", "--until-idle", "3")
+    time.sleep(1.0)
+    replay = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            REPLAY,
+            str(src / "metrics.jsonl"),
+            str(run / "metrics.jsonl"),
+            "150",
+            "400",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    done = float(replay.stdout.split()[-1])
+    events = _events(out)
+    opened = {e["finding"]["code"]: e for e in _finding_events(events)}
+    assert {"LR001", "GRAD001"} <= set(opened), sorted(opened)
+    assert opened["LR001"]["finding"]["step_start"] == 400
+    assert opened["LR001"]["time"] < done and opened["GRAD001"]["time"] < done
+    early = [e for e in events if e["event"] == "early-warning"]
+    assert early and early[0]["details"]["lead_step"] == 400
+    assert early[0]["time"] <= opened["GRAD001"]["time"]
