@@ -1,0 +1,122 @@
+"""The figures the monitor computes from tensors: norms, entropy, padding, batch size.
+
+Each returns a 0-d tensor on the tensors' device (no host sync); the monitor turns a
+batch of them into numbers once per flush.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+#: rows of logits per entropy chunk: at most 2**22 values (16 MB in fp32) of temporaries
+#: at a time, whatever the vocabulary, instead of a second batch·seq·vocab tensor
+_CHUNK_VALUES = 1 << 22
+
+
+def norms(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """The L2 norm of each tensor (fp32), one fused call where torch has it."""
+    if not tensors:
+        return []
+    return [n.float() for n in torch._foreach_norm(list(tensors))]
+
+
+def global_norm(per_tensor: Sequence[torch.Tensor]) -> torch.Tensor:
+    """sqrt(sum of squares) of per-tensor norms, as ``clip_grad_norm_`` combines them."""
+    if not per_tensor:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(torch.stack([n.to(per_tensor[0].device) for n in per_tensor]))
+
+
+def mean_entropy(logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean entropy (nats) of softmax(logits) over the positions ``mask`` keeps.
+
+    H = logsumexp(z) - sum(softmax(z) * z), computed over chunks of rows so that only a
+    chunk-sized temporary exists next to the logits (never a second full-size tensor).
+    """
+    z = logits.detach()
+    vocab = z.shape[-1]
+    z = z.reshape(-1, vocab)
+    keep = None
+    if mask is not None:
+        keep = mask.detach().reshape(-1).to(device=z.device, dtype=torch.float32)
+        if keep.numel() != z.shape[0]:
+            keep = None  # a mask of another shape (e.g. shifted labels) is not used
+    rows = max(1, _CHUNK_VALUES // max(vocab, 1))
+    total = torch.zeros((), dtype=torch.float32, device=z.device)
+    with torch.no_grad():
+        for start in range(0, z.shape[0], rows):
+            c = z[start : start + rows].float()
+            h = torch.logsumexp(c, dim=-1) - (torch.softmax(c, dim=-1) * c).sum(dim=-1)
+            if keep is not None:
+                h = h * keep[start : start + rows]
+            total = total + h.sum()
+    count = keep.sum() if keep is not None else torch.tensor(float(z.shape[0]))
+    return total / count.to(total.device).clamp_min(1.0)
+
+
+def padding_fraction(mask: torch.Tensor) -> torch.Tensor:
+    """Share of positions the attention mask marks as padding (mask == 0)."""
+    m = mask.detach()
+    return 1.0 - m.float().mean() if m.numel() else torch.zeros(())
+
+
+def _first_tensor(batch: Any) -> torch.Tensor | None:
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, Mapping):
+        for key in ("input_ids", "tokens", "x", "inputs"):
+            if isinstance(batch.get(key), torch.Tensor):
+                return batch[key]
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            if isinstance(item, torch.Tensor):
+                return item
+    return None
+
+
+def batch_size(batch: Any) -> tuple[int | None, int | None]:
+    """(tokens, samples) of a batch: its input ids when it holds integer token ids of
+    shape (batch, seq), else only samples (the first dimension)."""
+    t = _first_tensor(batch)
+    if t is None or t.ndim == 0:
+        return None, None
+    samples = int(t.shape[0])
+    is_ids = not (t.is_floating_point() or t.is_complex()) and t.dtype != torch.bool
+    tokens = int(t.numel()) if is_ids and t.ndim == 2 else None
+    return tokens, samples
+
+
+def attention_mask_of(batch: Any) -> torch.Tensor | None:
+    if isinstance(batch, Mapping) and isinstance(batch.get("attention_mask"), torch.Tensor):
+        return batch["attention_mask"]
+    return None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes() -> float | None:
+    """Resident set size of this process (Linux /proc; None elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            return float(int(fh.read().split()[1]) * _PAGE)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory(device: torch.device) -> dict[str, float]:
+    """Device memory (CUDA allocated / reserved / peak, bytes) and host RSS."""
+    out: dict[str, float] = {}
+    if device.type == "cuda" and torch.cuda.is_available():
+        out["mem/allocated"] = float(torch.cuda.memory_allocated(device))
+        out["mem/reserved"] = float(torch.cuda.memory_reserved(device))
+        out["mem/peak"] = float(torch.cuda.max_memory_allocated(device))
+    rss = rss_bytes()
+    if rss is not None:
+        out["mem/rss"] = rss
+    return out
