@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -81,8 +81,6 @@ class Monitor:
         flush_every: int = DEFAULT_FLUSH,
         tensorboard: bool = False,
         hook_optimizer: bool = True,
-        on_finding: Callable[[Any], None] | None = None,
-        stop_on: str | None = None,
     ) -> None:
         if every < 1 or flush_every < 1:
             raise ValueError("every and flush_every must be at least 1")
@@ -107,12 +105,6 @@ class Monitor:
         self._last_end: float | None = None
         self._fwd_start: float | None = None
         self.hw = Hardware.detect(model, scaler=scaler, gpu=gpu, dtype=dtype)
-        self.stopped: str | None = None
-        self._judge = None
-        if on_finding is not None or stop_on is not None:
-            from trainlens.monitor.judge import Judge
-
-            self._judge = Judge(on_finding=on_finding, stop_on=stop_on)
         self._sinks: list[Any] = []
         self._hooks: list[Any] = []
         if self.hw.rank == 0:
@@ -280,7 +272,7 @@ class Monitor:
         rec: dict[str, Value] = {"step": float(self.opt_step), "time": time.time()}
         for key, values in self._micro.items():
             if all(isinstance(v, float) for v in values):
-                rec[key] = sum(values) / len(values)  # type: ignore[arg-type,unused-ignore]
+                rec[key] = sum(cast(list[float], values)) / len(values)
             else:
                 rec[key] = torch.stack([torch.as_tensor(v) for v in values]).float().mean()
         rec.update(self._fig)
@@ -316,8 +308,6 @@ class Monitor:
             self.hw.add_mfu(row)
         for sink in self._sinks:
             sink.write(rows)
-        if self._judge is not None and self._sinks:
-            self.stopped = self._judge.judge(self.path, rows) or self.stopped
 
     def log(self, metrics: Mapping[str, Value], step: int | None = None) -> None:
         """Write other figures (e.g. ``{"val/loss": v}``) at ``step`` (default: the last
