@@ -14,9 +14,14 @@ METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "metrics.config.json"
 
 
-def _number(v: float) -> float | str:
-    # json writes NaN / Infinity by default, which trainlens' JSONL reader reads back
-    return v if not math.isfinite(v) else float(f"{v:.6g}")
+def _number(key: str, v: float) -> float:
+    """6 significant digits for measured figures (the fixtures' precision: half the file);
+    the LR and the wall clock exactly (an LR is set, not measured: the schedule detector
+    compares it with the declared one). NaN / Infinity are written as json writes them,
+    which trainlens' JSONL reader reads back."""
+    if key == "time" or key == "lr" or key.startswith("lr/") or not math.isfinite(v):
+        return v
+    return float(f"{v:.6g}")
 
 
 class JsonlSink:
@@ -32,9 +37,7 @@ class JsonlSink:
             return
         lines = []
         for rec in records:
-            row = {
-                k: _number(v) if isinstance(v, float) and k != "time" else v for k, v in rec.items()
-            }
+            row = {k: _number(k, v) if isinstance(v, float) else v for k, v in rec.items()}
             lines.append(json.dumps(row, separators=(",", ":")))
         self._fh.write("\n".join(lines) + "\n")
         self._fh.flush()
