@@ -139,8 +139,9 @@ def main() -> None:
         kw = {"every": args.every} if args.every else {}
         mon = Monitor(model, opt, out=args.out, scheduler=sched, config=extra, **kw)  # trainlens
     times: list[float] = []
+    cpu: list[float] = []
     for step in range(1, args.steps + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         batch = data.batch()
         if freeze_at and step == freeze_at:
             for p in (*model.tok.parameters(), *model.pos.parameters()):
@@ -171,11 +172,15 @@ def main() -> None:
         if mon is not None:
             mon.step(loss=loss, batch=batch, logits=logits)  # trainlens
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         if mon is not None and (step % args.val_every == 0 or step == args.steps):
             mon.log({"val/loss": evaluate(model, val_batches)})  # trainlens
     if mon is not None:
         mon.close()  # trainlens
-    print(f"step time median {statistics.median(times) * 1e3:.3f} ms over {len(times)} steps")
+    print(
+        f"step time median {statistics.median(times) * 1e3:.3f} ms "
+        f"(cpu {statistics.median(cpu) * 1e3:.3f} ms) over {len(times)} steps"
+    )
 
 
 def evaluate(model: TinyGPT, batches: list[dict[str, torch.Tensor]]) -> float:

@@ -36,7 +36,7 @@ import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 
@@ -50,14 +50,27 @@ DEFAULT_EVERY = 10
 #: records kept in memory before one host transfer and write
 DEFAULT_FLUSH = 50
 
-Value = float | torch.Tensor
+
+class Vec(NamedTuple):
+    """Figures of many tensors held as one 1-D tensor until the flush (one op, not one
+    per tensor: the op count is what costs on the hot path)."""
+
+    names: list[str]
+    values: torch.Tensor
+
+
+Value = float | torch.Tensor | Vec
+#: key prefix of a Vec entry in a record: ``_VEC + "grad_norm/"`` expands to
+#: ``grad_norm/<name>`` for each of its names
+_VEC = "\0vec:"
 
 
 class Monitor:
     """Record every optimizer step of ``model`` trained by ``optimizer`` to ``out``.
 
-    ``every``: per-tensor grad norms, update ratios and entropy every ``every`` optimizer
-    steps (the global grad norm, LR, loss, timing and memory every step). ``scheduler``:
+    ``every``: per-tensor grad norms and update ratios (global and per tensor) every
+    ``every`` optimizer steps (the global grad norm, LR, loss, entropy, padding, timing and
+    memory every step). ``scheduler``:
     the LR scheduler, read for the declared schedule (``schedule=`` declares it by hand).
     ``scaler``: a GradScaler, for the loss scale. ``config``: more keys for the run config
     (e.g. ``seq_len``, ``n_layer``, ``n_head``, ``head_dim``). ``gpu`` / ``dtype``: override
@@ -182,13 +195,14 @@ class Monitor:
     def _tensor_grad_norms(self, clip: tuple[torch.Tensor, float] | None) -> dict[str, Value]:
         with_grad = [(n, p.grad) for n, p in self._named if p.grad is not None]
         got = stats.norms([g for _, g in with_grad])
-        if clip is not None:
-            # the grads are already clipped: clip_grad_norm_ scaled them all by one factor
-            total, max_norm = clip
-            coef = torch.clamp(max_norm / (total.float() + 1e-6), max=1.0)
-            got = [n / coef for n in got]
         fig: dict[str, Value] = {f"grad_norm/{n}": 0.0 for n, _ in self._named}
-        fig.update({f"grad_norm/{n}": v for (n, _), v in zip(with_grad, got, strict=True)})
+        if got:
+            per = torch.stack(got)
+            if clip is not None:
+                # the grads are already clipped: clip_grad_norm_ scaled all by one factor
+                total, max_norm = clip
+                per = per / torch.clamp(max_norm / (total.float() + 1e-6), max=1.0)
+            fig[_VEC + "grad_norm/"] = Vec([n for n, _ in with_grad], per)
         if clip is None:
             # the optimizer's params are usually the model's: one norm computation for both
             mine = {id(g) for _, g in with_grad}
@@ -204,13 +218,11 @@ class Monitor:
         if old is None:
             return
         new = [p.detach() for _, p in self._named]
-        delta = stats.norms(torch._foreach_sub(new, old))
-        weight = stats.norms(new)
-        for (name, _), d, w in zip(self._named, delta, weight, strict=True):
-            self._fig[f"update_ratio/{name}"] = d / w.clamp_min(1e-30)
-        self._fig["update_ratio"] = stats.global_norm(delta) / stats.global_norm(weight).clamp_min(
-            1e-30
-        )
+        delta = torch.stack(stats.norms(torch._foreach_sub(new, old)))
+        weight = torch.stack(stats.norms(new))
+        names = [n for n, _ in self._named]
+        self._fig[_VEC + "update_ratio/"] = Vec(names, delta / weight.clamp_min(1e-30))
+        self._fig["update_ratio"] = delta.norm() / weight.norm().clamp_min(1e-30)
 
     # ---- the user's call ---------------------------------------------------------------
 
@@ -263,7 +275,9 @@ class Monitor:
             mask = stats.attention_mask_of(batch)
         if mask is not None:
             self._add("padding_frac", stats.padding_fraction(mask))
-        if logits is not None and self._tensor_step(self._written + 1):
+        if logits is not None:
+            # every step: the entropy detector needs a dense series, and the chunked pass
+            # costs a few percent of the output layer's own work (see docs/monitor.md)
             self._add("entropy", stats.mean_entropy(logits, mask))
         for key, value in extra.items():
             self._add(key, value)
@@ -342,20 +356,29 @@ class Monitor:
 def _to_numbers(records: list[dict[str, Value]]) -> list[dict[str, Any]]:
     """The records with every tensor replaced by its float: one stack and one transfer per
     device for the whole batch of records."""
-    where: dict[torch.device, list[tuple[int, str, torch.Tensor]]] = {}
+    where: dict[torch.device, list[tuple[int, list[str], torch.Tensor]]] = {}
     rows: list[dict[str, Any]] = []
     for i, rec in enumerate(records):
         row: dict[str, Any] = {}
         for key, value in rec.items():
-            if isinstance(value, torch.Tensor):
-                where.setdefault(value.device, []).append((i, key, value))
+            if isinstance(value, Vec):
+                prefix = key.removeprefix(_VEC)
+                names = [prefix + n for n in value.names]
+                row.update(dict.fromkeys(names, math.nan))  # keep the key order
+                where.setdefault(value.values.device, []).append((i, names, value.values))
+            elif isinstance(value, torch.Tensor):
+                row[key] = math.nan
+                where.setdefault(value.device, []).append((i, [key], value.reshape(1)))
             else:
                 row[key] = value
         rows.append(row)
     for items in where.values():
-        numbers = torch.stack([t.reshape(()).float() for _, _, t in items]).tolist()
-        for (i, key, _), number in zip(items, numbers, strict=True):
-            rows[i][key] = float(number)
+        numbers = torch.cat([t.float() for _, _, t in items]).tolist()
+        at = 0
+        for i, names, _ in items:
+            for name in names:
+                rows[i][name] = float(numbers[at])
+                at += 1
     for row in rows:
         row["step"] = int(row["step"])
-    return [{"step": r.pop("step"), **r} for r in rows]
+    return rows
