@@ -59,7 +59,8 @@ class Vec(NamedTuple):
     values: torch.Tensor
 
 
-Value = float | torch.Tensor | Vec
+Scalar = float | torch.Tensor
+Value = Scalar | Vec
 #: key prefix of a Vec entry in a record: ``_VEC + "grad_norm/"`` expands to
 #: ``grad_norm/<name>`` for each of its names
 _VEC = "\0vec:"
@@ -110,7 +111,7 @@ class Monitor:
         self._clip: tuple[torch.Tensor, float] | None = None
         self._fig: dict[str, Value] = {}  # figures of the current optimizer step
         self._snapshot: list[torch.Tensor] | None = None
-        self._micro: dict[str, list[Value]] = {}
+        self._micro: dict[str, list[Scalar]] = {}
         self._tokens: int | None = None
         self._samples: int | None = None
         self._records: list[dict[str, Value]] = []
@@ -228,14 +229,14 @@ class Monitor:
 
     def step(
         self,
-        loss: Value | None = None,
+        loss: Scalar | None = None,
         batch: Any = None,
         logits: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         *,
         tokens: int | None = None,
         samples: int | None = None,
-        **extra: Value,
+        **extra: Scalar,
     ) -> None:
         """Record a (micro-)batch; after an optimizer step, write that step's record."""
         now = time.perf_counter()
@@ -246,7 +247,7 @@ class Monitor:
         if len(self._records) >= self.flush_every:
             self.flush()
 
-    def _add(self, key: str, value: Value | None) -> None:
+    def _add(self, key: str, value: Scalar | None) -> None:
         if value is not None:
             self._micro.setdefault(key, []).append(
                 value.detach() if isinstance(value, torch.Tensor) else float(value)
@@ -254,13 +255,13 @@ class Monitor:
 
     def _observe(
         self,
-        loss: Value | None,
+        loss: Scalar | None,
         batch: Any,
         logits: torch.Tensor | None,
         mask: torch.Tensor | None,
         tokens: int | None,
         samples: int | None,
-        extra: Mapping[str, Value],
+        extra: Mapping[str, Scalar],
     ) -> None:
         self._add("train/loss", loss)
         if batch is not None and (tokens is None or samples is None):
@@ -323,7 +324,7 @@ class Monitor:
         for sink in self._sinks:
             sink.write(rows)
 
-    def log(self, metrics: Mapping[str, Value], step: int | None = None) -> None:
+    def log(self, metrics: Mapping[str, Scalar], step: int | None = None) -> None:
         """Write other figures (e.g. ``{"val/loss": v}``) at ``step`` (default: the last
         optimizer step), after the step records waiting."""
         self.flush()
