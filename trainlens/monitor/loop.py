@@ -169,6 +169,13 @@ class Monitor:
         if self._fwd_start is None and module.training:
             self._fwd_start = time.perf_counter()
 
+    def mark_start(self) -> None:
+        """The step's compute begins now (its batch is in hand): what came before since
+        the last step was the dataloader wait. The model's forward pre-hook calls this;
+        a framework whose training step does not call the model's forward calls it too."""
+        if self._fwd_start is None:
+            self._fwd_start = time.perf_counter()
+
     def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.before_step()
 
