@@ -11,6 +11,13 @@ and its ratio to the run without the monitor. CPU time, not wall time, is the he
 on a shared machine other processes move the wall clock of a step by far more than 3 %,
 and the monitor's cost is CPU work in the training process (it adds no sleeps and no
 waits). Wall-clock medians are printed beside it.
+
+``--self`` measures the same thing from inside one process, which other processes cannot
+disturb: tiny_gpt runs with the monitor, each of the monitor's entry points (the
+optimizer pre/post hooks, the forward pre-hook, the clip observer, ``step`` with its
+flushes) is timed with the process CPU clock, and the sum is divided by the CPU time of
+the steps without it. It leaves out indirect costs (allocator, caches), which the
+process-level comparison includes.
 """
 
 from __future__ import annotations
@@ -37,12 +44,54 @@ def run(steps: int, every: int | None, out: Path) -> tuple[float, float]:
     return float(m.group(1)), float(m.group(2))
 
 
+def self_time(steps: int, every: int) -> tuple[float, float]:
+    """(monitor CPU seconds, loop CPU seconds without them) of one tiny_gpt run."""
+    import functools
+    import time
+
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "examples"))
+    import tiny_gpt  # type: ignore[import-not-found]
+
+    from trainlens.monitor.loop import Monitor
+
+    spent = [0.0]
+    originals = {}
+    for name in ("before_step", "_post_hook", "_forward_pre_hook", "_saw_clip", "step"):
+        original = originals[name] = getattr(Monitor, name)
+
+        def timed(*a: object, _f: object = original, **k: object) -> object:
+            t = time.process_time()
+            try:
+                return _f(*a, **k)  # type: ignore[operator]
+            finally:
+                spent[0] += time.process_time() - t
+
+        setattr(Monitor, name, functools.wraps(original)(timed))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            cpu = tiny_gpt.main(["--out", tmp, "--steps", str(steps), "--every", str(every)])
+    finally:
+        for name, original in originals.items():
+            setattr(Monitor, name, original)
+    return spent[0], sum(cpu) - spent[0]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--every", type=int, nargs="+", default=[1, 10, 50])
+    p.add_argument("--self", action="store_true", help="in-process accounting (see above)")
     args = p.parse_args()
+    if args.self:
+        for every in args.every:
+            mon, rest = self_time(args.steps, every)
+            print(
+                f"every={every}: monitor {mon / args.steps * 1e3:.3f} ms/step of CPU, "
+                f"{mon / rest:.2%} of the step without it ({rest / args.steps * 1e3:.3f} ms)"
+            )
+        return
     settings: list[int | None] = [None, *args.every]
     wall: dict[int | None, list[float]] = {s: [] for s in settings}
     cpu: dict[int | None, list[float]] = {s: [] for s in settings}

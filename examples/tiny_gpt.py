@@ -97,7 +97,7 @@ def schedule(
     return torch.optim.lr_scheduler.SequentialLR(opt, [warm, cos], milestones=[warmup])
 
 
-def parse() -> argparse.Namespace:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="runs/tiny_gpt")
     p.add_argument("--steps", type=int, default=300)
@@ -106,7 +106,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--every", type=int, default=None, help="monitor per-tensor period")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--val-every", type=int, default=50)
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def _fault(spec: str | None) -> tuple[str | None, int]:
@@ -120,8 +120,9 @@ def _fault(spec: str | None) -> tuple[str | None, int]:
     return kind, int(at)
 
 
-def main() -> None:
-    args = parse()
+def main(argv: list[str] | None = None) -> list[float]:
+    """Train; print the median step time; return each step's process CPU seconds."""
+    args = parse(argv)
     fault, at = _fault(args.inject)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -181,6 +182,7 @@ def main() -> None:
         f"step time median {statistics.median(times) * 1e3:.3f} ms "
         f"(cpu {statistics.median(cpu) * 1e3:.3f} ms) over {len(times)} steps"
     )
+    return cpu
 
 
 def evaluate(model: TinyGPT, batches: list[dict[str, torch.Tensor]]) -> float:

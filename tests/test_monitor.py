@@ -139,6 +139,10 @@ def test_entropy_in_chunks_matches_categorical() -> None:
     finally:
         stats._CHUNK_VALUES = old
     assert float(got) == pytest.approx(float((want * mask).sum() / mask.sum()), rel=1e-5)
+    # a masked-out token (logit -inf) has probability 0 and adds nothing
+    logits[..., :10] = -math.inf
+    want = torch.distributions.Categorical(logits=logits).entropy()
+    assert float(mean_entropy(logits)) == pytest.approx(float(want.mean()), rel=1e-5)
 
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")

@@ -108,6 +108,7 @@ class Monitor:
         self._named = [(n, p) for n, p in model.named_parameters()]
         self._opt_params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self._param_ids = {id(p) for p in self._opt_params}
+        self._zero_keys = [f"grad_norm/{n}" for n, _ in self._named]
         self._clip: tuple[torch.Tensor, float] | None = None
         self._fig: dict[str, Value] = {}  # figures of the current optimizer step
         self._snapshot: list[torch.Tensor] | None = None
@@ -197,13 +198,14 @@ class Monitor:
             fig["grad_norm"] = stats.global_norm(stats.norms(grads))
         if per_tensor:
             fig.update(self._tensor_grad_norms(clip))
-            self._snapshot = [p.detach().clone() for _, p in self._named]
+            # one fused copy of every weight (38 separate clones cost 3x as much on tiny_gpt)
+            self._snapshot = list(torch._foreach_mul([p.detach() for _, p in self._named], 1.0))
         self._fig = fig
 
     def _tensor_grad_norms(self, clip: tuple[torch.Tensor, float] | None) -> dict[str, Value]:
         with_grad = [(n, p.grad) for n, p in self._named if p.grad is not None]
         got = stats.norms([g for _, g in with_grad])
-        fig: dict[str, Value] = {f"grad_norm/{n}": 0.0 for n, _ in self._named}
+        fig: dict[str, Value] = dict.fromkeys(self._zero_keys, 0.0)
         if got:
             per = torch.stack(got)
             if clip is not None:
