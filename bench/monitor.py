@@ -44,8 +44,9 @@ def run(steps: int, every: int | None, out: Path) -> tuple[float, float]:
     return float(m.group(1)), float(m.group(2))
 
 
-def self_time(steps: int, every: int) -> tuple[float, float]:
-    """(monitor CPU seconds, loop CPU seconds without them) of one tiny_gpt run."""
+def self_time(steps: int, every: int) -> tuple[dict[str, float], float]:
+    """(monitor CPU seconds per entry point, loop CPU seconds without them) of one
+    tiny_gpt run."""
     import functools
     import time
 
@@ -55,17 +56,17 @@ def self_time(steps: int, every: int) -> tuple[float, float]:
 
     from trainlens.monitor.loop import Monitor
 
-    spent = [0.0]
+    spent: dict[str, float] = {}
     originals = {}
     for name in ("before_step", "_post_hook", "_forward_pre_hook", "_saw_clip", "step"):
         original = originals[name] = getattr(Monitor, name)
 
-        def timed(*a: object, _f: object = original, **k: object) -> object:
+        def timed(*a: object, _f: object = original, _n: str = name, **k: object) -> object:
             t = time.process_time()
             try:
                 return _f(*a, **k)  # type: ignore[operator]
             finally:
-                spent[0] += time.process_time() - t
+                spent[_n] = spent.get(_n, 0.0) + time.process_time() - t
 
         setattr(Monitor, name, functools.wraps(original)(timed))
     try:
@@ -74,7 +75,7 @@ def self_time(steps: int, every: int) -> tuple[float, float]:
     finally:
         for name, original in originals.items():
             setattr(Monitor, name, original)
-    return spent[0], sum(cpu) - spent[0]
+    return spent, sum(cpu) - sum(spent.values())
 
 
 def main() -> None:
@@ -86,7 +87,10 @@ def main() -> None:
     args = p.parse_args()
     if args.self:
         for every in args.every:
-            mon, rest = self_time(args.steps, every)
+            parts, rest = self_time(args.steps, every)
+            mon = sum(parts.values())
+            each = ", ".join(f"{k} {v / args.steps * 1e6:.0f}" for k, v in parts.items())
+            print(f"every={every}: µs/step by entry point: {each}")
             print(
                 f"every={every}: monitor {mon / args.steps * 1e3:.3f} ms/step of CPU, "
                 f"{mon / rest:.2%} of the step without it ({rest / args.steps * 1e3:.3f} ms)"
