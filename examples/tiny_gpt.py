@@ -16,6 +16,7 @@ import argparse
 import math
 import statistics
 import time
+from typing import Any
 
 import torch
 from torch import nn
@@ -106,6 +107,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--every", type=int, default=None, help="monitor per-tensor period")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--val-every", type=int, default=50)
+    p.add_argument("--stop-on", default=None, help="stop at a finding of this severity")
     return p.parse_args(argv)
 
 
@@ -137,7 +139,9 @@ def main(argv: list[str] | None = None) -> list[float]:
         from trainlens.monitor import Monitor  # trainlens
 
         extra = {"seq_len": SEQ, "n_layer": LAYERS, "n_head": HEADS, "head_dim": D // HEADS}
-        kw = {"every": args.every} if args.every else {}
+        kw: dict[str, Any] = {"every": args.every} if args.every else {}
+        if args.stop_on:
+            kw["stop_on"] = args.stop_on
         mon = Monitor(model, opt, out=args.out, scheduler=sched, config=extra, **kw)  # trainlens
     times: list[float] = []
     cpu: list[float] = []
@@ -174,6 +178,9 @@ def main(argv: list[str] | None = None) -> list[float]:
             mon.step(loss=loss, batch=batch, logits=logits)  # trainlens
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
+        if mon is not None and mon.stopped:  # trainlens: stop_on met
+            print(f"stopped after step {step}: {mon.stopped}")
+            break
         if mon is not None and (step % args.val_every == 0 or step == args.steps):
             mon.log({"val/loss": evaluate(model, val_batches)})  # trainlens
     if mon is not None:

@@ -264,3 +264,32 @@ def test_nonfinite_values_written_and_read_back(tmp_path: Path) -> None:
     [run] = trainlens.read(tmp_path / "metrics.jsonl")
     _, values = run.series("grad_norm")
     assert values.size == 1 and not math.isfinite(values[0])
+
+
+def test_stop_on_error_stops_the_nan_run_at_its_step(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    found: list[Any] = []
+    mon = Monitor(model, opt, out=tmp_path, stop_on="error", on_finding=found.append)
+    g = torch.Generator().manual_seed(0)
+    last = 0
+    for step in range(1, 61):
+        batch = _batch(g)
+        logits = model(batch["input_ids"])
+        if step >= 40:
+            logits = logits * math.inf  # overflow: loss and grads NaN from step 40
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, VOCAB), batch["input_ids"].reshape(-1)
+        )
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        mon.step(loss=loss, batch=batch, logits=logits)
+        last = step
+        if mon.stopped:
+            break
+    mon.close()
+    assert last == 40
+    assert mon.stopped is not None and mon.stopped.startswith("NAN001")
+    assert any(f.code == "NAN001" and f.step_start == 40 for f in found)

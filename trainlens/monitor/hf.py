@@ -67,6 +67,8 @@ class HFCallback(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.monitor is not None:
             self.monitor.step()  # the optimizer stepped: write its record
+            if self.monitor.stopped:
+                control.should_training_stop = True
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         metrics = kw.get("metrics") or {}

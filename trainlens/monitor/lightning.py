@@ -71,6 +71,8 @@ class LightningCallback(Callback):
             loss, logits = outputs.get("loss"), outputs.get("logits")
         mask = batch.get("attention_mask") if isinstance(batch, Mapping) else None
         self.monitor.step(loss=loss, batch=batch, logits=logits, attention_mask=mask)
+        if self.monitor.stopped:
+            trainer.should_stop = True
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self.monitor is None or trainer.sanity_checking:

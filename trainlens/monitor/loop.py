@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -77,6 +77,11 @@ class Monitor:
     (e.g. ``seq_len``, ``n_layer``, ``n_head``, ``head_dim``). ``gpu`` / ``dtype``: override
     what is detected (MFU needs both and the model size). ``hook_optimizer=False``: the
     caller calls :meth:`before_step` itself (the Lightning callback does).
+    ``on_finding``: called with each new :class:`~trainlens.core.findings.Finding` of the
+    run so far (the detectors of ``trainlens analyze``, duty-cycled: see
+    :mod:`trainlens.monitor.judge`); ``stop_on="error"`` (or "warning"): :attr:`stopped`
+    says why once a finding at that severity appears (the callbacks stop the trainer).
+    With either, every record is written at once (a host sync per step on a GPU).
     """
 
     def __init__(
@@ -95,6 +100,8 @@ class Monitor:
         flush_every: int = DEFAULT_FLUSH,
         tensorboard: bool = False,
         hook_optimizer: bool = True,
+        on_finding: Callable[[Any], None] | None = None,
+        stop_on: str | None = None,
     ) -> None:
         if every < 1 or flush_every < 1:
             raise ValueError("every and flush_every must be at least 1")
@@ -120,6 +127,13 @@ class Monitor:
         self._last_end: float | None = None
         self._fwd_start: float | None = None
         self.hw = Hardware.detect(model, scaler=scaler, gpu=gpu, dtype=dtype)
+        #: why the run should stop (``stop_on`` met), else None: the loop checks it
+        self.stopped: str | None = None
+        self._judge = None
+        if on_finding is not None or stop_on is not None:
+            from trainlens.monitor.judge import Judge
+
+            self._judge = Judge(on_finding, stop_on)
         self._sinks: list[Any] = []
         self._hooks: list[Any] = []
         if self.hw.rank == 0:
@@ -253,7 +267,8 @@ class Monitor:
         if self.opt_step == self._written:
             return  # a micro-batch of a step still accumulating gradients
         self._finish(now)
-        if len(self._records) >= self.flush_every:
+        if len(self._records) >= self.flush_every or self._judge is not None:
+            # judging wants every record on disk at once (the judge is duty-cycled itself)
             self.flush()
 
     def _add(self, key: str, value: Scalar | None) -> None:
@@ -332,6 +347,9 @@ class Monitor:
             self.hw.add_mfu(row)
         for sink in self._sinks:
             sink.write(rows)
+        if self._judge is not None and self._sinks:
+            why = self._judge.judge(self.path, self._judge.urgent(rows))
+            self.stopped = self.stopped or why
 
     def log(self, metrics: Mapping[str, Scalar], step: int | None = None) -> None:
         """Write other figures (e.g. ``{"val/loss": v}``) at ``step`` (default: the last
