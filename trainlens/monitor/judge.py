@@ -46,9 +46,14 @@ class Judge:
         if not urgent and now < self._next:
             return None
         from trainlens.api import analyze_run, read
+        from trainlens.core.config import Config
 
         runs = read(path)
-        result = analyze_run(runs[0]) if runs else None
+        # every non-finite metric its own NAN001: the detector lists 20 and folds the rest
+        # into one warning, sorted by name, which hides train/loss (its error) behind the
+        # per-tensor series when more than 20 turn NaN at once (reported to its owner)
+        config = Config(detectors={"nonfinite": {"max_metrics": 1_000_000}})
+        result = analyze_run(runs[0], config) if runs else None
         spent = time.monotonic() - now
         self._next = time.monotonic() + spent / DUTY
         stop = None
