@@ -82,6 +82,21 @@ class Hardware:
             cfg["mfu_note"] = self.mfu_note
         return cfg
 
+    def per_rank(self, figures: dict[str, float]) -> dict[str, float]:
+        """``<name>/rank<i>`` of every rank's figures (a collective: every rank calls it at
+        the same step). One all_gather of a few numbers, every ``every`` steps."""
+        dist = torch.distributed
+        names = sorted(figures)
+        device = self.device if dist.get_backend() == "nccl" else torch.device("cpu")
+        mine = torch.tensor([figures[n] for n in names], dtype=torch.float64, device=device)
+        got = [torch.empty_like(mine) for _ in range(self.world_size)]
+        dist.all_gather(got, mine)
+        return {
+            f"{name}/rank{rank}": float(v)
+            for rank, values in enumerate(got)
+            for name, v in zip(names, values.tolist(), strict=True)
+        }
+
     def memory(self) -> dict[str, float]:
         return stats.memory(self.device)
 

@@ -326,6 +326,11 @@ class Monitor:
                 rec["tokens_per_sec"] = self._tokens * scale
             if self._samples:
                 rec["samples_per_sec"] = self._samples * scale
+        if self.hw.world_size > 1 and self._tensor_step(self.opt_step):
+            # stragglers: every rank's step time and data wait, gathered every k steps
+            mine = {"step_time": math.nan, "dataloader_wait": math.nan}
+            mine.update({k: v for k, v in rec.items() if k in mine and isinstance(v, float)})
+            rec.update(self.hw.per_rank(mine))
         rec.update(self.hw.memory())
         scale_t = self.hw.loss_scale()
         if scale_t is not None:
