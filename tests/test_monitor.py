@@ -293,3 +293,27 @@ def test_stop_on_error_stops_the_nan_run_at_its_step(tmp_path: Path) -> None:
     assert last == 40
     assert mon.stopped is not None and mon.stopped.startswith("NAN001")
     assert any(f.code == "NAN001" and f.step_start == 40 for f in found)
+
+
+def test_tensorboard_output_read_back(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    torch.manual_seed(0)
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mon = Monitor(model, opt, out=tmp_path, tensorboard=True, every=2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        batch = _batch(g)
+        loss = model(batch["input_ids"]).logsumexp(-1).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        mon.step(loss=loss, batch=batch)
+    mon.close()
+    [tb] = trainlens.read(tmp_path / "tb")
+    [js] = trainlens.read(tmp_path / "metrics.jsonl")
+    for name in ("train/loss", "grad_norm", "lr", "padding_frac"):
+        steps, values = tb.series(name)
+        want_steps, want = js.series(name)
+        assert list(steps) == list(want_steps) == [1, 2, 3]
+        assert values == pytest.approx(want, rel=1e-5)
