@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LINE = re.compile(r"step time median ([\d.]+) ms \(cpu ([\d.]+) ms\)")
 
 
-def run(steps: int, every: int | None, out: Path) -> tuple[float, float]:
-    cmd = [sys.executable, str(ROOT / "examples" / "tiny_gpt.py"), "--steps", str(steps)]
+def run(steps: int, every: int | None, out: Path, size: list[str]) -> tuple[float, float]:
+    cmd = [sys.executable, str(ROOT / "examples" / "tiny_gpt.py"), "--steps", str(steps), *size]
     cmd += ["--out", str(out)] + (["--no-monitor"] if every is None else ["--every", str(every)])
     done = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
     m = LINE.search(done.stdout)
@@ -44,7 +44,7 @@ def run(steps: int, every: int | None, out: Path) -> tuple[float, float]:
     return float(m.group(1)), float(m.group(2))
 
 
-def self_time(steps: int, every: int) -> tuple[dict[str, float], float]:
+def self_time(steps: int, every: int, size: list[str]) -> tuple[dict[str, float], float]:
     """(monitor CPU seconds per entry point, loop CPU seconds without them) of one
     tiny_gpt run."""
     import functools
@@ -71,7 +71,8 @@ def self_time(steps: int, every: int) -> tuple[dict[str, float], float]:
         setattr(Monitor, name, functools.wraps(original)(timed))
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            cpu = tiny_gpt.main(["--out", tmp, "--steps", str(steps), "--every", str(every)])
+            argv = ["--out", tmp, "--steps", str(steps), "--every", str(every), *size]
+            cpu = tiny_gpt.main(argv)
     finally:
         for name, original in originals.items():
             setattr(Monitor, name, original)
@@ -84,10 +85,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--every", type=int, nargs="+", default=[1, 10, 50])
     p.add_argument("--self", action="store_true", help="in-process accounting (see above)")
+    p.add_argument("--d-model", type=int, default=64, help="tiny_gpt's width (64: 116k params)")
+    p.add_argument("--layers", type=int, default=2)
     args = p.parse_args()
+    size = ["--d-model", str(args.d_model), "--layers", str(args.layers)]
     if args.self:
         for every in args.every:
-            parts, rest = self_time(args.steps, every)
+            parts, rest = self_time(args.steps, every, size)
             mon = sum(parts.values())
             each = ", ".join(f"{k} {v / args.steps * 1e6:.0f}" for k, v in parts.items())
             print(f"every={every}: µs/step by entry point: {each}")
@@ -103,11 +107,14 @@ def main() -> None:
         for r in range(args.rounds):
             order = settings[r % len(settings) :] + settings[: r % len(settings)]
             for s in order:
-                w, c = run(args.steps, s, Path(tmp) / f"r{r}_{s}")
+                w, c = run(args.steps, s, Path(tmp) / f"r{r}_{s}", size)
                 wall[s].append(w)
                 cpu[s].append(c)
     base_c, base_w = statistics.median(cpu[None]), statistics.median(wall[None])
-    print(f"tiny_gpt, {args.steps} steps, {args.rounds} rounds (median of per-step medians)")
+    print(
+        f"tiny_gpt d_model {args.d_model}, {args.layers} layers, {args.steps} steps, "
+        f"{args.rounds} rounds (median of per-step medians)"
+    )
     print(f"{'monitor':<16}{'cpu ms/step':>12}{'ratio':>9}{'wall ms/step':>14}{'ratio':>9}")
     for s in settings:
         c, w = statistics.median(cpu[s]), statistics.median(wall[s])

@@ -22,15 +22,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-VOCAB, SEQ, BATCH, D, LAYERS, HEADS = 96, 64, 8, 64, 2, 4
+VOCAB, SEQ, BATCH, HEADS = 96, 64, 8, 4
 
 
 class Block(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, d: int) -> None:
         super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
-        self.attn = nn.MultiheadAttention(D, HEADS, batch_first=True)
-        self.mlp = nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, HEADS, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
     def forward(self, x: torch.Tensor, causal: torch.Tensor) -> torch.Tensor:
         h = self.ln1(x)
@@ -39,13 +39,13 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, d: int = 64, layers: int = 2) -> None:
         super().__init__()
-        self.tok = nn.Embedding(VOCAB, D)
-        self.pos = nn.Embedding(SEQ, D)
-        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
-        self.ln_f = nn.LayerNorm(D)
-        self.head = nn.Linear(D, VOCAB, bias=False)
+        self.tok = nn.Embedding(VOCAB, d)
+        self.pos = nn.Embedding(SEQ, d)
+        self.blocks = nn.ModuleList(Block(d) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, VOCAB, bias=False)
         self.register_buffer("causal", torch.triu(torch.ones(SEQ, SEQ, dtype=torch.bool), 1))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -106,6 +106,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--inject", default=None, help="nan@STEP | lr_shock@STEP | freeze:emb")
     p.add_argument("--every", type=int, default=None, help="monitor per-tensor period")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--d-model", type=int, default=64, help="width (64: 116k parameters)")
+    p.add_argument("--layers", type=int, default=2)
     p.add_argument("--val-every", type=int, default=50)
     p.add_argument("--stop-on", default=None, help="stop at a finding of this severity")
     return p.parse_args(argv)
@@ -130,7 +132,7 @@ def main(argv: list[str] | None = None) -> list[float]:
     torch.set_num_threads(1)
     data, val = Data(args.seed, args.steps), Data(777, 4)
     val_batches = [val.batch() for _ in range(4)]
-    model = TinyGPT()
+    model = TinyGPT(args.d_model, args.layers)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
     sched = schedule(opt, args.steps, warmup=max(1, args.steps // 20))
     freeze_at = args.steps // 3 if fault == "freeze" else 0
@@ -138,7 +140,12 @@ def main(argv: list[str] | None = None) -> list[float]:
     if not args.no_monitor:
         from trainlens.monitor import Monitor  # trainlens
 
-        extra = {"seq_len": SEQ, "n_layer": LAYERS, "n_head": HEADS, "head_dim": D // HEADS}
+        extra = {
+            "seq_len": SEQ,
+            "n_layer": args.layers,
+            "n_head": HEADS,
+            "head_dim": args.d_model // HEADS,
+        }
         kw: dict[str, Any] = {"every": args.every} if args.every else {}
         if args.stop_on:
             kw["stop_on"] = args.stop_on
