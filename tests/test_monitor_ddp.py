@@ -1,0 +1,78 @@
+"""trainlens.monitor under a real 2-process DDP run (gloo, CPU): rank 0 alone writes, and
+every rank's step time and data wait are gathered every k steps as ``<name>/rank<i>``."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+WORKER = r"""
+import os, sys, time, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[3])
+from trainlens.monitor import Monitor
+rank, out = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", rank=rank, world_size=2)
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(
+    torch.nn.Sequential(torch.nn.Embedding(20, 8), torch.nn.Linear(8, 20)))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+mon = Monitor(model, opt, out=out, every=3)
+g = torch.Generator().manual_seed(rank)
+for step in range(6):
+    ids = torch.randint(0, 20, (4, 5), generator=g)
+    if rank == 1:
+        time.sleep(0.05)  # rank 1 is the straggler: its data takes longer
+    logits = model(ids)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 20), ids.reshape(-1))
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    mon.step(loss=loss, batch=ids)
+mon.close()
+dist.destroy_process_group()
+"""
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.slow  # two torch processes: ~10 s on the shared build machine
+def test_ddp_rank0_writes_and_per_rank_times_are_gathered(tmp_path: Path) -> None:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    out = tmp_path / "run"
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()), "PATH": "/usr/bin:/bin"}
+    root = str(Path(__file__).resolve().parent.parent)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(out), root],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # one writer, not two
+    gathered = [r for r in rows if "step_time/rank1" in r]
+    assert [r["step"] for r in gathered] == [1, 3, 6]
+    for r in gathered[1:]:
+        # rank 1 slept 50 ms before each forward: its data wait shows it, rank 0's does not
+        assert r["dataloader_wait/rank1"] >= 0.045
+        assert r["dataloader_wait/rank0"] < r["dataloader_wait/rank1"]
+        assert r["step_time/rank0"] == pytest.approx(r["step_time"], rel=1e-3)
+    assert json.loads((out / "metrics.config.json").read_text())["world_size"] == 2

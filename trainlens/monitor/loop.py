@@ -1,0 +1,417 @@
+"""The plain-loop monitor: built from the model and the optimizer, one call per step.
+
+::
+
+    mon = Monitor(model, optimizer, out="runs/name", scheduler=sched)
+    for batch in loader:
+        logits = model(batch["input_ids"]); loss = ...
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)   # optional
+        optimizer.step(); sched.step(); optimizer.zero_grad()
+        mon.step(loss=loss, batch=batch, logits=logits)
+    mon.close()
+
+What is measured where (so each figure is the one the docs promise):
+
+- an optimizer step pre-hook (the moment ``optimizer.step()`` starts, grads final and,
+  under a GradScaler, unscaled): the LR of every param group (the LR this step uses),
+  the global gradient norm (the norm ``clip_grad_norm_`` computed when the user clipped,
+  seen through :mod:`trainlens.monitor._clip`; else computed here, so it is pre-clip
+  either way), and every ``every`` steps the per-tensor gradient norms and a copy of the
+  weights;
+- an optimizer step post-hook: on those steps ‖ΔW‖/‖W‖ per tensor and global;
+- a forward pre-hook on the model: when the step's compute began, so the time since the
+  previous step ended is the dataloader wait;
+- :meth:`Monitor.step`: loss, tokens and samples of the batch, padding, entropy, step time,
+  memory, loss scale. It may be called on every micro-batch: a record is written once per
+  optimizer step, its loss the mean over the step's micro-batches.
+
+Figures stay tensors until a flush (every ``flush_every`` steps), where they become
+numbers in one host transfer: no sync on the hot path on an accelerator.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple, cast
+
+import torch
+
+from trainlens.monitor import _clip, stats
+from trainlens.monitor.hardware import Hardware
+from trainlens.monitor.schedule import declared_schedule
+from trainlens.monitor.sink import JsonlSink, TensorBoardSink, write_config
+
+#: per-tensor statistics every 10 steps: see docs/monitor.md (overhead table)
+DEFAULT_EVERY = 10
+#: records kept in memory before one host transfer and write
+DEFAULT_FLUSH = 50
+
+
+class Vec(NamedTuple):
+    """Figures of many tensors held as one 1-D tensor until the flush (one op, not one
+    per tensor: the op count is what costs on the hot path)."""
+
+    names: list[str]
+    values: torch.Tensor
+
+
+Scalar = float | torch.Tensor
+Value = Scalar | Vec
+#: key prefix of a Vec entry in a record: ``_VEC + "grad_norm/"`` expands to
+#: ``grad_norm/<name>`` for each of its names
+_VEC = "\0vec:"
+
+
+class Monitor:
+    """Record every optimizer step of ``model`` trained by ``optimizer`` to ``out``.
+
+    ``every``: per-tensor grad norms and update ratios (global and per tensor) every
+    ``every`` optimizer steps (the global grad norm, LR, loss, entropy, padding, timing and
+    memory every step). ``scheduler``:
+    the LR scheduler, read for the declared schedule (``schedule=`` declares it by hand).
+    ``scaler``: a GradScaler, for the loss scale. ``config``: more keys for the run config
+    (e.g. ``seq_len``, ``n_layer``, ``n_head``, ``head_dim``). ``gpu`` / ``dtype``: override
+    what is detected (MFU needs both and the model size). ``hook_optimizer=False``: the
+    caller calls :meth:`before_step` itself (the Lightning callback does).
+    ``on_finding``: called with each new :class:`~trainlens.core.findings.Finding` of the
+    run so far (the detectors of ``trainlens analyze``, duty-cycled: see
+    :mod:`trainlens.monitor.judge`); ``stop_on="error"`` (or "warning"): :attr:`stopped`
+    says why once a finding at that severity appears (the callbacks stop the trainer).
+    With either, every record is written at once (a host sync per step on a GPU).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        out: str | Path = "runs/run",
+        *,
+        every: int = DEFAULT_EVERY,
+        scheduler: Any = None,
+        scaler: Any = None,
+        schedule: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+        gpu: str | None = None,
+        dtype: str | None = None,
+        flush_every: int = DEFAULT_FLUSH,
+        tensorboard: bool = False,
+        hook_optimizer: bool = True,
+        on_finding: Callable[[Any], None] | None = None,
+        stop_on: str | None = None,
+    ) -> None:
+        if every < 1 or flush_every < 1:
+            raise ValueError("every and flush_every must be at least 1")
+        self.model = model
+        self.optimizer: torch.optim.Optimizer = getattr(optimizer, "optimizer", optimizer)
+        self.out = Path(out)
+        self.every = every
+        self.flush_every = flush_every
+        self.scaler = scaler
+        self.opt_step = 0  # optimizer steps seen (the step number of the last one)
+        self._named = [(n, p) for n, p in model.named_parameters()]
+        self._opt_params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self._param_ids = {id(p) for p in self._opt_params}
+        self._zero_keys = [f"grad_norm/{n}" for n, _ in self._named]
+        self._clip: tuple[torch.Tensor, float] | None = None
+        self._fig: dict[str, Value] = {}  # figures of the current optimizer step
+        self._snapshot: list[torch.Tensor] | None = None
+        self._micro: dict[str, list[Scalar]] = {}
+        self._tokens: int | None = None
+        self._samples: int | None = None
+        self._records: list[dict[str, Value]] = []
+        self._written = 0  # last optimizer step turned into a record
+        self._last_end: float | None = None
+        self._fwd_start: float | None = None
+        self.hw = Hardware.detect(model, scaler=scaler, gpu=gpu, dtype=dtype)
+        #: why the run should stop (``stop_on`` met), else None: the loop checks it
+        self.stopped: str | None = None
+        self._judge = None
+        if on_finding is not None or stop_on is not None:
+            from trainlens.monitor.judge import Judge
+
+            self._judge = Judge(on_finding, stop_on)
+        self._sinks: list[Any] = []
+        self._hooks: list[Any] = []
+        if self.hw.rank == 0:
+            self._sinks.append(JsonlSink(self.out))
+            if tensorboard:
+                self._sinks.append(TensorBoardSink(self.out))
+            self._write_config(scheduler, schedule, config)
+        if hook_optimizer:
+            self._hooks.append(self.optimizer.register_step_pre_hook(self._pre_hook))
+        self._hooks.append(self.optimizer.register_step_post_hook(self._post_hook))
+        self._hooks.append(model.register_forward_pre_hook(self._forward_pre_hook))
+        _clip.install()
+        _clip.ACTIVE.add(self)
+
+    @property
+    def path(self) -> Path:
+        """The metrics file."""
+        return self.out / "metrics.jsonl"
+
+    # ---- run config ------------------------------------------------------------------
+
+    def _write_config(
+        self, scheduler: Any, schedule: Mapping[str, Any] | None, extra: Mapping[str, Any] | None
+    ) -> None:
+        cfg: dict[str, Any] = {"source": "trainlens.monitor", "first_step": 1}
+        cfg.update(self.hw.config())
+        cfg["monitor"] = {"every": self.every}
+        if schedule:
+            cfg["schedule"] = dict(schedule)
+        else:
+            declared, note = declared_schedule(scheduler)
+            if declared:
+                cfg["schedule"] = declared
+            elif note:
+                cfg["schedule_note"] = note
+        if "schedule" in cfg:
+            cfg["schedule"].setdefault("first_step", 1)
+        cfg.update(extra or {})
+        write_config(self.out, cfg)
+
+    # ---- hooks -------------------------------------------------------------------------
+
+    def _saw_clip(self, params: list[torch.Tensor], max_norm: float, total: torch.Tensor) -> None:
+        if params and id(params[0]) in self._param_ids and self._clip is None:
+            self._clip = (total.detach(), max_norm)
+
+    def _forward_pre_hook(self, module: torch.nn.Module, args: Any) -> None:
+        if self._fwd_start is None and module.training:
+            self._fwd_start = time.perf_counter()
+
+    def mark_start(self) -> None:
+        """The step's compute begins now (its batch is in hand): what came before since
+        the last step was the dataloader wait. The model's forward pre-hook calls this;
+        a framework whose training step does not call the model's forward calls it too."""
+        if self._fwd_start is None:
+            self._fwd_start = time.perf_counter()
+
+    def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.before_step()
+
+    def _tensor_step(self, step: int) -> bool:
+        return step == 1 or step % self.every == 0
+
+    def before_step(self) -> None:
+        """Figures of the optimizer step about to run: its LRs and pre-clip grad norms."""
+        self.opt_step += 1
+        fig: dict[str, Value] = {}
+        for i, group in enumerate(self.optimizer.param_groups):
+            fig["lr" if i == 0 else f"lr/group{i}"] = float(group["lr"])
+        per_tensor = self._tensor_step(self.opt_step)
+        grads = [p.grad for p in self._opt_params if p.grad is not None]
+        clip, self._clip = self._clip, None
+        if clip is not None:
+            fig["grad_norm"] = clip[0]
+        elif not per_tensor:
+            fig["grad_norm"] = stats.global_norm(stats.norms(grads))
+        if per_tensor:
+            fig.update(self._tensor_grad_norms(clip))
+            # one fused copy of every weight (38 separate clones cost 3x as much on tiny_gpt)
+            self._snapshot = list(torch._foreach_mul([p.detach() for _, p in self._named], 1.0))
+        self._fig = fig
+
+    def _tensor_grad_norms(self, clip: tuple[torch.Tensor, float] | None) -> dict[str, Value]:
+        with_grad = [(n, p.grad) for n, p in self._named if p.grad is not None]
+        got = stats.norms([g for _, g in with_grad])
+        fig: dict[str, Value] = dict.fromkeys(self._zero_keys, 0.0)
+        if got:
+            per = torch.stack(got)
+            if clip is not None:
+                # the grads are already clipped: clip_grad_norm_ scaled all by one factor
+                total, max_norm = clip
+                per = per / torch.clamp(max_norm / (total.float() + 1e-6), max=1.0)
+            fig[_VEC + "grad_norm/"] = Vec([n for n, _ in with_grad], per)
+        if clip is None:
+            # the optimizer's params are usually the model's: one norm computation for both
+            mine = {id(g) for _, g in with_grad}
+            rest = [
+                p.grad for p in self._opt_params if p.grad is not None and id(p.grad) not in mine
+            ]
+            fig["grad_norm"] = stats.global_norm(got + stats.norms(rest))
+        return fig
+
+    def _post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._clip = None  # a clip after before_step (Lightning) belongs to no later step
+        old, self._snapshot = self._snapshot, None
+        if old is None:
+            return
+        new = [p.detach() for _, p in self._named]
+        delta = torch.stack(stats.norms(torch._foreach_sub(new, old)))
+        weight = torch.stack(stats.norms(new))
+        names = [n for n, _ in self._named]
+        self._fig[_VEC + "update_ratio/"] = Vec(names, delta / weight.clamp_min(1e-30))
+        self._fig["update_ratio"] = delta.norm() / weight.norm().clamp_min(1e-30)
+
+    # ---- the user's call ---------------------------------------------------------------
+
+    def step(
+        self,
+        loss: Scalar | None = None,
+        batch: Any = None,
+        logits: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        tokens: int | None = None,
+        samples: int | None = None,
+        **extra: Scalar,
+    ) -> None:
+        """Record a (micro-)batch; after an optimizer step, write that step's record."""
+        now = time.perf_counter()
+        self._observe(loss, batch, logits, attention_mask, tokens, samples, extra)
+        if self.opt_step == self._written:
+            return  # a micro-batch of a step still accumulating gradients
+        self._finish(now)
+        if len(self._records) >= self.flush_every or self._judge is not None:
+            # judging wants every record on disk at once (the judge is duty-cycled itself)
+            self.flush()
+
+    def _add(self, key: str, value: Scalar | None) -> None:
+        if value is not None:
+            self._micro.setdefault(key, []).append(
+                value.detach() if isinstance(value, torch.Tensor) else float(value)
+            )
+
+    def _observe(
+        self,
+        loss: Scalar | None,
+        batch: Any,
+        logits: torch.Tensor | None,
+        mask: torch.Tensor | None,
+        tokens: int | None,
+        samples: int | None,
+        extra: Mapping[str, Scalar],
+    ) -> None:
+        self._add("train/loss", loss)
+        if batch is not None and (tokens is None or samples is None):
+            got_tokens, got_samples = stats.batch_size(batch)
+            tokens = tokens if tokens is not None else got_tokens
+            samples = samples if samples is not None else got_samples
+        if tokens is not None:
+            self._tokens = (self._tokens or 0) + tokens
+        if samples is not None:
+            self._samples = (self._samples or 0) + samples
+        if mask is None and batch is not None:
+            mask = stats.attention_mask_of(batch)
+        if mask is not None:
+            self._add("padding_frac", stats.padding_fraction(mask))
+        if logits is not None:
+            # every step: the entropy detector needs a dense series, and the chunked pass
+            # costs a few percent of the output layer's own work (see docs/monitor.md)
+            self._add("entropy", stats.mean_entropy(logits, mask))
+        for key, value in extra.items():
+            self._add(key, value)
+
+    def _finish(self, now: float) -> None:
+        rec: dict[str, Value] = {"step": float(self.opt_step), "time": time.time()}
+        for key, values in self._micro.items():
+            if all(isinstance(v, float) for v in values):
+                rec[key] = sum(cast(list[float], values)) / len(values)
+            else:
+                rec[key] = torch.stack([torch.as_tensor(v) for v in values]).float().mean()
+        rec.update(self._fig)
+        start = self._last_end if self._last_end is not None else self._fwd_start
+        if start is not None:
+            dt = now - start
+            rec["step_time"] = dt
+            if self._last_end is not None and self._fwd_start is not None:
+                rec["dataloader_wait"] = max(0.0, self._fwd_start - self._last_end)
+            scale = self.hw.world_size / dt if dt > 0 else math.nan
+            if self._tokens:
+                rec["tokens_per_sec"] = self._tokens * scale
+            if self._samples:
+                rec["samples_per_sec"] = self._samples * scale
+        if self.hw.world_size > 1 and self._tensor_step(self.opt_step):
+            # stragglers: every rank's step time and data wait, gathered every k steps
+            mine = {"step_time": math.nan, "dataloader_wait": math.nan}
+            mine.update({k: v for k, v in rec.items() if k in mine and isinstance(v, float)})
+            rec.update(self.hw.per_rank(mine))
+        rec.update(self.hw.memory())
+        scale_t = self.hw.loss_scale()
+        if scale_t is not None:
+            rec["loss_scale"] = scale_t
+        self._records.append(rec)
+        self._written = self.opt_step
+        self._micro, self._fig, self._tokens, self._samples = {}, {}, None, None
+        self._last_end, self._fwd_start = time.perf_counter(), None
+
+    # ---- writing -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Turn the waiting records into numbers (one host transfer) and write them."""
+        records, self._records = self._records, []
+        if not records:
+            return
+        rows = _to_numbers(records)
+        for row in rows:
+            self.hw.add_mfu(row)
+        for sink in self._sinks:
+            sink.write(rows)
+        if self._judge is not None and self._sinks:
+            why = self._judge.judge(self.path, self._judge.urgent(rows))
+            self.stopped = self.stopped or why
+
+    def log(self, metrics: Mapping[str, Scalar], step: int | None = None) -> None:
+        """Write other figures (e.g. ``{"val/loss": v}``) at ``step`` (default: the last
+        optimizer step), after the step records waiting."""
+        self.flush()
+        row: dict[str, Value] = {"step": float(self.opt_step if step is None else step)}
+        row.update(
+            {k: v.detach() if isinstance(v, torch.Tensor) else float(v) for k, v in metrics.items()}
+        )
+        row["time"] = time.time()
+        for sink in self._sinks:
+            sink.write(_to_numbers([row]))
+
+    def close(self) -> None:
+        """Write what is waiting, remove the hooks, close the files."""
+        self.flush()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        _clip.ACTIVE.discard(self)
+        for sink in self._sinks:
+            sink.close()
+        self._sinks = []
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _to_numbers(records: list[dict[str, Value]]) -> list[dict[str, Any]]:
+    """The records with every tensor replaced by its float: one stack and one transfer per
+    device for the whole batch of records."""
+    where: dict[torch.device, list[tuple[int, list[str], torch.Tensor]]] = {}
+    rows: list[dict[str, Any]] = []
+    for i, rec in enumerate(records):
+        row: dict[str, Any] = {}
+        for key, value in rec.items():
+            if isinstance(value, Vec):
+                prefix = key.removeprefix(_VEC)
+                names = [prefix + n for n in value.names]
+                row.update(dict.fromkeys(names, math.nan))  # keep the key order
+                where.setdefault(value.values.device, []).append((i, names, value.values))
+            elif isinstance(value, torch.Tensor):
+                row[key] = math.nan
+                where.setdefault(value.device, []).append((i, [key], value.reshape(1)))
+            else:
+                row[key] = value
+        rows.append(row)
+    for items in where.values():
+        numbers = torch.cat([t.float() for _, _, t in items]).tolist()
+        at = 0
+        for i, names, _ in items:
+            for name in names:
+                rows[i][name] = float(numbers[at])
+                at += 1
+    for row in rows:
+        row["step"] = int(row["step"])
+    return rows

@@ -1,0 +1,75 @@
+"""Where the monitor writes: one JSON object per line (canonical names), the run config
+beside it, and optionally TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, TextIO
+
+METRICS_FILE = "metrics.jsonl"
+#: ``<stem>.config.json`` is the first name trainlens.runconfig looks for beside a file;
+#: a plain config.json would collide with the model config HF saves in its output dir
+CONFIG_FILE = "metrics.config.json"
+
+
+def _number(key: str, v: float) -> float:
+    """6 significant digits for measured figures (the fixtures' precision: half the file);
+    the LR and the wall clock exactly (an LR is set, not measured: the schedule detector
+    compares it with the declared one). NaN / Infinity are written as json writes them,
+    which trainlens' JSONL reader reads back."""
+    if key == "time" or key == "lr" or key.startswith("lr/") or not math.isfinite(v):
+        return v
+    return float(f"{v:.6g}")
+
+
+class JsonlSink:
+    """Appends records to ``<out>/metrics.jsonl``; line-buffered per flush."""
+
+    def __init__(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        self.path = out / METRICS_FILE
+        self._fh: TextIO | None = self.path.open("a", encoding="utf-8")
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        if self._fh is None or not records:
+            return
+        lines = []
+        for rec in records:
+            row = {k: _number(k, v) if isinstance(v, float) else v for k, v in rec.items()}
+            lines.append(json.dumps(row, separators=(",", ":")))
+        self._fh.write("\n".join(lines) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class TensorBoardSink:
+    """The same records as TensorBoard scalars (torch's SummaryWriter)."""
+
+    def __init__(self, out: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._w = SummaryWriter(str(out / "tb"))
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        for rec in records:
+            step = int(rec["step"])
+            for key, value in rec.items():
+                if key not in ("step", "time") and isinstance(value, float):
+                    self._w.add_scalar(key, value, step, walltime=rec.get("time"))
+        self._w.flush()
+
+    def close(self) -> None:
+        self._w.close()
+
+
+def write_config(out: Path, config: dict[str, Any]) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / CONFIG_FILE
+    path.write_text(json.dumps(config, indent=2, default=str) + "\n", encoding="utf-8")
+    return path
