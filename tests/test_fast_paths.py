@@ -557,3 +557,20 @@ def test_bench_generator_writes_tensorboardx_bytes() -> None:
     finally:
         sys.path.remove(str(bench))
     generate.verify_tensorboard(steps=300)  # raises SystemExit when a byte differs
+
+
+def test_a_nan_loss_is_told_as_an_error_when_many_series_go_nan_with_it() -> None:
+    """More series than max_metrics go NaN at one step: the loss is among those told, as
+    an error, whatever its name sorts as (it sorted after `grad_norm/...` and was folded)."""
+    from tests.detector_cases.series import run_of
+
+    steps = np.arange(100)
+    bad = np.where(steps >= 60, np.nan, 1.0)
+    series = {f"grad_norm/layer{i:02d}": (steps, bad.copy()) for i in range(25)}
+    series["train/loss"] = (steps, np.where(steps >= 60, np.nan, 2.0))
+    run = run_of(series)
+    found = nonfinite.detect(run, nonfinite.Params(), nonfinite.Context())
+    loss = [f for f in found if f.metric == "train/loss"]
+    assert loss and loss[0].severity.value == "error" and loss[0].step_start == 60
+    assert len(found) == 21  # 20 told, the other 6 in one summary
+    assert len(found[-1].evidence["metrics"]) == 6

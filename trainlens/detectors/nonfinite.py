@@ -106,14 +106,19 @@ def _findings(run: Run, rows: list[dict[str, Any]], params: Params) -> list[Find
     if not rows:
         return []
     has_scale = run.has("loss_scale")
+    # the losses are told first whatever their names sort as: with more than max_metrics
+    # series going NaN at one step, `train/loss` sorted after the `grad_norm/...` series
+    # and its error was folded into the summary warning (seen on a monitored tiny GPT)
+    shown = {id(r) for r in sorted(rows, key=_told_first)[: params.max_metrics]}
+    rest = [r for r in rows if id(r) not in shown]
     out: list[Finding] = []
-    for r in rows[: params.max_metrics]:
+    for r in (r for r in rows if id(r) in shown):
         metric = r["metric"]
         first, last_bad = int(r["first"]), int(r["last_bad"])
         recovered = r["last_good"] is not None and int(r["last_good"]) > last_bad
         kind = "NaN" if np.isnan(r["kind"]) else ("+Inf" if r["kind"] > 0 else "-Inf")
         n_bad = int(r["n_bad"])
-        is_loss = metric in LOSSES or metric.startswith("val/loss/")
+        is_loss = _is_loss(metric)
         is_grad = metric == "grad_norm" or metric.startswith("grad_norm/")
         # non-finite only before the first finite value: a metric logged before it is
         # computed (a running mean printed as nan on the first steps), not a divergence
@@ -152,8 +157,7 @@ def _findings(run: Run, rows: list[dict[str, Any]], params: Params) -> list[Find
                 leading_only=leading,
             )
         )
-    if len(rows) > params.max_metrics:
-        rest = rows[params.max_metrics :]
+    if rest:
         out.append(
             finding(
                 "NAN001",
@@ -166,3 +170,12 @@ def _findings(run: Run, rows: list[dict[str, Any]], params: Params) -> list[Find
             )
         )
     return out
+
+
+def _is_loss(metric: str) -> bool:
+    return metric in LOSSES or metric.startswith("val/loss/")
+
+
+def _told_first(r: dict[str, Any]) -> tuple[bool, int, str]:
+    """Losses before the rest, then by first step and name."""
+    return (not _is_loss(r["metric"]), int(r["first"]), r["metric"])
