@@ -448,3 +448,45 @@ def test_an_lr_shock_is_told_while_the_run_is_written(fixture_runs: Path, tmp_pa
     early = [e for e in events if e["event"] == "early-warning"]
     assert early and early[0]["details"]["lead_step"] == 400
     assert early[0]["time"] <= opened["GRAD001"]["time"]
+
+
+@pytest.mark.slow
+def test_a_monitored_training_job_is_watched_from_its_folder(tmp_path: Path) -> None:
+    """The real thing: `trainlens watch runs/` started before the job, then a small GPT
+    trained on the CPU with trainlens.monitor (examples/tiny_gpt.py) into runs/nan, a NaN
+    injected at step 250: the run is found when it appears, and the NaN loss is an error
+    finding at step 250 told before the job has finished."""
+    pytest.importorskip("torch")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    watcher = _watch(str(runs), "--json", "--until-idle", "4")
+    time.sleep(1.0)
+    example = Path(__file__).resolve().parents[1] / "examples" / "tiny_gpt.py"
+    job = subprocess.run(
+        [
+            sys.executable,
+            str(example),
+            "--out",
+            str(runs / "nan"),
+            "--steps",
+            "700",
+            "--inject",
+            "nan@250",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    done = time.time()
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    events = _events(out)
+    assert [e["run"] for e in events if e["event"] == "run-appeared"] == ["nan"], job.stdout
+    nan = [
+        e
+        for e in _finding_events(events)
+        if e["finding"]["code"] == "NAN001" and e["finding"]["metric"] == "train/loss"
+    ]
+    assert nan and nan[0]["severity"] == "error" and nan[0]["finding"]["step_start"] == 250
+    assert nan[0]["time"] < done
