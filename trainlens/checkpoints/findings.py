@@ -254,7 +254,7 @@ def _size_drift(inv: Inventory, group: list[Checkpoint], p: Params) -> list[Find
         ratio = c.size / med
         if ratio <= 1 / p.size_ratio or ratio >= p.size_ratio:
             msg = (
-                f"{c.name} is {_bytes(c.size)}, {ratio:.2g}× the median {_bytes(med)} of "
+                f"{c.name} is {bytes_text(c.size)}, {ratio:.2g}× the median {bytes_text(med)} of "
                 f"{len(sized)} {c.kind} saves: a lost optimizer state or shard, or a "
                 "changed model; check it before relying on it"
             )
@@ -347,7 +347,8 @@ def _save_stalls(inv: Inventory, run: RunSteps, p: Params) -> list[Finding]:
     ]
 
 
-def _bytes(n: float) -> str:
+def bytes_text(n: float) -> str:
+    """``1.23 GB``: a size in decimal units, three significant digits."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return f"{n:.3g} {unit}"

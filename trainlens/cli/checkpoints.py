@@ -80,7 +80,8 @@ def checkpoints(
 
 
 def _text(inv: Inventory, found: list[Finding], *, verbose: bool) -> str:
-    from trainlens.checkpoints.findings import clock
+    from trainlens.checkpoints.findings import bytes_text, clock
+    from trainlens.formatters.text import finding_lines
 
     lines = [f"checkpoints under {inv.root}: {len(inv.checkpoints)}"]
     if inv.checkpoints:
@@ -92,7 +93,7 @@ def _text(inv: Inventory, found: list[Finding], *, verbose: bool) -> str:
         step = "?" if c.step is None else str(c.step)
         optim = {True: "yes", False: "no", None: "-"}[c.optimizer]
         lines.append(
-            f"  {step:>9}  {clock(c.wall_time):<16}  {_size(c.size):>9}  {c.kind:<19}  "
+            f"  {step:>9}  {clock(c.wall_time):<16}  {bytes_text(c.size):>9}  {c.kind:<19}  "
             f"{c.status:<9}  {optim:<5}  {c.name}"
         )
         lines.extend(f"{'':13}{p.status}: {p.text()}" for p in c.problems)
@@ -104,17 +105,5 @@ def _text(inv: Inventory, found: list[Finding], *, verbose: bool) -> str:
     lines.extend(f"  note: {n}" for n in inv.notes)
     lines.append("")
     lines.append(f"findings ({len(found)})" if found else "findings    none")
-    for f in found:  # the layout of analyze's finding lines (formatters/text.py)
-        lines.append(f"  {f.severity.value.upper():<7}  {f.code:<9} {f.where:<16} {f.message}")
-        if verbose and f.evidence:
-            ev = ", ".join(f"{k}={v}" for k, v in f.evidence.items())
-            lines.append(f"{'':30}evidence: {ev}")
+    lines.extend(finding_lines(found, verbose=verbose))
     return "\n".join(lines) + "\n"
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.3g} {unit}"
-        n /= 1000
-    return f"{n:.3g} TB"

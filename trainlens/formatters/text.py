@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
+    from trainlens.core.findings import Finding
 
 
 def number_text(x: Any, digits: int = 4) -> str:
@@ -145,12 +146,7 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
     lines.append("")
     if a.findings:
         lines.append(f"findings ({len(a.findings)})")
-        for f in a.findings:
-            where = f.where
-            lines.append(f"  {f.severity.value.upper():<7}  {f.code:<9} {where:<16} {f.message}")
-            if verbose and f.evidence:
-                ev = ", ".join(f"{k}={_fmt_ev(v)}" for k, v in f.evidence.items())
-                lines.append(f"{'':30}evidence: {ev}")
+        lines.extend(finding_lines(a.findings, verbose=verbose))
     elif any(not _absent(why) for why in a.skipped.values()):
         # "nothing looks wrong" is only true of what could be judged
         lines.append(
@@ -175,6 +171,18 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
                 for name in absent:
                     lines.append(f"              {name}: {a.skipped[name]}")
     return "\n".join(lines)
+
+
+def finding_lines(findings: Sequence[Finding], *, verbose: bool = False) -> list[str]:
+    """A finding a line (severity, code, where, message) and, with ``verbose``, its
+    evidence below: the layout of ``analyze`` and ``checkpoints`` alike."""
+    lines = []
+    for f in findings:
+        lines.append(f"  {f.severity.value.upper():<7}  {f.code:<9} {f.where:<16} {f.message}")
+        if verbose and f.evidence:
+            ev = ", ".join(f"{k}={_fmt_ev(v)}" for k, v in f.evidence.items())
+            lines.append(f"{'':30}evidence: {ev}")
+    return lines
 
 
 def _absent(reason: str) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 
 from trainlens.core.errors import TrainlensError
 from trainlens.readers import ReadOptions, read_runs
-from trainlens.watch.follow import Follower, RereadFollower
+from trainlens.watch.follow import Follower, RereadFollower, folder_state
 
 
 def _sqlite_query(db: Path, sql: str) -> Any:
@@ -67,16 +67,7 @@ class MlflowRunFollower(RereadFollower):
             return _sqlite_query(self.path, "SELECT max(rowid) FROM metrics")
         if self.folder is None:
             return super()._state()
-        try:
-            return tuple(
-                sorted(
-                    (str(p), st.st_size, st.st_mtime)
-                    for p in self.folder.rglob("*")
-                    if p.is_file() and (st := p.stat())
-                )
-            )
-        except OSError:
-            return None
+        return folder_state(self.folder)
 
     def _read_whole(self) -> Any:
         try:

@@ -71,6 +71,21 @@ def _signature(path: Path) -> tuple[int, int, float] | None:
     return (st.st_ino, st.st_size, st.st_mtime)
 
 
+def folder_state(folder: Path) -> tuple[tuple[str, int, float], ...] | None:
+    """The names, sizes and times of the files under ``folder``: what changes when it
+    gained data (None: it cannot be looked at now)."""
+    try:
+        return tuple(
+            sorted(
+                (str(p), st.st_size, st.st_mtime)
+                for p in folder.rglob("*")
+                if p.is_file() and (st := p.stat())
+            )
+        )
+    except OSError:
+        return None
+
+
 def _waiting(issue: DataIssue) -> bool:
     return issue.kind in WAITING_KINDS
 
@@ -254,16 +269,7 @@ class RereadFollower(Follower):
         """What changes when the source gained data (None: cannot be looked at now)."""
         if self.path.is_file():
             return _signature(self.path)
-        try:  # a folder: the names, sizes and times of the files in it
-            return tuple(
-                sorted(
-                    (str(p), st.st_size, st.st_mtime)
-                    for p in self.path.rglob("*")
-                    if p.is_file() and (st := p.stat())
-                )
-            )
-        except OSError:
-            return None
+        return folder_state(self.path)
 
     def _read_whole(self) -> Run | None:
         return self._read()
