@@ -32,7 +32,7 @@ from generate import METRICS, VAL_EVERY, Plan, generate
 
 from trainlens.api import read
 from trainlens.readers import ReadOptions
-from trainlens.watch.follow import follower_for
+from trainlens.watch.discovery import follower_for
 
 FORMATS = ("jsonl", "tensorboard", "csv")
 

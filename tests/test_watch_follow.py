@@ -24,14 +24,9 @@ from polars.testing import assert_frame_equal
 from trainlens.api import read
 from trainlens.core.config import Config
 from trainlens.readers import ReadOptions
-from trainlens.watch.follow import (
-    Discovery,
-    Follower,
-    LinesFollower,
-    OffsetFollower,
-    RereadFollower,
-    follower_for,
-)
+from trainlens.watch._follow_lines import LinesFollower
+from trainlens.watch.discovery import Discovery, follower_for
+from trainlens.watch.follow import Follower, OffsetFollower, RereadFollower
 from trainlens.watch.live import LiveRun
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning")

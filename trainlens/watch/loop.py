@@ -24,8 +24,8 @@ from typing import Any
 from trainlens.core.config import Config
 from trainlens.core.findings import fail_rank
 from trainlens.readers import ReadOptions
+from trainlens.watch.discovery import Discovery
 from trainlens.watch.events import WatchEvent
-from trainlens.watch.follow import Discovery
 from trainlens.watch.live import JudgeTiming, LiveRun
 from trainlens.watch.settings import WatchSettings
 

@@ -1,0 +1,99 @@
+"""Which sources to follow: the follower for each source, and the sources under the
+watched paths as they appear (:class:`Discovery`). Apart from :mod:`.follow` so that the
+followers' base classes import none of the format-specific followers built on them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trainlens.core.errors import TrainlensError
+from trainlens.readers import ReadOptions, detect_format
+from trainlens.watch._follow_lines import LinesFollower
+from trainlens.watch.follow import (
+    LINE_FORMATS,
+    OFFSET_FORMATS,
+    Follower,
+    OffsetFollower,
+    RereadFollower,
+)
+
+
+def follower_for(path: Path, fmt: str, options: ReadOptions, name: str | None = None) -> Follower:
+    if path.is_file():
+        if fmt in OFFSET_FORMATS:
+            return OffsetFollower(path, fmt, options, name)
+        if fmt in LINE_FORMATS:
+            return LinesFollower(path, fmt, options, name)
+    elif fmt == "tensorboard":
+        from trainlens.watch._follow_tb import TensorBoardRunFollower
+
+        return TensorBoardRunFollower(path, fmt, options, name)
+    return RereadFollower(path, fmt, options, name)
+
+
+class Discovery:
+    """The sources under the watched paths, found as they appear: a file that is created
+    after the watch began, a folder whose runs (Lightning versions, TensorBoard runs,
+    metrics files) appear one by one, an MLflow store's runs."""
+
+    def __init__(self, paths: Sequence[Path], *, format: str | None, options: ReadOptions) -> None:
+        self.paths = list(paths)
+        self.format = format
+        self.options = options
+        self.known: set[str] = set()
+        self.stores: dict[str, Any] = {}  # MLflow stores: their runs appear one by one
+
+    def poll(self) -> list[Follower]:
+        found: list[Follower] = []
+        for path in self.paths:
+            for source, fmt, name in self._sources(path):
+                key = os.path.realpath(source)
+                if fmt == "mlflow":
+                    found.extend(self._store(key, source, name).new_runs())
+                    continue
+                if key in self.known:
+                    continue
+                self.known.add(key)
+                found.append(follower_for(source, fmt, self.options, name))
+        return found
+
+    def _store(self, key: str, source: Path, name: str | None) -> Any:
+        from trainlens.watch._follow_mlflow import MlflowStore
+
+        if key not in self.stores:
+            self.stores[key] = MlflowStore(source, self.options, name)
+        return self.stores[key]
+
+    def _sources(self, path: Path) -> list[tuple[Path, str, str | None]]:
+        if path.is_file():
+            fmt = self.format or _format_or_none(path)
+            return [(path, fmt, None)] if fmt else []
+        if not path.is_dir():
+            return []
+        from trainlens.gate.discover import discover, is_run_store
+
+        fmt = _format_or_none(path)
+        # the folder is one run (a run's logdir, a store, a version_N) unless it is a
+        # TensorBoard logdir whose sub-folders are the runs: those are walked, each a run
+        if fmt and (fmt != "tensorboard" or is_run_store(path)):
+            return [(path, self.format or fmt, None)]
+        out: list[tuple[Path, str, str | None]] = []
+        try:
+            found = discover([str(path)])
+        except TrainlensError:
+            return []  # no run in it yet: looked at again next time
+        for src in found:
+            sfmt = self.format or _format_or_none(Path(src.path))
+            if sfmt:
+                out.append((Path(src.path), sfmt, src.name))
+        return out
+
+
+def _format_or_none(path: Path) -> str | None:
+    try:
+        return detect_format(path)
+    except (TrainlensError, OSError):
+        return None  # nothing to tell yet (an empty file): looked at again next poll
