@@ -14,6 +14,7 @@ from pathlib import Path
 
 TFRECORD_HEADER = 12  # uint64 length + masked CRC-32C of it
 SQLITE_MAGIC = b"SQLite format 3\x00"
+WANDB_MAGIC = b":W&B\xe1\xbe"  # a W&B transaction log (run-<id>.wandb)
 _MASK_DELTA = 0xA282EAD8
 _crc_table: list[int] = []
 
@@ -142,6 +143,8 @@ def mlflow_dir_maybe(path: Path) -> bool:
 def may_be(fmt: str, path: Path, head: bytes) -> bool:
     """False when a first look (no reader imported: the TensorBoard and MLflow readers
     import numpy) rules ``fmt`` out for ``path``; True when its reader must decide."""
+    if fmt == "wandb-run" and not path.is_dir():
+        return head.startswith(WANDB_MAGIC)
     if fmt == "tensorboard" and not path.is_dir():
         return tensorboard_file(path, head)
     if fmt == "mlflow":
