@@ -86,11 +86,12 @@ def frame(buf: bytes | memoryview, start: int = FILE_HEADER) -> Framed:
         if length == 0 and kind == 0:  # (zeros: the writer padded the block)
             pos = block_end
             continue
-        if kind not in (FULL, FIRST, MIDDLE, LAST) or data + length > block_end:
-            if data + length > n and kind in (FULL, FIRST, MIDDLE, LAST):
-                damage.append(Damage(pos // BLOCK, pos, "the file ends inside a record"))
-                parts = None
-                break
+        known = kind in (FULL, FIRST, MIDDLE, LAST)
+        if known and data + length > n and data + length <= block_end:
+            damage.append(Damage(pos // BLOCK, pos, "the file ends inside a record"))
+            parts = None
+            break
+        if not known or data + length > block_end:
             damage.append(
                 Damage(pos // BLOCK, pos, "a chunk header that cannot be (rest of block left out)")
             )

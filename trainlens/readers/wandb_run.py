@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-import mmap
 import re
 import struct
 from collections import Counter
@@ -49,7 +48,9 @@ from trainlens.readers import _wandb_log as wl
 from trainlens.readers.base import ReadOptions
 
 FORMAT = "wandb-run"
-RUN_DIR = re.compile(r"^(?:offline-)?run-(?P<date>\d{8}_\d{6})-(?P<id>[^.]+)$")
+RUN_DIR = re.compile(r"^(?:offline-)?run-(?P<date>\d{8}_\d{6})-(?P<rest>.+)$")
+# W&B names a folder started in the same second as another of the same id `…-<id>-1`
+COLLISION = re.compile(r"-(\d+)$")
 LOG_GLOB = "*.wandb"
 OWN_KEYS = frozenset({"_step", "_runtime", "_timestamp"})
 SYSTEM_PREFIX = "system/"
@@ -91,9 +92,12 @@ def _run_dirs(folder: Path) -> list[Path]:
     return sorted((p for p in subs if p.is_dir() and _logs_in(p)), key=_dir_order)
 
 
-def _dir_order(p: Path) -> tuple[str, str]:
+def _dir_order(p: Path) -> tuple[str, int, str]:
     m = RUN_DIR.match(p.name)
-    return (m.group("date"), p.name) if m else ("", p.name)
+    if not m:
+        return ("", 0, p.name)
+    again = COLLISION.search(m.group("rest"))
+    return (m.group("date"), int(again.group(1)) if again else 0, p.name)
 
 
 def _groups(path: Path) -> list[tuple[Path, list[Path]]]:
@@ -104,9 +108,8 @@ def _groups(path: Path) -> list[tuple[Path, list[Path]]]:
     if logs:
         return [(path, logs)]
     by_id: dict[str, list[Path]] = {}
-    for d in _run_dirs(path):
-        m = RUN_DIR.match(d.name)
-        by_id.setdefault(m.group("id") if m else d.name, []).append(d)
+    for d in _run_dirs(path):  # (the run id from the log's name: run-<id>.wandb)
+        by_id.setdefault(_logs_in(d)[0].stem, []).append(d)
     return [(dirs[-1], [f for d in dirs for f in _logs_in(d)]) for dirs in by_id.values()]
 
 
@@ -258,42 +261,34 @@ def _record(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
 
 def _read_log(log: _Log, path: Path) -> int:
     """Decode every sound record of one ``.wandb`` file into ``log``; the records read."""
-    with path.open("rb") as fh:
+    buf = path.read_bytes()
+    if not wl.has_magic(buf):
+        raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
+    framed = wl.frame(buf)
+    _note_damage(log, path, framed.damage)
+    joined = dict(framed.joined)
+    spans = iter(framed.spans)
+    bad = 0
+    for i in range(len(framed.spans) + len(joined)):
+        data = joined.get(i)
         try:
-            buf: bytes | mmap.mmap = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except ValueError:  # an empty file cannot be mapped
-            buf = b""
-    try:
-        if not wl.has_magic(bytes(buf[: len(wl.MAGIC)])):
-            raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
-        framed = wl.frame(buf)
-        _note_damage(log, path, framed.damage)
-        joined = dict(framed.joined)
-        spans = iter(framed.spans)
-        bad = 0
-        for i in range(len(framed.spans) + len(joined)):
-            data = joined.get(i)
-            try:
-                if data is not None:
-                    _record(log, data, 0, len(data))
-                else:
-                    a, b = next(spans)
-                    _record(log, buf, a, b)
-            except (ValueError, IndexError, struct.error):
-                bad += 1
-        if bad:
-            log.issues.append(
-                DataIssue(
-                    kind="corrupt-record",
-                    source=str(path),
-                    message=f"{bad} records whose checksum holds could not be decoded",
-                    count=bad,
-                )
+            if data is not None:
+                _record(log, data, 0, len(data))
+            else:
+                a, b = next(spans)
+                _record(log, buf, a, b)
+        except (ValueError, IndexError, struct.error):
+            bad += 1
+    if bad:
+        log.issues.append(
+            DataIssue(
+                kind="corrupt-record",
+                source=str(path),
+                message=f"{bad} records whose checksum holds could not be decoded",
+                count=bad,
             )
-        return len(framed.spans) + len(joined)
-    finally:
-        if isinstance(buf, mmap.mmap):
-            buf.close()
+        )
+    return len(framed.spans) + len(joined)
 
 
 def _note_damage(log: _Log, path: Path, damage: list[wl.Damage]) -> None:
@@ -427,8 +422,8 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             errors.append(exc)
     if not runs:
         raise errors[0]
-    for exc in errors:
+    for err in errors:
         runs[0].data_quality.append(
-            DataIssue(kind="unreadable-run", source=str(path), message=f"left out: {exc}")
+            DataIssue(kind="unreadable-run", source=str(path), message=f"left out: {err}")
         )
     return runs

@@ -1,0 +1,57 @@
+"""Writes W&B offline runs with the real SDK from fixture runs' metrics.jsonl (run by
+tests/test_reader_wandb_run.py in a subprocess: W&B's SDK keeps global state and a service
+process, which stay out of the test process this way).
+
+usage: python _wandb_writer.py OUT_DIR NAME=FIXTURE[:resume_at_row] ...
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import wandb
+
+WANDB_OWN = ("step", "time")  # the fixture's step and wall time: W&B writes its own
+
+
+def rows(path: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def log_rows(run: wandb.Run, part: list[dict[str, float]]) -> None:
+    for row in part:
+        values = {k: v for k, v in row.items() if k not in WANDB_OWN}
+        run.log(values, step=int(row["step"]))
+
+
+def write(out: Path, name: str, fixture: Path, resume_at: int | None) -> None:
+    data = rows(fixture / "metrics.jsonl")
+    config = {"lr_schedule": "cosine", "optim": {"warmup_steps": 50}, "n_params": 124_000_000}
+    run_id = f"{name.replace('_', '')}01"
+    first = data if resume_at is None else data[:resume_at]
+    run = wandb.init(project="trainlens-test", id=run_id, name=name, dir=str(out), config=config)
+    log_rows(run, first)
+    run.finish()
+    if resume_at is not None:  # the job restarted from a checkpoint: same id, resumed
+        run = wandb.init(
+            project="trainlens-test", id=run_id, name=name, dir=str(out), resume="allow"
+        )
+        log_rows(run, data[resume_at:])
+        run.finish()
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+    for spec in sys.argv[2:]:
+        name, _, rest = spec.partition("=")
+        fixture, _, at = rest.partition(":")
+        target = out / name
+        target.mkdir(parents=True, exist_ok=True)
+        write(target, name, fixtures / fixture, int(at) if at else None)
+
+
+if __name__ == "__main__":
+    main()
