@@ -54,6 +54,13 @@ COLLISION = re.compile(r"-(\d+)$")
 LOG_GLOB = "*.wandb"
 OWN_KEYS = frozenset({"_step", "_runtime", "_timestamp"})
 SYSTEM_PREFIX = "system/"
+ROW_SCHEMA = {
+    "rec": pl.Int64,
+    "step": pl.Int64,
+    "metric": pl.String,
+    "value": pl.Float64,
+    "wall_time": pl.Float64,
+}
 
 # Record field numbers (wandb/proto/wandb_internal.proto)
 R_HISTORY, R_CONFIG, R_STATS, R_RUN = 2, 5, 7, 17
@@ -130,6 +137,9 @@ class _Log:
     skipped: Counter[str] = field(default_factory=Counter)
     issues: list[DataIssue] = field(default_factory=list)
     last_step: int = -1
+    recs: list[int] = field(default_factory=list)  # the record each exact-path row came from
+    rec: int = 0  # the record being decoded (its place in the run: file, byte offset)
+    fast: list[pl.DataFrame] = field(default_factory=list)  # rec, step, metric, value, wall
 
 
 def _text(buf: bytes | memoryview, a: int, b: int) -> str:
@@ -191,6 +201,7 @@ def _history(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
     row.pop("_runtime", None)
     log.last_step = step
     for key, value in row.items():
+        log.recs.append(log.rec)
         log.steps.append(step)
         log.metrics.append(key)
         log.values.append(value)
@@ -259,26 +270,34 @@ def _record(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
             decode(log, buf, x, y)
 
 
-def _read_log(log: _Log, path: Path) -> int:
-    """Decode every sound record of one ``.wandb`` file into ``log``; the records read."""
-    buf = path.read_bytes()
-    if not wl.has_magic(buf):
+def _read_log(log: _Log, path: Path, file_no: int) -> int:
+    """Decode every sound record of one ``.wandb`` file into ``log``; the records read.
+
+    History records go through the numpy lane (:mod:`trainlens.readers._wandb_fast`);
+    the records it leaves (config, stats, run, split or unusual history records) through
+    the exact decoder, record by record."""
+    import numpy as np  # (here: sniffing a folder imports this module, not numpy)
+
+    from trainlens.readers import _wandb_fast as wf
+
+    size = path.stat().st_size
+    arr = np.zeros(size + wf.PAD, dtype=np.uint8)
+    with path.open("rb") as fh:
+        fh.readinto(memoryview(arr)[:size])
+    if not wl.has_magic(arr[: len(wl.MAGIC)].tobytes()):
         raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
-    framed = wl.frame(buf)
-    _note_damage(log, path, framed.damage)
-    joined = dict(framed.joined)
-    spans = iter(framed.spans)
+    base = file_no << 40  # record order across a resumed run's files
+    records = wf.records(arr, size)
+    _note_damage(log, path, records.damage)
+    exact = wf.history_fast(arr, records, log.fast, base)
     bad = 0
-    for i in range(len(framed.spans) + len(joined)):
-        data = joined.get(i)
+    for rec, data in sorted(exact, key=lambda x: x[0]):
+        log.rec = base + rec
         try:
-            if data is not None:
-                _record(log, data, 0, len(data))
-            else:
-                a, b = next(spans)
-                _record(log, buf, a, b)
+            _record(log, data, 0, len(data))
         except (ValueError, IndexError, struct.error):
             bad += 1
+    bad += records.undecodable
     if bad:
         log.issues.append(
             DataIssue(
@@ -288,7 +307,7 @@ def _read_log(log: _Log, path: Path) -> int:
                 count=bad,
             )
         )
-    return len(framed.spans) + len(joined)
+    return records.count
 
 
 def _note_damage(log: _Log, path: Path, damage: list[wl.Damage]) -> None:
@@ -308,15 +327,24 @@ def _note_damage(log: _Log, path: Path, damage: list[wl.Damage]) -> None:
 
 
 def _frame(log: _Log) -> pl.DataFrame:
-    history = pl.DataFrame(
-        {"step": log.steps, "metric": log.metrics, "value": log.values, "wall_time": log.walls},
-        schema={
-            "step": pl.Int64,
-            "metric": pl.String,
-            "value": pl.Float64,
-            "wall_time": pl.Float64,
+    exact = pl.DataFrame(
+        {
+            "rec": log.recs,
+            "step": log.steps,
+            "metric": log.metrics,
+            "value": log.values,
+            "wall_time": log.walls,
         },
+        schema=ROW_SCHEMA,
     )
+    parts = [f.with_columns(pl.col("metric").cast(pl.String)) for f in log.fast]
+    if len(parts) == 1 and exact.is_empty():
+        history = log.fast[0].drop("rec")  # (one file, one lane: already in order)
+    else:
+        # rows of one metric in the order they were logged, whichever lane read them
+        history = (
+            pl.concat([*parts, exact], how="vertical").sort("metric", "rec", maintain_order=True)
+        ).drop("rec")
     if not log.stats:
         return history
     return pl.concat([history, _stats_frame(log, history)], how="vertical")
@@ -371,8 +399,8 @@ def _metadata_name(source: Path) -> str | None:
 def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     log = _Log()
     records = 0
-    for f in files:
-        records += _read_log(log, f)
+    for no, f in enumerate(files):
+        records += _read_log(log, f, no)
     if log.skipped:
         n = sum(log.skipped.values())
         shown = ", ".join(f"{k}: {v}" for k, v in log.skipped.most_common(4))
