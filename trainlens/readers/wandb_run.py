@@ -276,14 +276,13 @@ def _read_log(log: _Log, path: Path, file_no: int) -> int:
     History records go through the numpy lane (:mod:`trainlens.readers._wandb_fast`);
     the records it leaves (config, stats, run, split or unusual history records) through
     the exact decoder, record by record."""
-    import numpy as np  # (here: sniffing a folder imports this module, not numpy)
-
+    # (here: sniffing a folder imports this module, which need not import numpy)
     from trainlens.readers import _wandb_fast as wf
 
     size = path.stat().st_size
-    arr = np.zeros(size + wf.PAD, dtype=np.uint8)
+    arr = wf.buffer_for(size)
     with path.open("rb") as fh:
-        fh.readinto(memoryview(arr)[:size])
+        fh.readinto(memoryview(arr.data)[:size])
     if not wl.has_magic(arr[: len(wl.MAGIC)].tobytes()):
         raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
     base = file_no << 40  # record order across a resumed run's files
@@ -347,7 +346,8 @@ def _frame(log: _Log) -> pl.DataFrame:
         ).drop("rec")
     if not log.stats:
         return history
-    return pl.concat([history, _stats_frame(log, history)], how="vertical")
+    stats = _stats_frame(log, history)
+    return pl.concat([history.with_columns(pl.col("metric").cast(pl.String)), stats])
 
 
 def _stats_frame(log: _Log, history: pl.DataFrame) -> pl.DataFrame:
