@@ -42,11 +42,30 @@ def write(out: Path, name: str, fixture: Path, resume_at: int | None) -> None:
         run.finish()
 
 
+def write_extras(out: Path) -> None:
+    """What a training script logs beside plain numbers: a nested dict, a string, a
+    bool, a metric that starts late, and a config changed after init."""
+    run = wandb.init(project="trainlens-test", id="extras01", name="extras", dir=str(out))
+    for step in range(30):
+        row: dict[str, object] = {"loss": 1.0 / (step + 1), "eval": {"loss": 2.0 + step}}
+        row["note"] = f"step {step}"
+        row["ok"] = step % 2 == 0
+        if step >= 20:
+            row["late/metric"] = float(step)
+        run.log(row, step=step)
+    run.config.update({"model": {"n_layer": 12, "d_model": 768}})
+    run.finish()
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
     for spec in sys.argv[2:]:
         name, _, rest = spec.partition("=")
+        if name == "extras":
+            (out / name).mkdir(parents=True, exist_ok=True)
+            write_extras(out / name)
+            continue
         fixture, _, at = rest.partition(":")
         target = out / name
         target.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,7 @@ def wandb_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     specs = [f"{case}={fx}" for case, fx in CASES.items() if case != "resumed"]
     specs.append(f"resumed={CASES['resumed']}:{RESUME_AT_ROW}")
+    specs.append("extras=")
     subprocess.run(
         [sys.executable, str(WRITER), str(root), *specs],
         env=env,
@@ -272,6 +273,25 @@ def test_convert_writes_the_run(wandb_runs: Path, tmp_path: Path) -> None:
     (run,) = read_runs(wandb_runs / "nan" / "wandb")
     assert back.height == run.frame.height
     assert _plain(back).equals(_plain(run.frame))
+
+
+@pytest.mark.slow
+def test_nested_keys_non_numbers_and_late_config(wandb_runs: Path) -> None:
+    (run,) = read_runs(wandb_runs / "extras" / "wandb")
+    frame = run.frame.with_columns(pl.col("metric").cast(pl.String))
+
+    def series(name: str) -> list[tuple[int, float]]:
+        rows = frame.filter(pl.col("metric") == name).sort("step")
+        return list(zip(rows["step"].to_list(), rows["value"].to_list(), strict=True))
+
+    # a nested dict is W&B's nested key, shown (and read) as eval.loss
+    assert series("eval.loss") == [(s, 2.0 + s) for s in range(30)]
+    assert series("train/loss") == [(s, 1.0 / (s + 1)) for s in range(30)]
+    assert series("ok") == [(s, float(s % 2 == 0)) for s in range(30)]  # JSON true/false
+    assert series("late/metric") == [(s, float(s)) for s in range(20, 30)]
+    (note,) = [d for d in run.data_quality if d.kind == "non-scalar"]
+    assert note.count == 30 and "note: 30" in note.message
+    assert run.metadata["params"]["model"] == {"n_layer": 12, "d_model": 768}
 
 
 # ---- damage --------------------------------------------------------------------------------
