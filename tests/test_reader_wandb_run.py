@@ -218,6 +218,25 @@ def test_agrees_with_wandbs_own_decoding(wandb_runs: Path, case: str) -> None:
         assert a == b or (math.isnan(a) and math.isnan(b))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["healthy", "resumed", "extras"])
+def test_numpy_lane_reads_what_the_compiled_lane_reads(
+    wandb_runs: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainlens.readers import wandb_run
+
+    if wandb_run._wbscan is None:
+        pytest.skip("the compiled lane is not built")
+    (compiled,) = read_runs(wandb_runs / case / "wandb")
+    monkeypatch.setattr(wandb_run, "_wbscan", None)
+    (numpy_lane,) = read_runs(wandb_runs / case / "wandb")
+    for run in (compiled, numpy_lane):  # (block order may differ between the lanes)
+        run.frame = run.frame.with_columns(pl.col("metric").cast(pl.String))
+    order = ["metric", "step", "superseded", "wall_time"]
+    assert compiled.frame.sort(order).equals(numpy_lane.frame.sort(order))
+    assert compiled.data_quality == numpy_lane.data_quality
+
+
 # ---- layouts -------------------------------------------------------------------------------
 
 

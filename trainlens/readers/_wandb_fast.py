@@ -508,3 +508,32 @@ def history_fast(
         )
     exact = [(int(h[i, 0]), arr[h[i, 3] : h[i, 4]].tobytes()) for i in np.flatnonzero(slow)]
     return exact + recs.exact
+
+
+def from_compiled(
+    scanned: tuple[object, ...], out: list[pl.DataFrame], base: int
+) -> tuple[list[tuple[int, bytes]], int]:
+    """The columns of ``_wbscan.scan`` as a frame appended to ``out``; the records left to
+    the exact decoder, and how many records held history values."""
+    keys, code_b, rec_b, step_b, value_b, wall_b, exact = scanned
+    assert isinstance(keys, list) and isinstance(exact, list)
+    code = np.frombuffer(code_b, dtype=np.int32)  # type: ignore[call-overload]
+    rec = np.frombuffer(rec_b, dtype=np.int64)  # type: ignore[call-overload]
+    if len(code):
+        out.append(
+            pl.DataFrame(
+                {
+                    "rec": base + rec,
+                    "step": np.frombuffer(step_b, dtype=np.int64),  # type: ignore[call-overload]
+                    "metric": pl.Series("metric", keys, dtype=pl.Enum(keys)).gather(
+                        pl.Series(code)
+                    ),
+                    "value": np.frombuffer(value_b, dtype=np.float64),  # type: ignore[call-overload]
+                    "wall_time": pl.Series(
+                        np.frombuffer(wall_b, dtype=np.float64)  # type: ignore[call-overload]
+                    ).fill_nan(None),
+                }
+            )
+        )
+    count = int((np.diff(rec) != 0).sum()) + 1 if len(rec) else 0
+    return exact, count + len(exact)

@@ -47,6 +47,11 @@ from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _wandb_log as wl
 from trainlens.readers.base import ReadOptions
 
+try:
+    from trainlens.readers import _wbscan
+except ImportError:  # not compiled at install: the numpy lane reads every file
+    _wbscan = None  # type: ignore[assignment]
+
 FORMAT = "wandb-run"
 RUN_DIR = re.compile(r"^(?:offline-)?run-(?P<date>\d{8}_\d{6})-(?P<rest>.+)$")
 # W&B names a folder started in the same second as another of the same id `…-<id>-1`
@@ -270,12 +275,13 @@ def _record(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
             decode(log, buf, x, y)
 
 
-def _read_log(log: _Log, path: Path, file_no: int) -> int:
+def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> int:
     """Decode every sound record of one ``.wandb`` file into ``log``; the records read.
 
-    History records go through the numpy lane (:mod:`trainlens.readers._wandb_fast`);
-    the records it leaves (config, stats, run, split or unusual history records) through
-    the exact decoder, record by record."""
+    History records go through the compiled lane (``_wbscan``) when it is built and the
+    file is sound, else through the numpy lane (:mod:`trainlens.readers._wandb_fast`,
+    which also reports damage); the records either leaves (config, stats, run, history
+    records of another layout) through the exact decoder, record by record."""
     # (here: sniffing a folder imports this module, which need not import numpy)
     from trainlens.readers import _wandb_fast as wf
 
@@ -286,17 +292,22 @@ def _read_log(log: _Log, path: Path, file_no: int) -> int:
     if not wl.has_magic(arr[: len(wl.MAGIC)].tobytes()):
         raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
     base = file_no << 40  # record order across a resumed run's files
-    records = wf.records(arr, size)
-    _note_damage(log, path, records.damage)
-    exact = wf.history_fast(arr, records, log.fast, base)
-    bad = 0
+    scanned = _wbscan.scan(memoryview(arr.data)[:size]) if compiled and _wbscan else None
+    undecodable = 0
+    if isinstance(scanned, tuple):
+        exact, count = wf.from_compiled(scanned, log.fast, base)
+    else:  # not built, or a damaged file: the numpy lane reads and reports it
+        records = wf.records(arr, size)
+        _note_damage(log, path, records.damage)
+        exact = wf.history_fast(arr, records, log.fast, base)
+        count, undecodable = records.count, records.undecodable
+    bad = undecodable
     for rec, data in sorted(exact, key=lambda x: x[0]):
         log.rec = base + rec
         try:
             _record(log, data, 0, len(data))
         except (ValueError, IndexError, struct.error):
             bad += 1
-    bad += records.undecodable
     if bad:
         log.issues.append(
             DataIssue(
@@ -306,7 +317,7 @@ def _read_log(log: _Log, path: Path, file_no: int) -> int:
                 count=bad,
             )
         )
-    return records.count
+    return count
 
 
 def _note_damage(log: _Log, path: Path, damage: list[wl.Damage]) -> None:

@@ -1,0 +1,3 @@
+def scan(
+    buffer: object,
+) -> tuple[list[str], bytes, bytes, bytes, bytes, bytes, list[tuple[int, bytes]]] | str: ...
