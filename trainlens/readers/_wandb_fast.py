@@ -519,21 +519,29 @@ def from_compiled(
     assert isinstance(keys, list) and isinstance(exact, list)
     code = np.frombuffer(code_b, dtype=np.int32)  # type: ignore[call-overload]
     rec = np.frombuffer(rec_b, dtype=np.int64)  # type: ignore[call-overload]
+    count = int((np.diff(rec) != 0).sum()) + 1 if len(rec) else 0
     if len(code):
+        # one block per metric, rows in the order logged (a stable sort; radix on int16);
+        # keys the lane met only in records it left to the exact decoder are dropped
+        used = np.bincount(code, minlength=len(keys)) > 0
+        remap = np.cumsum(used) - 1
+        keys = [k for k, u in zip(keys, used.tolist(), strict=True) if u]
+        code = remap[code]
+        order = np.argsort(code.astype(np.int16 if len(keys) < 2**15 else np.int32), kind="stable")
+        code, rec = code[order], rec[order]
         out.append(
             pl.DataFrame(
                 {
                     "rec": base + rec,
-                    "step": np.frombuffer(step_b, dtype=np.int64),  # type: ignore[call-overload]
+                    "step": np.frombuffer(step_b, dtype=np.int64)[order],  # type: ignore[call-overload]
                     "metric": pl.Series("metric", keys, dtype=pl.Enum(keys)).gather(
                         pl.Series(code)
                     ),
-                    "value": np.frombuffer(value_b, dtype=np.float64),  # type: ignore[call-overload]
+                    "value": np.frombuffer(value_b, dtype=np.float64)[order],  # type: ignore[call-overload]
                     "wall_time": pl.Series(
-                        np.frombuffer(wall_b, dtype=np.float64)  # type: ignore[call-overload]
+                        np.frombuffer(wall_b, dtype=np.float64)[order]  # type: ignore[call-overload]
                     ).fill_nan(None),
                 }
             )
         )
-    count = int((np.diff(rec) != 0).sum()) + 1 if len(rec) else 0
     return exact, count + len(exact)

@@ -336,7 +336,9 @@ def _note_damage(log: _Log, path: Path, damage: list[wl.Damage]) -> None:
 # ---- the run -------------------------------------------------------------------------------
 
 
-def _frame(log: _Log) -> pl.DataFrame:
+def _frame(log: _Log) -> tuple[pl.DataFrame, list[int] | None]:
+    """The run's long frame, and its block lengths when it is one block per metric (an
+    Enum in block order: build_run then skips a pass over every row)."""
     exact = pl.DataFrame(
         {
             "rec": log.recs,
@@ -349,16 +351,49 @@ def _frame(log: _Log) -> pl.DataFrame:
     )
     parts = [f.with_columns(pl.col("metric").cast(pl.String)) for f in log.fast]
     if len(parts) == 1 and exact.is_empty():
-        history = log.fast[0].drop("rec")  # (one file, one lane: already in order)
+        history = log.fast[0].drop("rec")  # (one file, one lane: one block per metric)
+        return _blocked(history, _stats_frame(log, history) if log.stats else None)
     else:
         # rows of one metric in the order they were logged, whichever lane read them
         history = (
             pl.concat([*parts, exact], how="vertical").sort("metric", "rec", maintain_order=True)
         ).drop("rec")
     if not log.stats:
-        return history
+        return history, None
     stats = _stats_frame(log, history)
-    return pl.concat([history.with_columns(pl.col("metric").cast(pl.String)), stats])
+    return pl.concat([history.with_columns(pl.col("metric").cast(pl.String)), stats]), None
+
+
+def _blocked(
+    history: pl.DataFrame, stats: pl.DataFrame | None
+) -> tuple[pl.DataFrame, list[int] | None]:
+    """History in blocks (an Enum of its metrics, in order) with the system metrics
+    appended as blocks of their own, one Enum over both."""
+    metric = history.get_column("metric")
+    names = [str(c) for c in metric.dtype.categories.to_list()]  # type: ignore[attr-defined]
+    import numpy as np  # (the lanes that made this frame imported it already)
+
+    counts = np.bincount(metric.to_physical().to_numpy(), minlength=len(names)).tolist()
+    if 0 in counts:  # (a key met only in records the exact decoder read: no block)
+        parts = [history.with_columns(metric.cast(pl.String))]
+        return pl.concat(parts + ([] if stats is None else [stats])), None
+    if stats is None or stats.is_empty():
+        return history, counts
+    stats = stats.sort("metric", maintain_order=True)
+    extra = stats.get_column("metric").unique(maintain_order=True).to_list()
+    if set(extra) & set(names):  # (a logged key spelled like a system metric)
+        return pl.concat([history.with_columns(metric.cast(pl.String)), stats]), None
+    every = names + extra
+    enum = pl.Enum(every)
+    stats_codes = stats.get_column("metric").replace_strict(
+        extra, range(len(names), len(every)), return_dtype=pl.UInt32
+    )
+    codes = pl.concat([metric.to_physical().cast(pl.UInt32), stats_codes])
+    frame = pl.concat([history.drop("metric"), stats.drop("metric")]).with_columns(
+        pl.Series("metric", every, dtype=enum).gather(codes)
+    )
+    stats_counts = stats.group_by("metric", maintain_order=True).len().get_column("len")
+    return frame.select("step", "metric", "value", "wall_time"), counts + stats_counts.to_list()
 
 
 def _stats_frame(log: _Log, history: pl.DataFrame) -> pl.DataFrame:
@@ -424,7 +459,7 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
                 severity="info",
             )
         )
-    frame = _frame(log)
+    frame, blocks = _frame(log)
     if frame.is_empty():
         raise UnreadableInputError(f"{source}: no metrics found in {records} W&B records")
     name = log.info.get("name") or _metadata_name(source) or log.info.get("run_id")
@@ -443,6 +478,7 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
         aliases=opts.aliases,
         metadata=metadata,
         issues=log.issues,
+        blocks=blocks,
     )
 
 
