@@ -510,38 +510,64 @@ def history_fast(
     return exact + recs.exact
 
 
+@dataclass
+class Compiled:
+    """The history rows ``_wbscan.scan`` decoded from one file: one block per metric
+    (``names[i]`` has ``counts[i]`` rows), each in file order; each history record's step
+    and wall time (``marks``, for placing system samples)."""
+
+    names: list[str]
+    counts: list[int]
+    rec: np.ndarray
+    step: np.ndarray
+    value: np.ndarray
+    wall: np.ndarray
+    mark_step: np.ndarray
+    mark_wall: np.ndarray
+    base: int
+
+    def frame(self) -> pl.DataFrame:
+        """The rows as a frame with ``rec`` (for merging with other lanes' rows)."""
+        codes = np.repeat(np.arange(len(self.names), dtype=np.uint32), self.counts)
+        return pl.DataFrame(
+            {
+                "rec": self.base + self.rec,
+                "step": self.step,
+                "metric": pl.Series("metric", self.names, dtype=pl.Enum(self.names)).gather(
+                    pl.Series(codes)
+                ),
+                "value": self.value,
+                "wall_time": pl.Series(self.wall).fill_nan(None),
+            }
+        )
+
+
 def from_compiled(
-    scanned: tuple[object, ...], out: list[pl.DataFrame], base: int
+    scanned: tuple[object, ...], out: list[Compiled], base: int
 ) -> tuple[list[tuple[int, bytes]], int]:
-    """The columns of ``_wbscan.scan`` as a frame appended to ``out``; the records left to
-    the exact decoder, and how many records held history values."""
-    keys, code_b, rec_b, step_b, value_b, wall_b, exact = scanned
-    assert isinstance(keys, list) and isinstance(exact, list)
-    code = np.frombuffer(code_b, dtype=np.int32)  # type: ignore[call-overload]
-    rec = np.frombuffer(rec_b, dtype=np.int64)  # type: ignore[call-overload]
-    count = int((np.diff(rec) != 0).sum()) + 1 if len(rec) else 0
-    if len(code):
-        # one block per metric, rows in the order logged (a stable sort; radix on int16);
-        # keys the lane met only in records it left to the exact decoder are dropped
-        used = np.bincount(code, minlength=len(keys)) > 0
-        remap = np.cumsum(used) - 1
-        keys = [k for k, u in zip(keys, used.tolist(), strict=True) if u]
-        code = remap[code]
-        order = np.argsort(code.astype(np.int16 if len(keys) < 2**15 else np.int32), kind="stable")
-        code, rec = code[order], rec[order]
+    """The columns of ``_wbscan.scan`` appended to ``out``; the records left to the exact
+    decoder, and how many records were read."""
+    keys, counts, rec_b, step_b, value_b, wall_b, mstep_b, mwall_b, exact = scanned
+    assert isinstance(keys, list) and isinstance(counts, list) and isinstance(exact, list)
+
+    def col(b: object, dtype: type) -> np.ndarray:
+        return np.frombuffer(b, dtype=dtype)  # type: ignore[call-overload]
+
+    mark_step = col(mstep_b, np.int64)
+    if sum(counts):
+        used = [(k, n) for k, n in zip(keys, counts, strict=True) if n]  # (keys met only
+        # in records left to the exact decoder have no rows here)
         out.append(
-            pl.DataFrame(
-                {
-                    "rec": base + rec,
-                    "step": np.frombuffer(step_b, dtype=np.int64)[order],  # type: ignore[call-overload]
-                    "metric": pl.Series("metric", keys, dtype=pl.Enum(keys)).gather(
-                        pl.Series(code)
-                    ),
-                    "value": np.frombuffer(value_b, dtype=np.float64)[order],  # type: ignore[call-overload]
-                    "wall_time": pl.Series(
-                        np.frombuffer(wall_b, dtype=np.float64)[order]  # type: ignore[call-overload]
-                    ).fill_nan(None),
-                }
+            Compiled(
+                names=[k for k, _ in used],
+                counts=[n for _, n in used],
+                rec=col(rec_b, np.int64),
+                step=col(step_b, np.int64),
+                value=col(value_b, np.float64),
+                wall=col(wall_b, np.float64),
+                mark_step=mark_step,
+                mark_wall=col(mwall_b, np.float64),
+                base=base,
             )
         )
-    return exact, count + len(exact)
+    return exact, len(mark_step) + len(exact)

@@ -3,12 +3,15 @@
  * records split over blocks, and decodes the history records W&B's SDK writes: items of a
  * one-part key and a value_json number, with _step, _timestamp and _runtime.
  *
- * scan(buffer) returns (keys, key_code, rec, step, value, wall, exact) -- keys a list of
- * str, the columns bytes of int32 / int64 / int64 / float64 / float64 (NaN: no wall time),
- * one row per history value in file order, rec the byte offset of the row's record, and
- * exact a list of (offset, bytes) of the records this lane leaves to the exact decoder
- * (config, stats, run, and history records of another layout) -- or a str saying why the
- * file is outside this lane (any damage: the numpy lane then reads and reports it).
+ * scan(buffer) returns (keys, counts, rec, step, value, wall, mark_step, mark_wall, exact):
+ * keys a list of str and counts the rows of each; rec / step / value / wall bytes of
+ * int64 / int64 / float64 / float64 (NaN: no wall time), one row per history value, the
+ * rows of keys[0] first, then keys[1]..., each metric's in file order (rec: the byte
+ * offset of the row's record); mark_step / mark_wall each decoded history record's step
+ * and wall time, in file order; exact a list of (offset, bytes) of the records this lane
+ * leaves to the exact decoder (config, stats, run, and history records of another
+ * layout) -- or a str saying why the file is outside this lane (any damage: the numpy
+ * lane then reads and reports it).
  *
  * Values are parsed with strtod, correctly rounded like Python's float(); a value it does
  * not consume whole sends its record to the exact decoder. Parsing is bounded by the
@@ -191,12 +194,30 @@ typedef struct {
 } Item;
 
 typedef struct {
+    Buf rec, step, value, wall;
+} Col; /* one metric's rows, so the frame comes out one block per metric, in order */
+
+typedef struct {
     Keys keys;
-    Buf code, rec, step, value, wall;
+    Col *cols;
+    size_t ncols;
+    Buf mark_step, mark_wall; /* each decoded history record's step and wall time */
     Item *items;
     size_t items_cap;
     PyObject *exact;
 } Out;
+
+static int cols_for(Out *o, size_t n) {
+    if (n <= o->ncols) return 0;
+    size_t cap = o->ncols ? o->ncols : 16;
+    while (cap < n) cap *= 2;
+    Col *c = realloc(o->cols, cap * sizeof(Col));
+    if (!c) return -1;
+    memset(c + o->ncols, 0, (cap - o->ncols) * sizeof(Col));
+    o->cols = c;
+    o->ncols = cap;
+    return 0;
+}
 
 /* 1: decoded; 0: not this lane's layout (the exact decoder takes it); -1: error */
 static int history(Out *o, const uint8_t *p, const uint8_t *end, int64_t rec) {
@@ -266,12 +287,14 @@ static int history(Out *o, const uint8_t *p, const uint8_t *end, int64_t rec) {
     }
     if (!has_step || !isfinite(step) || step != floor(step) || fabs(step) > 9.0e18) return 0;
     int64_t s = (int64_t)step;
+    if (cols_for(o, o->keys.n) < 0) return -1;
     for (size_t i = 0; i < n; i++) {
-        if (buf_put(&o->code, &o->items[i].code, 4) < 0 || buf_put(&o->rec, &rec, 8) < 0 ||
-            buf_put(&o->step, &s, 8) < 0 || buf_put(&o->value, &o->items[i].value, 8) < 0 ||
-            buf_put(&o->wall, &wall, 8) < 0)
+        Col *c = &o->cols[o->items[i].code];
+        if (buf_put(&c->rec, &rec, 8) < 0 || buf_put(&c->step, &s, 8) < 0 ||
+            buf_put(&c->value, &o->items[i].value, 8) < 0 || buf_put(&c->wall, &wall, 8) < 0)
             return -1;
     }
+    if (buf_put(&o->mark_step, &s, 8) < 0 || buf_put(&o->mark_wall, &wall, 8) < 0) return -1;
     return 1;
 }
 
@@ -305,6 +328,44 @@ static int record(Out *o, const uint8_t *p, size_t n, int64_t rec) {
 
 static PyObject *as_bytes(Buf *b) {
     return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len);
+}
+
+static Buf *col_buf(Col *c, int which) {
+    switch (which) {
+        case 0: return &c->rec;
+        case 1: return &c->step;
+        case 2: return &c->value;
+        default: return &c->wall;
+    }
+}
+
+/* one column of every metric's rows, metric after metric (which: 0 rec, 1 step, ...) */
+static PyObject *joined_col(Out *o, int which) {
+    size_t total = 0;
+    for (size_t k = 0; k < o->keys.n; k++) total += col_buf(&o->cols[k], which)->len;
+    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (!b) return NULL;
+    char *dst = PyBytes_AS_STRING(b);
+    for (size_t k = 0; k < o->keys.n; k++) {
+        Buf *src = col_buf(&o->cols[k], which);
+        if (src->len) memcpy(dst, src->data, src->len);
+        dst += src->len;
+    }
+    return b;
+}
+
+static PyObject *row_counts(Out *o) {
+    PyObject *list = PyList_New((Py_ssize_t)o->keys.n);
+    if (!list) return NULL;
+    for (size_t k = 0; k < o->keys.n; k++) {
+        PyObject *n = PyLong_FromSize_t(o->cols[k].step.len / 8);
+        if (!n) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)k, n);
+    }
+    return list;
 }
 
 static const char *frame(Out *o, const uint8_t *buf, size_t size, Buf *join, int *err) {
@@ -374,17 +435,23 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
         result = PyUnicode_FromString(why);
         goto done;
     }
-    result = Py_BuildValue("(ONNNNNO)", o.keys.names, as_bytes(&o.code), as_bytes(&o.rec),
-                           as_bytes(&o.step), as_bytes(&o.value), as_bytes(&o.wall), o.exact);
+    if (cols_for(&o, o.keys.n ? o.keys.n : 1) < 0) goto done;
+    result = Py_BuildValue("(ONNNNNNNO)", o.keys.names, row_counts(&o), joined_col(&o, 0),
+                           joined_col(&o, 1), joined_col(&o, 2), joined_col(&o, 3),
+                           as_bytes(&o.mark_step), as_bytes(&o.mark_wall), o.exact);
 done:
     Py_XDECREF(o.keys.names);
     Py_XDECREF(o.exact);
     keys_free(&o.keys);
-    free(o.code.data);
-    free(o.rec.data);
-    free(o.step.data);
-    free(o.value.data);
-    free(o.wall.data);
+    for (size_t k = 0; k < o.ncols; k++) {
+        free(o.cols[k].rec.data);
+        free(o.cols[k].step.data);
+        free(o.cols[k].value.data);
+        free(o.cols[k].wall.data);
+    }
+    free(o.cols);
+    free(o.mark_step.data);
+    free(o.mark_wall.data);
     free(o.items);
     free(join.data);
     PyBuffer_Release(&view);

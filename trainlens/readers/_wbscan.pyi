@@ -1,3 +1,6 @@
 def scan(
     buffer: object,
-) -> tuple[list[str], bytes, bytes, bytes, bytes, bytes, list[tuple[int, bytes]]] | str: ...
+) -> (
+    tuple[list[str], list[int], bytes, bytes, bytes, bytes, bytes, bytes, list[tuple[int, bytes]]]
+    | str
+): ...
