@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import re
 import struct
 from collections import Counter
@@ -286,18 +287,19 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
     # (here: sniffing a folder imports this module, which need not import numpy)
     from trainlens.readers import _wandb_fast as wf
 
-    size = path.stat().st_size
-    arr = wf.buffer_for(size)
     with path.open("rb") as fh:
-        fh.readinto(memoryview(arr.data)[:size])
-    if not wl.has_magic(arr[: len(wl.MAGIC)].tobytes()):
-        raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
+        if not wl.has_magic(fh.read(len(wl.MAGIC))):
+            raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
     base = file_no << 40  # record order across a resumed run's files
-    scanned = _wbscan.scan(memoryview(arr.data)[:size]) if compiled and _wbscan else None
+    scanned = _scan_compiled(path) if compiled and _wbscan else None
     undecodable = 0
     if isinstance(scanned, tuple):
         exact, count = wf.from_compiled(scanned, log.compiled, base)
     else:  # not built, or a damaged file: the numpy lane reads and reports it
+        size = path.stat().st_size
+        arr = wf.buffer_for(size)
+        with path.open("rb") as fh:
+            fh.readinto(memoryview(arr.data)[:size])
         records = wf.records(arr, size)
         _note_damage(log, path, records.damage)
         exact = wf.history_fast(arr, records, log.fast, base)
@@ -319,6 +321,13 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
             )
         )
     return count
+
+
+def _scan_compiled(path: Path) -> tuple[Any, ...] | str:
+    """The compiled lane over the file mapped, not copied (a 1.1 GB log: reading it into
+    memory cost more CPU than scanning it)."""
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        return _wbscan.scan(mm)
 
 
 def _note_damage(log: _Log, path: Path, damage: list[wl.Damage]) -> None:
