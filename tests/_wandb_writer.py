@@ -42,6 +42,28 @@ def write(out: Path, name: str, fixture: Path, resume_at: int | None) -> None:
         run.finish()
 
 
+# values at the edges of the float parsers (the compiled lane's fast path and strtod)
+EDGE = [
+    0.1,
+    -0.0,
+    5e-324,
+    2.2250738585072014e-308,
+    1.7976931348623157e308,
+    1e22,
+    1e23,
+    9007199254740993.0,
+    123456789012345680.0,
+    0.30000000000000004,
+    -1.5e-7,
+    3.0,
+    2.5e-5,
+    1.7961465546557145e9,
+    4.35,
+    1e-22,
+    1e-23,
+]
+
+
 def write_extras(out: Path) -> None:
     """What a training script logs beside plain numbers: a nested dict, a string, a
     bool, a metric that starts late, and a config changed after init."""
@@ -50,9 +72,12 @@ def write_extras(out: Path) -> None:
         row: dict[str, object] = {"loss": 1.0 / (step + 1), "eval": {"loss": 2.0 + step}}
         row["note"] = f"step {step}"
         row["ok"] = step % 2 == 0
+        row["edge"] = EDGE[step % len(EDGE)]
         if step >= 20:
             row["late/metric"] = float(step)
         run.log(row, step=step)
+    for step in range(30, 60):  # plain records: the compiled lane's (the ones above are not)
+        run.log({"edge": EDGE[step % len(EDGE)]}, step=step)
     run.config.update({"model": {"n_layer": 12, "d_model": 768}})
     run.finish()
 
