@@ -1,7 +1,7 @@
-"""Build of the compiled TensorBoard lane; everything else is declared in pyproject.toml.
+"""Build of the compiled TensorBoard and W&B lanes; everything else is declared in pyproject.toml.
 
 The extension is optional: where it does not compile (no C compiler, an unusual platform)
-the install goes on and trainlens reads TensorBoard files with its numpy reader."""
+the install goes on and trainlens reads TensorBoard and W&B files with its numpy readers."""
 
 from setuptools import Extension, setup
 
@@ -11,6 +11,11 @@ setup(
             "trainlens.readers._tbscan",
             sources=["trainlens/readers/_tbscan.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "trainlens.readers._wbscan",
+            sources=["trainlens/readers/_wbscan.c"],
+            optional=True,
+        ),
     ]
 )

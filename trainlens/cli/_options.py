@@ -22,7 +22,10 @@ FormatOpt = Annotated[
         "-f",
         # spelled out, not read from readers.FORMATS: that would import polars for --help
         # (a test keeps the two lists the same)
-        help="Force a reader: jsonl, csv, tensorboard, mlflow, hf-trainer, keras-history, text.",
+        help=(
+            "Force a reader: jsonl, csv, tensorboard, mlflow, hf-trainer, keras-history, text, "
+            "wandb-run."
+        ),
         show_default=False,
     ),
 ]

@@ -85,10 +85,12 @@ def is_run_store(path: Path) -> bool:
 
     (A folder with event files only deeper down is walked instead, so a tree of several
     TensorBoard runs beside JSONL runs yields each of them.)"""
-    from trainlens.readers import hf_trainer, mlflow
+    from trainlens.readers import hf_trainer, mlflow, wandb_run
     from trainlens.readers.tensorboard import SPLIT_DIRS
 
     if _has_event_files(path) or any(_has_event_files(path / s) for s in SPLIT_DIRS):
+        return True
+    if wandb_run.sniff(path, b""):  # a W&B run folder, or W&B's wandb/ holding them
         return True
     try:
         return bool(mlflow.sniff(path, b"") or hf_trainer.sniff(path, b""))
@@ -101,7 +103,7 @@ def _file_is_run(path: Path) -> bool:
     lower = name.lower()
     if lower in SKIP_NAMES or lower.endswith(".config.json") or _hidden(name):
         return False
-    if is_event_file_name(name):
+    if is_event_file_name(name) or lower.endswith(".wandb"):
         return True
     if lower.endswith(METRIC_SUFFIXES):
         return True

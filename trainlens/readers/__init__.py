@@ -21,6 +21,7 @@ WIDE_HEAD_BYTES = 1 << 20
 
 # sniffing order: most specific first
 FORMATS: dict[str, str] = {
+    "wandb-run": "trainlens.readers.wandb_run",
     "tensorboard": "trainlens.readers.tensorboard",
     "mlflow": "trainlens.readers.mlflow",
     "hf-trainer": "trainlens.readers.hf_trainer",
@@ -30,7 +31,7 @@ FORMATS: dict[str, str] = {
     "text": "trainlens.readers.textlog",
 }
 
-BINARY_FORMATS = frozenset({"tensorboard", "mlflow"})  # (an MLflow sqlite database)
+BINARY_FORMATS = frozenset({"wandb-run", "tensorboard", "mlflow"})  # (an MLflow sqlite database)
 
 __all__ = ["FORMATS", "ReadOptions", "detect_format", "folder_runs", "read_runs"]
 
@@ -120,7 +121,7 @@ def _no_run_in_folder(path: Path) -> UnreadableInputError:
 def detect_format(path: Path) -> str:
     """The format of ``path``, sniffed from its content or layout."""
     if path.is_dir():
-        for fmt in ("mlflow", "tensorboard", "hf-trainer"):
+        for fmt in ("wandb-run", "mlflow", "tensorboard", "hf-trainer"):
             if _sniff.may_be(fmt, path, b"") and _module(fmt).sniff(path, b""):
                 return fmt
         raise _no_run_in_folder(path)

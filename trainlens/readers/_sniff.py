@@ -16,6 +16,7 @@ from trainlens.readers._tfrecord_format import HEADER as TFRECORD_HEADER
 from trainlens.readers._tfrecord_format import masked_length_crc
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+WANDB_MAGIC = b":W&B\xe1\xbe"  # a W&B transaction log (run-<id>.wandb)
 
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -122,6 +123,8 @@ def mlflow_dir_maybe(path: Path) -> bool:
 def may_be(fmt: str, path: Path, head: bytes) -> bool:
     """False when a first look (no reader imported: the TensorBoard and MLflow readers
     import numpy) rules ``fmt`` out for ``path``; True when its reader must decide."""
+    if fmt == "wandb-run" and not path.is_dir():
+        return head.startswith(WANDB_MAGIC)
     if fmt == "tensorboard" and not path.is_dir():
         return tensorboard_file(path, head)
     if fmt == "mlflow":

@@ -1,0 +1,166 @@
+"""The compiled W&B lane (`_wbscan`) built once with AddressSanitizer and run over mutated
+real `.wandb` logs (written by the wandb SDK offline): no read or write outside its
+buffers on any of them; and, in this process, the compiled and numpy lanes agree on every
+mutant the compiled lane accepts. Skipped where there is no C compiler, no
+AddressSanitizer, or no wandb."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_fuzz_tbscan_asan import _compiler
+
+pytest.importorskip("wandb")
+
+SOURCE = REPO / "trainlens" / "readers" / "_wbscan.c"
+WRITER = Path(__file__).with_name("_wandb_writer.py")
+MUTANTS = 150
+
+_CHILD = """
+import mmap, sys
+sys.path.insert(0, sys.argv[1])
+import _wbscan
+n = 0
+for name in sys.argv[2:]:
+    with open(name, "rb") as fh:
+        data = fh.read()
+    _wbscan.scan(data)
+    if data:
+        with open(name, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            _wbscan.scan(m)
+    n += 1
+print(n)
+"""
+
+
+def _log(tmp: Path) -> bytes:
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_DISABLE_GIT": "true",
+        "WANDB_CONFIG_DIR": str(tmp / ".config"),
+        "WANDB_CACHE_DIR": str(tmp / ".cache"),
+        "WANDB_DATA_DIR": str(tmp / ".data"),
+    }
+    subprocess.run(
+        [sys.executable, str(WRITER), str(tmp), "run=lr_shock_recover"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    [log] = list(tmp.rglob("*.wandb"))
+    return log.read_bytes()
+
+
+def _mutants(raw: bytes, rnd: random.Random) -> list[bytes]:
+    out = []
+    for i in range(MUTANTS):
+        b = bytearray(raw)
+        kind = i % 3
+        if kind == 0:  # bit flips anywhere (headers, lengths, payloads, CRCs)
+            for _ in range(rnd.randint(1, 8)):
+                b[rnd.randrange(len(b))] ^= 1 << rnd.randrange(8)
+        elif kind == 1:  # cut anywhere
+            b = b[: rnd.randrange(len(b))]
+        else:  # a run of garbage bytes
+            at = rnd.randrange(len(b))
+            b[at : at + 64] = bytes(rnd.randrange(256) for _ in range(64))
+        out.append(bytes(b))
+    return out
+
+
+def _build_asan(cc: str, out: Path) -> Path:
+    from tests.test_fuzz_tbscan_asan import _build_asan as build_tb
+
+    libasan = build_tb(cc, out)  # probes ASan and finds libasan (and builds _tbscan)
+    target = out / f"_wbscan{sysconfig.get_config_var('EXT_SUFFIX')}"
+    cmd = [
+        cc,
+        "-fsanitize=address",
+        "-fno-omit-frame-pointer",
+        "-g",
+        "-O1",
+        "-shared",
+        "-fPIC",
+        f"-I{sysconfig.get_paths()['include']}",
+        str(SOURCE),
+        "-o",
+        str(target),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return libasan
+
+
+@pytest.mark.slow
+def test_the_wandb_lane_under_address_sanitizer(tmp_path: Path) -> None:
+    cc = _compiler()
+    build = tmp_path / "build"
+    build.mkdir()
+    libasan = _build_asan(cc, build)
+    raw = _log(tmp_path / "written")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    names = []
+    for i, data in enumerate([raw, *_mutants(raw, random.Random(7))]):
+        (corpus / f"m{i}").write_bytes(data)
+        names.append(str(corpus / f"m{i}"))
+    env = dict(
+        os.environ,
+        LD_PRELOAD=str(libasan),
+        ASAN_OPTIONS="detect_leaks=0:exitcode=99",
+        PYTHONMALLOC="malloc",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(build), *names],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert "AddressSanitizer" not in proc.stderr, proc.stderr[-4000:]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip() == str(len(names))
+
+
+@pytest.mark.slow
+def test_mutated_logs_read_alike_in_both_lanes_or_are_said_unreadable(tmp_path: Path) -> None:
+    """Every mutant reads without a traceback: a frame (good records kept, damage noted)
+    or one sentence; where the compiled lane takes a file, the numpy lane gives the same
+    frame."""
+    import trainlens.readers.wandb_run as wr
+    from trainlens.core.errors import TrainlensError
+    from trainlens.readers import ReadOptions
+
+    raw = _log(tmp_path / "written")
+    frames = 0
+    for i, data in enumerate(_mutants(raw, random.Random(11))[:60]):
+        path = tmp_path / f"m{i}.wandb"
+        path.write_bytes(data)
+        try:
+            fast = wr.read(path, ReadOptions())
+        except TrainlensError as exc:
+            assert str(exc) and "\n" not in str(exc)
+            continue
+        saved = wr._wbscan
+        try:
+            wr._wbscan = None
+            slow = wr.read(path, ReadOptions())
+        finally:
+            wr._wbscan = saved
+        assert [
+            r.frame.sort("metric", "step").equals(s.frame.sort("metric", "step"))
+            for r, s in zip(fast, slow, strict=True)
+        ] == [True] * len(fast)
+        frames += 1
+    assert frames > 10  # most mutants keep good records

@@ -1,0 +1,557 @@
+"""W&B run folders and transaction logs (``wandb/run-*/run-<id>.wandb``), without W&B.
+
+Every W&B run, online or offline, leaves a complete local copy of what it logged: the
+``run-<id>.wandb`` transaction log in ``wandb/run-<date>-<id>/`` (``offline-run-…`` when
+offline). Its history records hold every ``wandb.log`` call at full resolution (the
+public API's ``run.history()`` samples 500 points). Read here:
+
+- **History**: each item is a metric at the record's ``_step``; ``_timestamp`` is the
+  wall time; ``_step``, ``_runtime`` and ``_timestamp`` are W&B's own and not metrics.
+  A nested dict (``{"eval": {"loss": x}}``) is W&B's nested key, read as ``eval.loss``
+  as W&B shows it; a key written with slashes (``train/loss``) keeps them. Values that are
+  no number (media, tables, strings) are left out and counted in one note.
+- **System metrics** (W&B's stats records: ``gpu.0.gpu``, ``gpu.0.powerWatts``,
+  ``proc.memory.rssMB``, …) are metrics named ``system/<key>`` as W&B's charts show
+  them, each at the last history step logged before its sample (they are sampled on a
+  clock, not per step), with their own wall time.
+- **Config** (the run record's config and later config records, ``{key: value}`` with
+  nested values as JSON) goes to ``metadata["params"]``, where
+  :mod:`trainlens.runconfig` finds the declared schedule and the model size; the run's
+  name is its display name, ``metadata["wandb"]`` holds its id, project, entity, host
+  and start time, ``metadata["summary"]`` the ``files/wandb-summary.json`` when there.
+- **Layout**: one ``.wandb`` file; one run folder; or a folder of run folders (W&B's
+  ``wandb/``): each run id one run. A resumed run (``resume=`` with the same id) writes
+  a new folder: the folders of one id are read in the order of their date and
+  concatenated, so a step going back is a restart (:func:`trainlens.core.run.build_run`).
+  ``latest-run`` (a link to one of them) is not read twice.
+
+Damage (a truncated file, a bad checksum) is a data-quality note naming the block and
+byte offset; every sound record is kept (see :mod:`trainlens.readers._wandb_log`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import re
+import struct
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from trainlens.core.errors import UnreadableInputError
+from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers import _wandb_log as wl
+from trainlens.readers.base import ReadOptions
+
+try:
+    from trainlens.readers import _wbscan
+except ImportError:  # not compiled at install: the numpy lane reads every file
+    _wbscan = None  # type: ignore[assignment]
+
+FORMAT = "wandb-run"
+RUN_DIR = re.compile(r"^(?:offline-)?run-(?P<date>\d{8}_\d{6})-(?P<rest>.+)$")
+# W&B names a folder started in the same second as another of the same id `…-<id>-1`
+COLLISION = re.compile(r"-(\d+)$")
+LOG_GLOB = "*.wandb"
+OWN_KEYS = frozenset({"_step", "_runtime", "_timestamp"})
+SYSTEM_PREFIX = "system/"
+ROW_SCHEMA = {
+    "rec": pl.Int64,
+    "step": pl.Int64,
+    "metric": pl.String,
+    "value": pl.Float64,
+    "wall_time": pl.Float64,
+}
+
+# Record field numbers (wandb/proto/wandb_internal.proto)
+R_HISTORY, R_CONFIG, R_STATS, R_RUN = 2, 5, 7, 17
+H_ITEM, H_STEP = 1, 2
+I_KEY, I_NESTED, I_BOOL, I_INT, I_NUMBER, I_VALUE_JSON = 1, 2, 4, 5, 6, 16
+S_TIMESTAMP, S_ITEM = 2, 3
+C_UPDATE, C_REMOVE = 1, 2
+RUN_FIELDS = {1: "run_id", 2: "entity", 3: "project", 6: "group", 7: "job_type", 13: "host"}
+RUN_CONFIG, RUN_DISPLAY_NAME, RUN_START_TIME = 4, 8, 17
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    """A ``.wandb`` transaction log (its magic), a run folder holding one, or a folder of
+    run folders."""
+    if path.is_dir():
+        return bool(_logs_in(path) or _run_dirs(path))
+    return wl.has_magic(head)
+
+
+# ---- layout --------------------------------------------------------------------------------
+
+
+def _logs_in(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.glob(LOG_GLOB) if p.is_file())
+    except OSError:
+        return []
+
+
+def _run_dirs(folder: Path) -> list[Path]:
+    """The run folders directly in ``folder`` (not ``latest-run``, a link to one)."""
+    try:
+        subs = [p for p in folder.iterdir() if RUN_DIR.match(p.name) and not p.is_symlink()]
+    except OSError:
+        return []
+    return sorted((p for p in subs if p.is_dir() and _logs_in(p)), key=_dir_order)
+
+
+def _dir_order(p: Path) -> tuple[str, int, str]:
+    m = RUN_DIR.match(p.name)
+    if not m:
+        return ("", 0, p.name)
+    again = COLLISION.search(m.group("rest"))
+    return (m.group("date"), int(again.group(1)) if again else 0, p.name)
+
+
+def _groups(path: Path) -> list[tuple[Path, list[Path]]]:
+    """(source, log files in order) for each run at ``path``."""
+    if path.is_file():
+        return [(path, [path])]
+    logs = _logs_in(path)
+    if logs:
+        return [(path, logs)]
+    by_id: dict[str, list[Path]] = {}
+    for d in _run_dirs(path):  # (the run id from the log's name: run-<id>.wandb)
+        by_id.setdefault(_logs_in(d)[0].stem, []).append(d)
+    return [(dirs[-1], [f for d in dirs for f in _logs_in(d)]) for dirs in by_id.values()]
+
+
+# ---- decoding ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Log:
+    """What one run's records hold, column by column."""
+
+    steps: list[int] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    walls: list[float | None] = field(default_factory=list)
+    stats: list[tuple[float, str, float]] = field(default_factory=list)  # (time, name, value)
+    config: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    skipped: Counter[str] = field(default_factory=Counter)
+    issues: list[DataIssue] = field(default_factory=list)
+    last_step: int = -1
+    recs: list[int] = field(default_factory=list)  # the record each exact-path row came from
+    rec: int = 0  # the record being decoded (its place in the run: file, byte offset)
+    fast: list[pl.DataFrame] = field(default_factory=list)  # rec, step, metric, value, wall
+    compiled: list[Any] = field(default_factory=list)  # _wandb_fast.Compiled, one a file
+
+
+def _text(buf: bytes | memoryview, a: int, b: int) -> str:
+    return bytes(buf[a:b]).decode("utf-8", "replace")
+
+
+def _item_key(buf: bytes | memoryview, fs: list[tuple[int, int, int, int]]) -> str:
+    nested = [_text(buf, a, b) for n, w, a, b in fs if n == I_NESTED and w == 2]
+    if nested:
+        return ".".join(nested)
+    return next((_text(buf, a, b) for n, w, a, b in fs if n == I_KEY and w == 2), "")
+
+
+def _number(raw: str) -> float | None:
+    """A JSON value as a number (W&B writes NaN, Infinity, -Infinity), else None."""
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    try:
+        v = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(v, bool):
+        return float(v)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def _item_value(buf: bytes | memoryview, fs: list[tuple[int, int, int, int]]) -> float | None:
+    for n, w, a, b in fs:
+        if n == I_VALUE_JSON and w == 2:
+            return _number(_text(buf, a, b))
+        if n == I_NUMBER and w == 1:
+            return float(struct.unpack_from("<d", buf, a)[0])
+        if n in (I_INT, I_BOOL) and w == 0:
+            return float(a - (1 << 64) if a >= 1 << 63 else a)
+    return None
+
+
+def _history(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
+    row: dict[str, float] = {}
+    step_num: int | None = None
+    for n, w, x, y in wl.fields(buf, a, b):
+        if n == H_ITEM and w == 2:
+            fs = wl.fields(buf, x, y)
+            key = _item_key(buf, fs)
+            value = _item_value(buf, fs)
+            if value is None:
+                log.skipped[key] += 1
+            else:
+                row[key] = value
+        elif n == H_STEP and w == 2:
+            step_num = next((v for f, ww, v, _ in wl.fields(buf, x, y) if f == 1 and ww == 0), 0)
+    raw_step = row.pop("_step", None)
+    step = int(raw_step) if raw_step is not None and math.isfinite(raw_step) else step_num
+    if step is None:
+        step = log.last_step + 1
+    wall = row.pop("_timestamp", None)
+    row.pop("_runtime", None)
+    log.last_step = step
+    for key, value in row.items():
+        log.recs.append(log.rec)
+        log.steps.append(step)
+        log.metrics.append(key)
+        log.values.append(value)
+        log.walls.append(wall)
+
+
+def _stats(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
+    when: float | None = None
+    items: list[tuple[str, float]] = []
+    for n, w, x, y in wl.fields(buf, a, b):
+        if n == S_TIMESTAMP and w == 2:
+            ts = {f: v for f, ww, v, _ in wl.fields(buf, x, y) if ww == 0}
+            when = ts.get(1, 0) + ts.get(2, 0) / 1e9
+        elif n == S_ITEM and w == 2:
+            fs = wl.fields(buf, x, y)
+            value = _item_value(buf, fs)
+            if value is not None:
+                items.append((_item_key(buf, fs), value))
+    if when is not None:
+        log.stats.extend((when, SYSTEM_PREFIX + k, v) for k, v in items)
+
+
+def _config(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
+    for n, w, x, y in wl.fields(buf, a, b):
+        if w != 2 or n not in (C_UPDATE, C_REMOVE):
+            continue
+        fs = wl.fields(buf, x, y)
+        nested = [_text(buf, p, q) for f, ww, p, q in fs if f == I_NESTED and ww == 2]
+        path = nested or [_item_key(buf, fs)]
+        raw = next((_text(buf, p, q) for f, ww, p, q in fs if f == I_VALUE_JSON and ww == 2), "")
+        node = log.config
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                child = node[part] = {}
+            node = child
+        if n == C_REMOVE:
+            node.pop(path[-1], None)
+            continue
+        try:
+            node[path[-1]] = json.loads(raw)
+        except (ValueError, RecursionError):
+            node[path[-1]] = raw
+
+
+def _run(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
+    for n, w, x, y in wl.fields(buf, a, b):
+        if n in RUN_FIELDS and w == 2:
+            log.info.setdefault(RUN_FIELDS[n], _text(buf, x, y))
+        elif n == RUN_DISPLAY_NAME and w == 2:
+            log.info["name"] = _text(buf, x, y)
+        elif n == RUN_CONFIG and w == 2:
+            _config(log, buf, x, y)
+        elif n == RUN_START_TIME and w == 2 and "start_time" not in log.info:
+            ts = {f: v for f, ww, v, _ in wl.fields(buf, x, y) if ww == 0}
+            log.info["start_time"] = ts.get(1, 0) + ts.get(2, 0) / 1e9
+
+
+_DECODERS = {R_HISTORY: _history, R_STATS: _stats, R_CONFIG: _config, R_RUN: _run}
+
+
+def _record(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
+    for n, w, x, y in wl.fields(buf, a, b):
+        decode = _DECODERS.get(n)
+        if decode is not None and w == 2:
+            decode(log, buf, x, y)
+
+
+def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> int:
+    """Decode every sound record of one ``.wandb`` file into ``log``; the records read.
+
+    History records go through the compiled lane (``_wbscan``) when it is built and the
+    file is sound, else through the numpy lane (:mod:`trainlens.readers._wandb_fast`,
+    which also reports damage); the records either leaves (config, stats, run, history
+    records of another layout) through the exact decoder, record by record."""
+    # (here: sniffing a folder imports this module, which need not import numpy)
+    from trainlens.readers import _wandb_fast as wf
+
+    with path.open("rb") as fh:
+        if not wl.has_magic(fh.read(len(wl.MAGIC))):
+            raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
+    base = file_no << 40  # record order across a resumed run's files
+    scanned = _scan_compiled(path) if compiled and _wbscan else None
+    undecodable = 0
+    if isinstance(scanned, tuple):
+        exact, count = wf.from_compiled(scanned, log.compiled, base)
+    else:  # not built, or a damaged file: the numpy lane reads and reports it
+        size = path.stat().st_size
+        arr = wf.buffer_for(size)
+        with path.open("rb") as fh:
+            fh.readinto(memoryview(arr.data)[:size])
+        records = wf.records(arr, size)
+        _note_damage(log, path, records.damage)
+        exact = wf.history_fast(arr, records, log.fast, base)
+        count, undecodable = records.count, records.undecodable
+    bad = undecodable
+    for rec, data in sorted(exact, key=lambda x: x[0]):
+        log.rec = base + rec
+        try:
+            _record(log, data, 0, len(data))
+        except (ValueError, IndexError, struct.error):
+            bad += 1
+    if bad:
+        log.issues.append(
+            DataIssue(
+                kind="corrupt-record",
+                source=str(path),
+                message=f"{bad} records whose checksum holds could not be decoded",
+                count=bad,
+            )
+        )
+    return count
+
+
+def _scan_compiled(path: Path) -> tuple[Any, ...] | str:
+    """The compiled lane over the file mapped, not copied (a 1.1 GB log: reading it into
+    memory cost more CPU than scanning it)."""
+    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        return _wbscan.scan(mm)
+
+
+def _note_damage(log: _Log, path: Path, damage: list[wl.Damage]) -> None:
+    for d in damage:
+        log.issues.append(
+            DataIssue(
+                kind="corrupt-record",
+                source=str(path),
+                location=f"block {d.block}, byte {d.offset}",
+                message=f"{d.why}: {d.records or 'no'} record(s) left out",
+                count=d.records,
+            )
+        )
+
+
+# ---- the run -------------------------------------------------------------------------------
+
+
+def _frame(log: _Log) -> tuple[pl.DataFrame, list[int] | None]:
+    """The run's long frame, and its block lengths when it is one block per metric (an
+    Enum in block order: build_run then skips a pass over every row)."""
+    exact = pl.DataFrame(
+        {
+            "rec": log.recs,
+            "step": log.steps,
+            "metric": log.metrics,
+            "value": log.values,
+            "wall_time": log.walls,
+        },
+        schema=ROW_SCHEMA,
+    )
+    if len(log.compiled) == 1 and not log.fast and exact.is_empty():
+        return _from_compiled(log, log.compiled[0])
+    fast = log.fast + [c.frame() for c in log.compiled]
+    parts = [f.with_columns(pl.col("metric").cast(pl.String)) for f in fast]
+    if len(parts) == 1 and exact.is_empty():
+        history = fast[0].drop("rec")  # (one file, one lane: one block per metric)
+        return _blocked(history, _stats_frame(log, history) if log.stats else None)
+    else:
+        # rows of one metric in the order they were logged, whichever lane read them
+        history = (
+            pl.concat([*parts, exact], how="vertical").sort("metric", "rec", maintain_order=True)
+        ).drop("rec")
+    if not log.stats:
+        return history, None
+    stats = _stats_frame(log, history)
+    return pl.concat([history.with_columns(pl.col("metric").cast(pl.String)), stats]), None
+
+
+def _from_compiled(log: _Log, c: Any) -> tuple[pl.DataFrame, list[int] | None]:
+    """The frame of the compiled lane's blocks, with the system metrics as blocks of their
+    own: one Enum over both, made once (12M rows: no concatenation or second gather)."""
+    import numpy as np
+
+    stats = None
+    if log.stats:
+        marks = pl.DataFrame({"step": c.mark_step, "wall_time": c.mark_wall}).with_columns(
+            pl.col("wall_time").fill_nan(None)
+        )
+        stats = _stats_frame(log, marks).sort("metric", maintain_order=True)
+        if set(stats.get_column("metric").unique().to_list()) & set(c.names):
+            return _blocked(c.frame().drop("rec"), stats)  # (a key spelled like a system one)
+    extra: list[str] = (
+        [] if stats is None else stats.get_column("metric").unique(maintain_order=True).to_list()
+    )
+    every = c.names + extra
+    counts = list(c.counts)
+    codes = np.repeat(np.arange(len(c.names), dtype=np.uint32), c.counts)
+    step, value, wall = c.step, c.value, c.wall
+    if stats is not None:
+        per = stats.group_by("metric", maintain_order=True).len().get_column("len").to_list()
+        counts += per
+        extra_codes = np.repeat(np.arange(len(c.names), len(every), dtype=np.uint32), per)
+        codes = np.concatenate([codes, extra_codes])
+        step = np.concatenate([step, stats.get_column("step").to_numpy()])
+        value = np.concatenate([value, stats.get_column("value").to_numpy()])
+        stats_wall = stats.get_column("wall_time").fill_null(float("nan")).to_numpy()
+        wall = np.concatenate([wall, stats_wall])
+    frame = pl.DataFrame(
+        {
+            "step": step,
+            "metric": pl.Series("metric", every, dtype=pl.Enum(every)).gather(pl.Series(codes)),
+            "value": value,
+            "wall_time": pl.Series(wall).fill_nan(None),
+        }
+    )
+    return frame, counts
+
+
+def _blocked(
+    history: pl.DataFrame, stats: pl.DataFrame | None
+) -> tuple[pl.DataFrame, list[int] | None]:
+    """History in blocks (an Enum of its metrics, in order) with the system metrics
+    appended as blocks of their own, one Enum over both."""
+    metric = history.get_column("metric")
+    names = [str(c) for c in metric.dtype.categories.to_list()]  # type: ignore[attr-defined]
+    import numpy as np  # (the lanes that made this frame imported it already)
+
+    counts = np.bincount(metric.to_physical().to_numpy(), minlength=len(names)).tolist()
+    if 0 in counts:  # (a key met only in records the exact decoder read: no block)
+        parts = [history.with_columns(metric.cast(pl.String))]
+        return pl.concat(parts + ([] if stats is None else [stats])), None
+    if stats is None or stats.is_empty():
+        return history, counts
+    stats = stats.sort("metric", maintain_order=True)
+    extra = stats.get_column("metric").unique(maintain_order=True).to_list()
+    if set(extra) & set(names):  # (a logged key spelled like a system metric)
+        return pl.concat([history.with_columns(metric.cast(pl.String)), stats]), None
+    every = names + extra
+    enum = pl.Enum(every)
+    stats_codes = stats.get_column("metric").replace_strict(
+        extra, range(len(names), len(every)), return_dtype=pl.UInt32
+    )
+    codes = pl.concat([metric.to_physical().cast(pl.UInt32), stats_codes])
+    frame = pl.concat([history.drop("metric"), stats.drop("metric")]).with_columns(
+        pl.Series("metric", every, dtype=enum).gather(codes)
+    )
+    stats_counts = stats.group_by("metric", maintain_order=True).len().get_column("len")
+    return frame.select("step", "metric", "value", "wall_time"), counts + stats_counts.to_list()
+
+
+def _stats_frame(log: _Log, history: pl.DataFrame) -> pl.DataFrame:
+    """System samples at the last history step logged at or before each (the first step
+    before any was logged)."""
+    stats = pl.DataFrame(
+        log.stats,
+        schema={"wall_time": pl.Float64, "metric": pl.String, "value": pl.Float64},
+        orient="row",
+    ).sort("wall_time")
+    marks = (
+        history.filter(pl.col("wall_time").is_not_null())
+        .group_by("step")
+        .agg(pl.col("wall_time").min())
+        .sort("wall_time")
+    )
+    if marks.is_empty():
+        first = history.get_column("step").min() if history.height else 0
+        return stats.with_columns(step=pl.lit(first, dtype=pl.Int64)).select(
+            "step", "metric", "value", "wall_time"
+        )
+    joined = stats.join_asof(marks, on="wall_time", strategy="backward")
+    first = marks.get_column("step").min()
+    return joined.with_columns(pl.col("step").fill_null(first).cast(pl.Int64)).select(
+        "step", "metric", "value", "wall_time"
+    )
+
+
+def _summary(source: Path) -> dict[str, Any] | None:
+    folder = source if source.is_dir() else source.parent
+    path = folder / "files" / "wandb-summary.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _metadata_name(source: Path) -> str | None:
+    folder = source if source.is_dir() else source.parent
+    try:
+        data = json.loads((folder / "files" / "wandb-metadata.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    name = data.get("display_name") if isinstance(data, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
+    log = _Log()
+    records = 0
+    for no, f in enumerate(files):
+        records += _read_log(log, f, no)
+    if log.skipped:
+        n = sum(log.skipped.values())
+        shown = ", ".join(f"{k}: {v}" for k, v in log.skipped.most_common(4))
+        log.issues.append(
+            DataIssue(
+                kind="non-scalar",
+                source=str(source),
+                message=f"{n} logged values that are no number left out ({shown})",
+                count=n,
+                severity="info",
+            )
+        )
+    frame, blocks = _frame(log)
+    if frame.is_empty():
+        raise UnreadableInputError(f"{source}: no metrics found in {records} W&B records")
+    name = log.info.get("name") or _metadata_name(source) or log.info.get("run_id")
+    metadata: dict[str, Any] = {"wandb": dict(log.info), "files": [str(f) for f in files]}
+    config = {k: v for k, v in log.config.items() if k != "_wandb"}
+    if config:
+        metadata["params"] = config
+    summary = _summary(source)
+    if summary is not None:
+        metadata["summary"] = summary
+    return build_run(
+        frame,
+        name=str(name or source.resolve().name),
+        source=str(source),
+        fmt=FORMAT,
+        aliases=opts.aliases,
+        metadata=metadata,
+        issues=log.issues,
+        blocks=blocks,
+    )
+
+
+def read(path: Path, opts: ReadOptions) -> list[Run]:
+    groups = _groups(path)
+    if not groups:
+        raise UnreadableInputError(f"{path}: no W&B run (run-<id>.wandb) found")
+    runs: list[Run] = []
+    errors: list[UnreadableInputError] = []
+    for source, files in groups:
+        try:
+            runs.append(_read_group(source, files, opts))
+        except UnreadableInputError as exc:
+            if len(groups) == 1:
+                raise
+            errors.append(exc)
+    if not runs:
+        raise errors[0]
+    for err in errors:
+        runs[0].data_quality.append(
+            DataIssue(kind="unreadable-run", source=str(path), message=f"left out: {err}")
+        )
+    return runs
