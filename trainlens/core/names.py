@@ -105,6 +105,8 @@ EXACT_ALIASES: dict[str, Alias] = {
     "memory_reserved": _a("mem/reserved"),
     "mem_rss": _a("mem/rss"),
     "rss": _a("mem/rss"),
+    # W&B's system metrics, as its run reader names them (system/<key>, lower case)
+    "system/proc.memory.rssmb": _a("mem/rss", 2**20),
     "padding_frac": _a("padding_frac"),
     "padding_fraction": _a("padding_frac"),
     "dataloader_wait": _a("dataloader_wait"),
