@@ -51,3 +51,46 @@ def test_axis_marks(tmp_path: Path) -> None:
         {"step": 10, "name": "ckpt_step_10.pt", "intact": True, "integrity": "ok"},
         {"step": 20, "name": "ckpt_step_20.pt", "intact": False, "integrity": "truncated"},
     ]
+
+
+def test_the_gate_requires_an_intact_checkpoint_at_the_end_and_at_the_best_val_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """[tool.trainlens.gate.checks] checkpoint_at_end / best_val_checkpoint on a real
+    fixture run with torch.save checkpoints beside it: intact ones pass; with the last
+    one cut short and none kept near the best validation step, both fail (CKPT008/009)."""
+    import json
+    import shutil
+
+    from tests.conftest import fixture_path
+    from trainlens.cli import main
+
+    torch = pytest.importorskip("torch")
+    run = tmp_path / "runs" / "overfit"
+    shutil.copytree(fixture_path("overfit").parent, run)
+    ckpts = run / "checkpoints"
+    ckpts.mkdir()
+    model = torch.nn.Linear(4, 4)
+    for step in range(100, 801, 100):
+        torch.save({"model": model.state_dict()}, ckpts / f"ckpt_step_{step}.pt")
+    config = tmp_path / "trainlens.toml"
+    config.write_text(  # (the run overfits on purpose: VAL001 is not what is tested)
+        'ignore = ["VAL001"]\n[gate.checks]\ncheckpoint_at_end = true\nbest_val_checkpoint = true\n'
+    )
+    args = ["gate", str(run), "--format", "json", "--config", str(config), "-j", "1"]
+    code = main(args)
+    out = capsys.readouterr()
+    assert code == 0, out.out[-3000:] + out.err
+    passing = json.loads(out.out)
+    checks = {c["name"]: c["status"] for c in passing["runs"][0]["checks"]}
+    assert checks["check:checkpoint_at_end"] == "pass"
+    assert checks["check:best_val_checkpoint"] == "pass"
+
+    last = ckpts / "ckpt_step_800.pt"
+    last.write_bytes(last.read_bytes()[:-100])
+    for step in (100, 200):  # best val is at 100: nothing kept near it any more
+        (ckpts / f"ckpt_step_{step}.pt").unlink()
+    assert main(args) == 1
+    failing = json.loads(capsys.readouterr().out)
+    codes = {f["code"] for f in failing["findings"] if f["fails_gate"]}
+    assert {"CKPT008", "CKPT009"} <= codes

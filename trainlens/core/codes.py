@@ -15,4 +15,6 @@ GATE_CODES: dict[str, str] = {
     "MEM002": "memory-regression",
     "MFU001": "mfu-below-limit",
     "DATA005": "restart-not-allowed",
+    "CKPT008": "no-intact-checkpoint-at-end",
+    "CKPT009": "best-val-checkpoint-missing",
 }

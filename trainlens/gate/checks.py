@@ -467,3 +467,59 @@ def _time_to_target(
             ),
         )
     return _pass(name, kind, detail)
+
+
+def checkpoint_checks(
+    checks: Checks, inventory: Any, last_step: int | None, best_val_step: int | None
+) -> list[Outcome]:
+    """The checkpoint requirements (``checkpoint_at_end``, ``best_val_checkpoint``) against
+    the run's audited checkpoints (``Context.checkpoints``; None: none were found)."""
+    from trainlens.checkpoints.requirements import best_val_kept, ends_intact
+
+    out: list[Outcome] = []
+    kind = "outcome"
+    if checks.checkpoint_at_end:
+        name = "check:checkpoint_at_end"
+        verdict = ends_intact(inventory, last_step) if inventory is not None else None
+        if verdict is not None and verdict.ok:
+            out.append(_pass(name, kind, verdict.message))
+        else:
+            why = verdict.message if verdict is not None else "no checkpoint found for the run"
+            out.append(
+                _fail(
+                    name,
+                    kind,
+                    why,
+                    _finding(
+                        "CKPT008",
+                        f"the run does not end with an intact checkpoint: {why}",
+                        step=last_step,
+                        checkpoint=verdict.checkpoint if verdict is not None else None,
+                    ),
+                )
+            )
+    if checks.best_val_checkpoint:
+        name = "check:best_val_checkpoint"
+        if best_val_step is None:
+            out.append(_skip(name, kind, f"{checks.val_metric} not logged"))
+        else:
+            verdict = best_val_kept(inventory, best_val_step) if inventory is not None else None
+            if verdict is not None and verdict.ok:
+                out.append(_pass(name, kind, verdict.message))
+            else:
+                why = verdict.message if verdict is not None else "no checkpoint found"
+                out.append(
+                    _fail(
+                        name,
+                        kind,
+                        why,
+                        _finding(
+                            "CKPT009",
+                            f"the best {checks.val_metric} (step {best_val_step}) has no "
+                            f"intact checkpoint kept: {why}",
+                            metric=checks.val_metric,
+                            step=best_val_step,
+                        ),
+                    )
+                )
+    return out

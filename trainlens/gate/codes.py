@@ -20,6 +20,8 @@ CHECK_CODES: dict[str, str] = {
     "check:max_seconds_to_target": "VAL005",
     "check:min_mfu": "MFU001",
     "check:no_restarts": "DATA005",
+    "check:checkpoint_at_end": "CKPT008",
+    "check:best_val_checkpoint": "CKPT009",
     "baseline:throughput": "TPUT003",
     "baseline:val_loss": "VAL002",
     "baseline:time_to_target": "VAL003",

@@ -36,6 +36,8 @@ CHECK_KEYS: dict[str, str] = {
     "max_seconds_to_target": "... within this many seconds of wall clock",
     "min_mfu": "mean MFU at least this fraction (needs n_params and gpu)",
     "no_restarts": "true: a restart (step went backwards) fails the run",
+    "checkpoint_at_end": "true: the run must end with an intact checkpoint (its last 10 %)",
+    "best_val_checkpoint": "true: an intact checkpoint near the best val step must be kept",
 }
 BASELINE_KEYS: dict[str, str] = {
     "path": "the baseline run or stored summary JSON (relative to the config file)",
@@ -118,6 +120,8 @@ class Checks:
     max_seconds_to_target: float | None = None
     min_mfu: float | None = None
     no_restarts: bool = False
+    checkpoint_at_end: bool = False
+    best_val_checkpoint: bool = False
 
 
 def parse_checks(raw: Any, where: str, base: Checks | None = None) -> Checks:
@@ -129,9 +133,9 @@ def parse_checks(raw: Any, where: str, base: Checks | None = None) -> Checks:
             if not isinstance(value, str) or not value.strip():
                 raise ConfigError(f"'val_metric' in {where} must be a metric name")
             values[key] = value.strip()
-        elif key == "no_restarts":
+        elif key in ("no_restarts", "checkpoint_at_end", "best_val_checkpoint"):
             if not isinstance(value, bool):
-                raise ConfigError(f"'no_restarts' in {where} must be true or false")
+                raise ConfigError(f"{key!r} in {where} must be true or false")
             values[key] = value
         elif key == "min_mfu":
             values[key] = _number(value, key, where, high=1.0)

@@ -22,7 +22,7 @@ from trainlens.core.findings import Finding, Severity
 from trainlens.core.names import AliasTable
 from trainlens.core.run import Run
 from trainlens.gate.baseline import Baseline, read_stored
-from trainlens.gate.checks import Outcome, baseline_checks, outcome_checks
+from trainlens.gate.checks import Outcome, baseline_checks, checkpoint_checks, outcome_checks
 from trainlens.gate.codes import CHECK_CODES, GATE_CODES
 from trainlens.gate.discover import Source, discover
 from trainlens.gate.result import (
@@ -104,6 +104,15 @@ def gate_run(run: Run, name: str, job: GateJob) -> RunReport:
         found.append((f, f"detector:{check}"))
 
     outcomes: list[Outcome] = outcome_checks(checks, report.outcomes)
+    val = report.outcomes.get("val_loss") or {}
+    outcomes.extend(
+        checkpoint_checks(
+            checks,
+            analysis.context.checkpoints,
+            (analysis.summary.get("steps") or {}).get("last"),
+            val.get("best_step"),
+        )
+    )
     if job.baseline is not None:
         base_name, base, why = job.baseline.pick(name)
         outcomes.extend(
