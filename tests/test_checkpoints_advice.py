@@ -142,3 +142,30 @@ def test_analyze_checkpoints_flag_names_a_folder_kept_elsewhere(
     assert "go back to ckpt_step_300.pt (step 300" in loss["message"]
     assert main(["analyze", str(run), "--checkpoints", str(tmp_path / "nope")]) == 2
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_an_hf_log_read_from_inside_its_checkpoint_finds_the_sibling_checkpoints(
+    tmp_path: Path,
+) -> None:
+    """HF Trainer's log is read from its newest checkpoint (checkpoint-N/
+    trainer_state.json): the run's checkpoints are that folder's siblings, not the one
+    weights file inside it (which has no step: it gave a false "no checkpoint" CKPT004)."""
+    transformers = pytest.importorskip("transformers")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+
+    out = tmp_path / "out"
+    for step in (50, 100):
+        ck = out / f"checkpoint-{step}"
+        ck.mkdir(parents=True)
+        safetensors_torch.save_file({"w": torch.zeros(4, 4)}, str(ck / "model.safetensors"))
+        torch.save({"state": {}}, ck / "optimizer.pt")
+        state = transformers.TrainerState(global_step=step, max_steps=100)
+        state.log_history = [{"loss": 2.0 - s / 100, "step": s} for s in range(1, step + 1)]
+        state.save_to_json(str(ck / "trainer_state.json"))
+    (analysis,) = analyze([out])
+    inv = analysis.context.checkpoints
+    assert inv is not None and [c.name for c in inv.checkpoints] == [
+        "checkpoint-50",
+        "checkpoint-100",
+    ]
+    assert not [f for f in analysis.findings if f.code == "CKPT004"]

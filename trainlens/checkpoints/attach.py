@@ -28,7 +28,16 @@ def checkpoints_path(run: Run, config: Config) -> str | None:
         return None
     if isinstance(setting, str) and setting:
         return setting
-    return run.source if os.path.exists(run.source) else None
+    if not os.path.exists(run.source):
+        return None
+    from trainlens.checkpoints._layouts import folder_kind
+
+    # HF Trainer's log is read from inside its newest checkpoint (checkpoint-200/
+    # trainer_state.json): its siblings are the run's checkpoints
+    here = os.path.dirname(os.path.abspath(run.source)) if os.path.isfile(run.source) else ""
+    if here and folder_kind(os.path.basename(here)) is not None:
+        return os.path.dirname(here)
+    return run.source
 
 
 def _kept(code: str, config: Config) -> bool:
