@@ -169,3 +169,36 @@ def test_an_hf_log_read_from_inside_its_checkpoint_finds_the_sibling_checkpoints
         "checkpoint-100",
     ]
     assert not [f for f in analysis.findings if f.code == "CKPT004"]
+
+
+def test_the_checkpoint_analyze_names_is_checked_whole_and_the_onset_is_what_moved_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """analyze audits structure only, except the checkpoint it is about to name: a flipped
+    byte inside step 300's tensor data (a CRC error, invisible to a structure check) makes
+    it pass 300 over for 200 and report 300 as CKPT001."""
+    import json
+    import shutil
+
+    from trainlens.checkpoints.advice import onset_of
+    from trainlens.cli import main
+    from trainlens.core.findings import Finding, Severity
+
+    run = tmp_path / "lr_shock_diverge"
+    shutil.copytree(fixture_path("lr_shock_diverge").parent, run)
+    (run / "checkpoints").mkdir()
+    _saves(run / "checkpoints", range(100, 1001, 100))
+    target = run / "checkpoints" / "ckpt_step_300.pt"
+    raw = bytearray(target.read_bytes())
+    at = raw.index(b"data/0") + 200  # inside the first tensor's stored bytes
+    raw[at] ^= 0xFF
+    target.write_bytes(bytes(raw))
+    assert main(["analyze", str(run / "metrics.jsonl"), "--json"]) == 0
+    found = {f["code"]: f for f in json.loads(capsys.readouterr().out)["runs"][0]["findings"]}
+    assert "go back to ckpt_step_200.pt" in found["LOSS003"]["message"]
+    assert found["CKPT001"]["step_start"] == 300
+
+    f = Finding(
+        "NAN001", "x", Severity.ERROR, "train/loss", 128, 140, "m", {"first_mover_step": 120}
+    )
+    assert onset_of(f) == 120

@@ -7,7 +7,8 @@ going back:
 
 - every finding whose message says "restart from a checkpoint" (the detectors' one
   wording for it: LOSS003, LOSS001 / GRAD001 that never came back): the newest intact
-  checkpoint saved *before* its onset (``step_start``);
+  checkpoint saved *before* its onset (``step_start``, or the step of what moved first
+  when its cause chain names an earlier one: :func:`onset_of`);
 - NAN001 at error severity (the loss is gone: a restart is the only way on): the same;
 - VAL001: the intact checkpoint nearest its best validation step (``evidence.best_step``),
   the one to keep.
@@ -43,7 +44,20 @@ def _target(f: Finding, inv: Inventory) -> tuple[bool, Checkpoint | None, str]:
     wants = RESTART_PHRASE in f.message or (f.code == "NAN001" and f.severity is Severity.ERROR)
     if not wants or f.step_start is None:
         return False, None, ""
-    return True, restart_from(inv, f.step_start), f"before step {f.step_start}"
+    onset = onset_of(f)
+    return True, restart_from(inv, onset), f"before step {onset}"
+
+
+def onset_of(f: Finding) -> int:
+    """Where the incident began: the finding's first step, or earlier when its cause chain
+    names what moved first (an LR shock at 120 behind a NaN at 128: a checkpoint saved at
+    125 already holds the shocked weights)."""
+    start = int(f.step_start) if f.step_start is not None else 0
+    for key in ("first_mover_step", "lead_step"):
+        v = f.evidence.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v < start:
+            start = v
+    return start
 
 
 def attach_restart_advice(findings: Sequence[Finding], inv: Inventory) -> list[Finding]:

@@ -2,9 +2,11 @@
 
 :func:`analysis_checkpoints` runs after the detectors (:func:`trainlens.api.analyze_run`):
 it finds the checkpoints beside the run (or in ``[tool.trainlens] checkpoints``), audits
-their structure (no CRC pass: ``trainlens checkpoints`` does the deep check; analyze must
-stay quick on a folder of 50 GB checkpoints), adds the CKPT findings the config keeps, and
-names the newest intact checkpoint before each incident that advises a restart.
+their structure (no CRC pass over them all: ``trainlens checkpoints`` does that; analyze
+must stay quick beside a folder of 50 GB checkpoints), checks the CRCs of each checkpoint
+it is about to name (passing a corrupt one over for the next older), adds the CKPT
+findings the config keeps, and names the newest intact checkpoint before each incident
+that advises a restart.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def analysis_checkpoints(
         return findings, None
     if not inv.checkpoints and not inv.pointers:
         return findings, None
+    _verify_named(inv, findings)
     pts = run.standing().group_by("step").agg(pl.col("wall_time").min()).sort("step")
     steps = RunSteps(pts.get_column("step").to_list(), pts.get_column("wall_time").to_list())
     severity = {k.upper(): Severity.parse(v) for k, v in config.severity.items()}
@@ -76,3 +79,31 @@ def analysis_checkpoints(
         if _kept(f.code, config):
             extra.append(f.with_severity(severity[f.code]) if f.code in severity else f)
     return attach_restart_advice([*findings, *extra], inv), inv
+
+
+#: bytes of zip members CRC-checked in each checkpoint a finding names (analyze audits
+#: the rest for structure only; the one it tells the user to go back to is checked whole)
+VERIFY_BUDGET = 1 << 30
+
+
+def _verify_named(inv: Inventory, findings: list[Finding]) -> None:
+    """Check the CRCs of every checkpoint the restart advice would name, in place; one
+    found corrupt is passed over for the next older, which is checked in turn."""
+    from trainlens.checkpoints._audit import audit_file, audit_folder
+    from trainlens.checkpoints.advice import _target
+
+    verified: set[str] = set()
+    for _ in range(len(inv.checkpoints)):
+        named = {}
+        for f in findings:
+            wants, ckpt, _ = _target(f, inv)
+            if wants and ckpt is not None and ckpt.path not in verified:
+                named[ckpt.path] = ckpt
+        if not named:
+            return
+        for path, ckpt in named.items():
+            audit = audit_folder if os.path.isdir(path) else audit_file
+            inv.checkpoints[inv.checkpoints.index(ckpt)] = audit(
+                path, ckpt.kind, ckpt.step, VERIFY_BUDGET
+            )
+            verified.add(path)
