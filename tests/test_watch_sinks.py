@@ -293,3 +293,20 @@ def test_live_view_shows_the_dashboard_and_the_events(fixture_runs: Path) -> Non
     text = console.export_text()
     assert "nan_divergence" in text and "train/loss" in text and "grad_norm" in text
     assert "NAN001" in text and "steps/s" in text
+
+
+def test_a_missing_watch_extra_is_a_usage_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the watch extra, --notify / --prometheus say what to install (not a
+    traceback), and a terminal gets plain lines instead of the rich view."""
+    import trainlens.watch.sinks as sinks_mod
+    from trainlens.core.errors import UsageError
+
+    monkeypatch.setattr(sinks_mod, "_installed", lambda module: False)
+    with pytest.raises(UsageError, match=r"--notify needs the apprise package.*\[watch\]"):
+        build_sink(WatchSettings(notify=["json://h/p"]), json=False, tty=False)
+    with pytest.raises(UsageError, match="--prometheus needs the prometheus_client"):
+        build_sink(WatchSettings(prometheus="127.0.0.1:9"), json=False, tty=False)
+    fan = build_sink(WatchSettings(), json=False, tty=True)
+    assert [type(s).__name__ for s in fan.sinks] == ["LineSink"]

@@ -69,23 +69,27 @@ class Fanout:
 
 def build_sink(settings: Any, *, json: bool, tty: bool) -> Fanout:
     """The sinks the settings ask for: the terminal (JSON lines with ``json``; the live view
-    on a terminal; plain lines otherwise), then Prometheus, notifications and ``--exec``."""
+    on a terminal when rich is installed; plain lines otherwise), then Prometheus,
+    notifications and ``--exec``. An output whose package is missing is a usage error that
+    says which extra to install."""
     from trainlens.watch.sinks.lines import JsonSink, LineSink
 
     sinks: list[Any] = []
     if json:
         sinks.append(JsonSink())
-    elif tty:
+    elif tty and _installed("rich"):
         from trainlens.watch.sinks.view import LiveView
 
         sinks.append(LiveView())
     else:
         sinks.append(LineSink())
     if settings.prometheus:
+        _need("prometheus_client", "--prometheus")
         from trainlens.watch.sinks.prometheus import PrometheusSink
 
         sinks.append(PrometheusSink(settings.prometheus))
     if settings.notify:
+        _need("apprise", "--notify")
         from trainlens.watch.sinks.notify import NotifySink
 
         sinks.append(
@@ -96,3 +100,16 @@ def build_sink(settings: Any, *, json: bool, tty: bool) -> Fanout:
 
         sinks.append(ExecSink(settings.exec, level=settings.notify_level))
     return Fanout(sinks)
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _need(module: str, option: str) -> None:
+    if not _installed(module):
+        from trainlens.core.errors import UsageError
+
+        raise UsageError(f"{option} needs the {module} package: pip install 'trainlens[watch]'")
