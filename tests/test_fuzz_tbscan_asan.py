@@ -120,6 +120,12 @@ def test_the_lane_under_address_sanitizer(tmp_path: Path) -> None:
                 path = corpus / f"{i}-{how}-{j}"
                 path.write_bytes(damaged)
                 names.append(str(path))
+    run_under_asan(_CHILD, build, names, libasan)
+
+
+def run_under_asan(child: str, build: Path, names: list[str], libasan: Path) -> None:
+    """Run ``child`` (a script importing the lane from ``build``) over the files ``names``
+    with AddressSanitizer preloaded; fail on any report, a crash, or a file not done."""
     # (PYTHONMALLOC=malloc: small bytes objects come from malloc, with red zones, not
     # from pymalloc's arenas, where an overrun would go unseen)
     env = dict(
@@ -129,7 +135,7 @@ def test_the_lane_under_address_sanitizer(tmp_path: Path) -> None:
         PYTHONMALLOC="malloc",
     )
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(build), *names],
+        [sys.executable, "-c", child, str(build), *names],
         capture_output=True,
         text=True,
         env=env,

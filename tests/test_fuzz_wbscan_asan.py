@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.test_fuzz_tbscan_asan import _compiler
+from tests.test_fuzz_tbscan_asan import _compiler, run_under_asan
 
 pytest.importorskip("wandb")
 
@@ -115,22 +115,7 @@ def test_the_wandb_lane_under_address_sanitizer(tmp_path: Path) -> None:
     for i, data in enumerate([raw, *_mutants(raw, random.Random(7))]):
         (corpus / f"m{i}").write_bytes(data)
         names.append(str(corpus / f"m{i}"))
-    env = dict(
-        os.environ,
-        LD_PRELOAD=str(libasan),
-        ASAN_OPTIONS="detect_leaks=0:exitcode=99",
-        PYTHONMALLOC="malloc",
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(build), *names],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert "AddressSanitizer" not in proc.stderr, proc.stderr[-4000:]
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert proc.stdout.strip() == str(len(names))
+    run_under_asan(_CHILD, build, names, libasan)
 
 
 @pytest.mark.slow
