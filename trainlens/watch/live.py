@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 
 from trainlens.core.findings import Finding, Severity
-from trainlens.core.run import FRAME_SCHEMA, DataIssue, Run
+from trainlens.core.run import FRAME_SCHEMA, Run
 from trainlens.watch.early import EarlyWarnings
 from trainlens.watch.events import WatchEvent
 
@@ -81,8 +81,6 @@ class LiveRun:
     stall_factor: float = 10.0
     min_stall_seconds: float = 30.0
 
-    issues: list[DataIssue] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
     last_values: dict[str, float] = field(default_factory=dict)
     last_step: int | None = None
     last_arrival: float | None = None  # unix time the last new record was read
@@ -123,9 +121,7 @@ class LiveRun:
                     "from its start; the earlier values stay, the new ones stand",
                 )
             )
-        self.metadata.update(chunk.metadata)
         for issue in chunk.issues:
-            self.issues.append(issue)
             out.append(self.event("read-issue", str(issue), severity=issue.severity))
         frame = chunk.frame
         if frame.height == 0:
