@@ -50,9 +50,9 @@ def _compiler() -> str:
     return cc
 
 
-def _build_asan(cc: str, out: Path) -> Path:
-    """The lane compiled with -fsanitize=address, and the libasan to preload (Python
-    itself is not built with it)."""
+def _build_asan(cc: str, out: Path, source: Path = SOURCE) -> Path:
+    """The lane in ``source`` compiled with -fsanitize=address into ``out`` (named after
+    the source), and the libasan to preload (Python itself is not built with it)."""
     probe = out / "probe.c"
     probe.write_text("int main(void) { return 0; }\n")
     if subprocess.run(
@@ -64,7 +64,7 @@ def _build_asan(cc: str, out: Path) -> Path:
     ).stdout.strip()
     if not lib or not Path(lib).exists():
         pytest.skip("libasan.so not found to preload")
-    target = out / f"_tbscan{sysconfig.get_config_var('EXT_SUFFIX')}"
+    target = out / f"{source.stem}{sysconfig.get_config_var('EXT_SUFFIX')}"
     cmd = [
         cc,
         "-fsanitize=address",
@@ -74,7 +74,7 @@ def _build_asan(cc: str, out: Path) -> Path:
         "-shared",
         "-fPIC",
         f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE),
+        str(source),
         "-o",
         str(target),
     ]

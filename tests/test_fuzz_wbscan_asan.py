@@ -10,13 +10,12 @@ import os
 import random
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
-from tests.test_fuzz_tbscan_asan import _compiler, run_under_asan
+from tests.test_fuzz_tbscan_asan import _build_asan, _compiler, run_under_asan
 
 pytest.importorskip("wandb")
 
@@ -79,35 +78,12 @@ def _mutants(raw: bytes, rnd: random.Random) -> list[bytes]:
     return out
 
 
-def _build_asan(cc: str, out: Path) -> Path:
-    from tests.test_fuzz_tbscan_asan import _build_asan as build_tb
-
-    libasan = build_tb(cc, out)  # probes ASan and finds libasan (and builds _tbscan)
-    target = out / f"_wbscan{sysconfig.get_config_var('EXT_SUFFIX')}"
-    cmd = [
-        cc,
-        "-fsanitize=address",
-        "-fno-omit-frame-pointer",
-        "-g",
-        "-O1",
-        "-shared",
-        "-fPIC",
-        f"-I{sysconfig.get_paths()['include']}",
-        str(SOURCE),
-        "-o",
-        str(target),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return libasan
-
-
 @pytest.mark.slow
 def test_the_wandb_lane_under_address_sanitizer(tmp_path: Path) -> None:
     cc = _compiler()
     build = tmp_path / "build"
     build.mkdir()
-    libasan = _build_asan(cc, build)
+    libasan = _build_asan(cc, build, SOURCE)
     raw = _log(tmp_path / "written")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
