@@ -477,49 +477,55 @@ def checkpoint_checks(
     from trainlens.checkpoints.requirements import best_val_kept, ends_intact
 
     out: list[Outcome] = []
-    kind = "outcome"
     if checks.checkpoint_at_end:
-        name = "check:checkpoint_at_end"
         verdict = ends_intact(inventory, last_step) if inventory is not None else None
-        if verdict is not None and verdict.ok:
-            out.append(_pass(name, kind, verdict.message))
-        else:
-            why = verdict.message if verdict is not None else "no checkpoint found for the run"
-            out.append(
-                _fail(
-                    name,
-                    kind,
-                    why,
-                    _finding(
-                        "CKPT008",
-                        f"the run does not end with an intact checkpoint: {why}",
-                        step=last_step,
-                        checkpoint=verdict.checkpoint if verdict is not None else None,
-                    ),
-                )
+        out.append(
+            _requirement(
+                "check:checkpoint_at_end",
+                verdict,
+                "CKPT008",
+                "the run does not end with an intact checkpoint",
+                step=last_step,
+                checkpoint=verdict.checkpoint if verdict is not None else None,
             )
+        )
     if checks.best_val_checkpoint:
         name = "check:best_val_checkpoint"
         if best_val_step is None:
-            out.append(_skip(name, kind, f"{checks.val_metric} not logged"))
+            out.append(_skip(name, "outcome", f"{checks.val_metric} not logged"))
         else:
             verdict = best_val_kept(inventory, best_val_step) if inventory is not None else None
-            if verdict is not None and verdict.ok:
-                out.append(_pass(name, kind, verdict.message))
-            else:
-                why = verdict.message if verdict is not None else "no checkpoint found"
-                out.append(
-                    _fail(
-                        name,
-                        kind,
-                        why,
-                        _finding(
-                            "CKPT009",
-                            f"the best {checks.val_metric} (step {best_val_step}) has no "
-                            f"intact checkpoint kept: {why}",
-                            metric=checks.val_metric,
-                            step=best_val_step,
-                        ),
-                    )
+            out.append(
+                _requirement(
+                    name,
+                    verdict,
+                    "CKPT009",
+                    f"the best {checks.val_metric} (step {best_val_step}) has no intact "
+                    "checkpoint kept",
+                    metric=checks.val_metric,
+                    step=best_val_step,
                 )
+            )
     return out
+
+
+def _requirement(
+    name: str,
+    verdict: Any,
+    code: str,
+    failed: str,
+    *,
+    metric: str | None = None,
+    step: int | None = None,
+    **evidence: Any,
+) -> Outcome:
+    """A checkpoint requirement's outcome from its verdict (None: no checkpoint found)."""
+    if verdict is not None and verdict.ok:
+        return _pass(name, "outcome", verdict.message)
+    why = verdict.message if verdict is not None else "no checkpoint found for the run"
+    return _fail(
+        name,
+        "outcome",
+        why,
+        _finding(code, f"{failed}: {why}", metric=metric, step=step, **evidence),
+    )
