@@ -3,6 +3,7 @@ tiny models (CPU, a few steps), each figure checked against an independent compu
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from pathlib import Path
@@ -128,13 +129,13 @@ def test_lightning_callback(tmp_path: Path) -> None:
     trainer = pl.Trainer(
         max_steps=STEPS,
         accelerator="cpu",
-        logger=False,
+        logger=pl.loggers.CSVLogger(str(tmp_path), name="csv", version=0),
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         gradient_clip_val=0.01,
         default_root_dir=str(tmp_path),
-        callbacks=[LightningCallback(every=2)],
+        callbacks=[LightningCallback(every=2, log_to_lightning=True)],
     )
     trainer.fit(module, loader)
     rows = _rows(tmp_path / "trainlens" / "metrics.jsonl")
@@ -144,6 +145,14 @@ def test_lightning_callback(tmp_path: Path) -> None:
     assert [r["lr"] for r in rows] == pytest.approx(module.lrs, rel=1e-12)
     assert all("dataloader_wait" in r for r in rows[1:])
     assert all(0 < r["entropy"] <= math.log(VOCAB) + 1e-4 for r in rows)
+    # log_to_lightning: the same figures through the Trainer's own logger, at their steps
+    with (tmp_path / "csv" / "version_0" / "metrics.csv").open() as fh:
+        logged = {
+            int(r["step"]): float(r["trainlens/grad_norm"])
+            for r in csv.DictReader(fh)
+            if r.get("trainlens/grad_norm")
+        }
+    assert logged == {r["step"]: pytest.approx(r["grad_norm"], rel=1e-5) for r in rows}
     cfg = json.loads((tmp_path / "trainlens" / "metrics.config.json").read_text())
     assert cfg["schedule"] == {
         "shape": "cosine",

@@ -8,7 +8,9 @@ the dataloader wait). The loss comes from what ``training_step`` returned (a ten
 dict with ``loss``; a ``logits`` entry there gives the entropy, and the batch's
 ``input_ids`` / ``attention_mask`` the tokens and padding). Validation losses logged as
 ``val_loss`` or ``val/loss`` are written as ``val/loss``. Written to
-``<default_root_dir>/trainlens/`` unless ``out=`` says otherwise.
+``<default_root_dir>/trainlens/`` unless ``out=`` says otherwise; with
+``log_to_lightning=True`` the same figures also go to the Trainer's own loggers
+(TensorBoard, CSV, W&B, ...) under ``trainlens/<name>``, at their optimizer step.
 """
 
 from __future__ import annotations
@@ -28,9 +30,16 @@ _PRECISION = {"bf16-mixed": "bf16-mixed", "16-mixed": "16-mixed", "bf16-true": "
 class LightningCallback(Callback):
     """Log every optimizer step of a ``lightning.Trainer`` run for trainlens."""
 
-    def __init__(self, out: str | Path | None = None, every: int = DEFAULT_EVERY, **kw: Any):
+    def __init__(
+        self,
+        out: str | Path | None = None,
+        every: int = DEFAULT_EVERY,
+        log_to_lightning: bool = False,
+        **kw: Any,
+    ):
         self.out = out
         self.every = every
+        self.log_to_lightning = log_to_lightning
         self.kw = kw
         self.monitor: Monitor | None = None
 
@@ -51,6 +60,8 @@ class LightningCallback(Callback):
             hook_optimizer=False,
             **(opts | self.kw),
         )
+        if self.log_to_lightning and trainer.loggers:
+            self.monitor.add_sink(_LoggerSink(trainer.loggers))
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
         if self.monitor is not None:
@@ -88,3 +99,24 @@ class LightningCallback(Callback):
         if self.monitor is not None:
             self.monitor.close()
             self.monitor = None
+
+
+class _LoggerSink:
+    """The monitor's records through Lightning's loggers, at each record's own step (the
+    records arrive in batches at the monitor's flush: no host sync per step)."""
+
+    def __init__(self, loggers: list[Any]) -> None:
+        self.loggers = loggers
+
+    def write(self, records: list[dict[str, Any]]) -> None:
+        for rec in records:
+            metrics = {
+                f"trainlens/{k}": v
+                for k, v in rec.items()
+                if k not in ("step", "time") and isinstance(v, float)
+            }
+            for logger in self.loggers:
+                logger.log_metrics(metrics, step=int(rec["step"]))
+
+    def close(self) -> None:
+        """The loggers are the Trainer's: it closes them."""

@@ -148,6 +148,12 @@ class Monitor:
         _clip.install()
         _clip.ACTIVE.add(self)
 
+    def add_sink(self, sink: Any) -> None:
+        """Also write every record to ``sink`` (``write(records)``, ``close()``), on the
+        rank that writes (the callbacks add their framework's loggers this way)."""
+        if self.hw.rank == 0:
+            self._sinks.append(sink)
+
     @property
     def path(self) -> Path:
         """The metrics file."""
