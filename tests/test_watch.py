@@ -459,7 +459,9 @@ def test_a_monitored_training_job_is_watched_from_its_folder(tmp_path: Path) -> 
     pytest.importorskip("torch")
     runs = tmp_path / "runs"
     runs.mkdir()
-    watcher = _watch(str(runs), "--json", "--until-idle", "4")
+    # idle for 15 s ends the watch: under a load of 6 on two cores the job took more than
+    # 4 s to import torch and create its files, and a 4 s watch had ended by then
+    watcher = _watch(str(runs), "--json", "--until-idle", "15")
     time.sleep(1.0)
     example = Path(__file__).resolve().parents[1] / "examples" / "tiny_gpt.py"
     job = subprocess.run(
