@@ -67,8 +67,10 @@ FIXED_COLUMNS = frozenset(
         "Heartbeat",
     }
 )
+# the columns W&B writes into every history row (``run.history()``, ``scan_history()``)
+HISTORY_OWN = ("_step", "_runtime", "_timestamp")
 # keys W&B puts in every run's summary: they mark the summary block of an export
-INTERNAL_SUMMARY = frozenset({"_runtime", "_step", "_timestamp", "_wandb"})
+INTERNAL_SUMMARY = frozenset({*HISTORY_OWN, "_wandb"})
 RUN_STEP_KEYS = ("_step", "step", "iter", "global_step", "trainer/global_step", "iteration")
 _AXIS_WORDS = ("step", "time", "epoch")
 
@@ -350,9 +352,6 @@ def runs_table(
 
 
 # ---- history dumps ------------------------------------------------------------------------
-
-# the columns W&B writes into every history row (``run.history()``, ``scan_history()``)
-HISTORY_OWN = ("_step", "_runtime", "_timestamp")
 
 
 def history_dump(df: pl.DataFrame) -> pl.DataFrame:
