@@ -230,3 +230,47 @@ def test_wandb_gpu_metrics_get_per_gpu_names(gpu_run: Path) -> None:
     assert set(mem.tolist()) == {2e9}
     power = run.frame.filter(pl.col("metric") == "gpu1/power_w")
     assert power.height == len(_written().OFFSETS)  # every sample, several at one step
+
+
+def test_wandb_system_history_dump_in_parquet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """W&B's public API gives system metrics as a history too (``run.history(stream=
+    "system")``: ``system.gpu.<i>.powerWatts``, ``_runtime``, ``_timestamp``, no ``_step``),
+    saved with pandas like any dump; its GPU power gives the measured energy."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    t = [1_700_000_000.0 + 15.0 * k for k in range(20)]
+    rows = [
+        {
+            "system.gpu.0.powerWatts": 300.0 + k,
+            "system.gpu.1.powerWatts": 310.0 - k,
+            "system.gpu.process.0.powerWatts": 300.0 + k,  # GPU 0 again: not a third GPU
+            "system.gpu.0.gpu": 97.0,
+            "_runtime": when - t[0],
+            "_timestamp": when,
+        }
+        for k, when in enumerate(t)
+    ]
+    out = tmp_path / "system.parquet"
+    pd.DataFrame(rows).to_parquet(out)
+    energy = _energy(out, capsys)
+    joules = _trapezoid(t, [300.0 + k for k in range(20)], math.inf)
+    joules += _trapezoid(t, [310.0 - k for k in range(20)], math.inf)
+    assert energy["kwh"] == pytest.approx(joules / 3.6e6 * DEFAULT_PUE)
+    assert energy["measured"]["n_gpus"] == 2
+    assert energy["measured"]["source"] == "W&B GPU power"
+
+
+def test_energy_is_in_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [
+        json.dumps({"step": s, "time": 100.0 + 15 * s, "loss": 2.0, "gpu0/power_w": 200.0})
+        for s in range(30)
+    ]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    assert main(["report", str(tmp_path / "metrics.jsonl"), "-o", str(tmp_path / "r")]) == 0
+    capsys.readouterr()
+    kwh = f"{200.0 * 15 * 29 / 3.6e6 * DEFAULT_PUE:.3g} kWh"
+    for name in ("report.html", "report.md"):
+        text = (tmp_path / "r" / name).read_text()
+        assert f"{kwh}, " in text and "measured from logged GPU power, 1 GPU over" in text, name
