@@ -167,6 +167,15 @@ def test_history_csv_with_pandas_index(tmp_path: Path) -> None:
     assert note.severity == "info" and "pandas' row index" in note.message
 
 
+def test_history_jsonl(tmp_path: Path) -> None:
+    out = tmp_path / "history.jsonl"
+    _history("healthy_cosine").to_json(out, orient="records", lines=True)
+    (run,) = read_runs(out)
+    assert run.format == "jsonl"
+    assert _frame(run).equals(_frame(_jsonl("healthy_cosine")))
+    assert not {"_runtime", "_step", "_timestamp"} & set(run.metrics)
+
+
 def test_an_unnamed_first_column_that_is_no_row_number_stays(tmp_path: Path) -> None:
     out = tmp_path / "table.csv"
     out.write_text(",step,loss\n5,1,2.0\n9,2,1.5\n")
