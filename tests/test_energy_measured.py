@@ -145,6 +145,16 @@ def test_nvidia_smi_columns_in_a_jsonl(tmp_path: Path, capsys: pytest.CaptureFix
     assert "measured from logged GPU power, 1 GPU over" in energy["text"]
 
 
+def test_power_without_wall_times_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [json.dumps({"step": s, "loss": 1.0, "gpu0/power_w": 250.0}) for s in range(20)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    energy = _energy(tmp_path / "metrics.jsonl", capsys)
+    assert energy["kwh"] is None and energy["source"] is None and energy["measured"] is None
+    assert energy["text"].startswith("GPU power logged without two timed samples per GPU")
+
+
 def test_no_power_no_energy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.0}\n')
     capsys.readouterr()

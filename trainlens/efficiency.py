@@ -317,11 +317,20 @@ def add_energy(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> None
         model, summary.get("wall_clock_seconds"), measured["n_gpus"] if measured else None
     )
     chosen = measured or estimated
-    if chosen is None:
-        if why_not:
-            summary["energy"] = {"kwh": None, "source": None, "text": why_not}
-        return
     grid = GRID_PRESETS[DEFAULT_GRID]
+    if chosen is None:
+        if why_not:  # power was logged, but nothing to integrate: say so, no figure
+            summary["energy"] = {
+                "kwh": None,
+                "tco2e": None,
+                "source": None,
+                "grid": grid.name,
+                "pue": DEFAULT_PUE,
+                "measured": None,
+                "estimated": None,
+                "text": why_not,
+            }
+        return
     label = "measured" if measured else "estimated"
     text = f"{chosen['kwh']:.3g} kWh, {chosen['tco2e']:.3g} tCO2e {chosen['text']}"
     text += f" (grid {grid.name}, PUE {DEFAULT_PUE:g})"
