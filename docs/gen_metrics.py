@@ -7,6 +7,8 @@ from pathlib import Path
 from trainlens.core.names import (
     CANONICAL_METRICS,
     EXACT_ALIASES,
+    GPU_DEVICE_PREFIX,
+    GPU_FIELDS,
     MEMORY_NAMESPACES,
     NAMESPACES,
     PATTERN_ALIASES,
@@ -24,6 +26,21 @@ claim one canonical name, the one already spelled canonically wins (else the fir
 and the other keeps its own name: nothing is merged silently.
 `summary.metrics[...].logged_as` in the JSON output says what each canonical metric was
 called in the file.
+"""
+
+DEVICE_RULE = """## Per-GPU metrics (the device rule)
+
+A GPU's own samples are named `gpu<i>/<field>`, one name per device (`gpu0/power_w`,
+`gpu7/util`). A logged name is one when it is a device prefix and a field: the prefix is
+W&B's `gpu.<i>.` (its system metrics `system/gpu.0.powerWatts`; `system.gpu.0.…` in the
+public API's history dumps), or `gpu<i>/`, `gpu_<i>/`, `gpu<i>.` (pattern
+`{prefix}`); the field is one of the spellings below (W&B's keys and nvidia-smi's
+`--query-gpu` fields). W&B's `gpu.process.<i>.…` (the same device again, as seen by the
+process) is not mapped: it would count a GPU twice. `gpu<i>/power_w` is what measured
+energy integrates (docs/calculators.md).
+
+| field as logged | becomes | unit scale |
+|---|---|---|
 """
 
 NAMESPACE_RULE = """## Namespaces (a rule, not a list of spellings)
@@ -67,6 +84,10 @@ def render() -> str:
         lines.append(f"| `{key}` | `{alias.canonical}` | {scale} |")
     lines += ["", "## Patterns", "", "| pattern | becomes |", "|---|---|"]
     lines += [f"| `{p.pattern}` | `{t}` |" for p, t in PATTERN_ALIASES]
+    lines += ["", DEVICE_RULE.format(prefix=GPU_DEVICE_PREFIX.pattern).rstrip("\n")]
+    for key, alias in GPU_FIELDS.items():
+        scale = "" if alias.scale == 1 else f"×{alias.scale:g}"
+        lines.append(f"| `{key}` | `gpu<i>/{alias.canonical}` | {scale} |")
     lines += [
         "",
         NAMESPACE_RULE.format(

@@ -79,9 +79,10 @@ def analyze_run(run: Run, config: Config | None = None) -> Analysis:
     config = config or Config()
     ctx = build_context(run, config)
     summary = summarize(run, perplexity=config.perplexity)
-    if ctx.model:
-        from trainlens.efficiency import add_efficiency
+    from trainlens.efficiency import add_efficiency, add_energy
 
+    add_energy(run, ctx.model, summary)  # measured GPU power needs no model size
+    if ctx.model:
         add_efficiency(run, ctx.model, summary)
     result: DetectionResult = run_detectors(run, config, ctx)
     from trainlens.checkpoints.attach import analysis_checkpoints

@@ -16,16 +16,22 @@ import numpy as np
 import polars as pl
 
 from trainlens.calculators import (
+    DEFAULT_GRID,
+    DEFAULT_PUE,
+    GRID_PRESETS,
     attention_flops_per_token,
     dense_peak,
     energy,
     gpu_row,
+    measured_energy,
     mfu_series,
     training_compute,
 )
+from trainlens.calculators.energy import GAP_INTERVALS
 from trainlens.calculators.hardware import GPU
 from trainlens.calculators.units import parse_number
 from trainlens.core.errors import TrainlensError
+from trainlens.core.names import GPU_METRIC, GPU_POWER_FIELD
 from trainlens.core.run import Run
 
 
@@ -192,19 +198,153 @@ def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> 
                         f"{got.peak_flops / 1e12:g} TFLOP/s, 6·N with N = {params:.3g}"
                     ),
                 }
-    if row is not None and wall and row.tdp_w:
-        e = energy(wall_seconds=wall, n_gpus=n_gpus, gpu=row, tokens=tokens)
-        compute.update(kwh=e.kwh, tco2e=e.tco2e, grid=e.grid, pue=e.pue)
+    chosen = summary.get("energy")
+    if isinstance(chosen, dict) and chosen.get("kwh") is not None:
+        # the energy entry's figure (measured when the run sampled its GPUs' power);
+        # its text is the summary's energy line, not repeated here
+        compute.update(
+            kwh=chosen["kwh"],
+            tco2e=chosen["tco2e"],
+            grid=chosen["grid"],
+            pue=chosen["pue"],
+            energy_source=chosen["source"],
+        )
     parts = []
     if compute.get("flops"):
         parts.append(f"{compute['flops']:.3g} FLOPs over {tokens:.3g} tokens")
     if compute.get("gpu_hours"):
         parts.append(f"{compute['gpu_hours']:.3g} GPU-hours")
-    if compute.get("kwh"):
-        parts.append(
-            f"{compute['kwh']:.3g} kWh, {compute['tco2e']:.3g} tCO2e "
-            f"(grid {compute['grid']}, PUE {compute['pue']:g})"
-        )
     if parts:
         compute["text"] = "; ".join(parts)
         summary["compute"] = compute
+
+
+# ---- energy: measured from sampled GPU power, else estimated from the TDP ---------------
+
+
+def gpu_power_samples(run: Run) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each device's power samples (``gpu<i>/power_w``): wall times and watts, every
+    value logged — a restart's superseded samples too, as that power was drawn."""
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    names = [m for m in run.metrics if (g := GPU_METRIC.match(m)) and g.group(2) == GPU_POWER_FIELD]
+    if not names:
+        return out
+    rows = run.frame.filter(pl.col("metric").cast(pl.String).is_in(names))
+    for (name,), part in rows.group_by("metric", maintain_order=True):
+        out[str(name)] = (
+            part.get_column("wall_time").cast(pl.Float64).fill_null(float("nan")).to_numpy(),
+            part.get_column("value").to_numpy(),
+        )
+    return dict(sorted(out.items(), key=lambda kv: int(GPU_METRIC.match(kv[0]).group(1))))  # type: ignore[union-attr]
+
+
+def _power_source(run: Run, names: list[str]) -> str:
+    raw = " ".join(run.raw_names.get(n, n) for n in names).lower()
+    return "W&B GPU power" if "powerwatts" in raw else "logged GPU power"
+
+
+def _hours(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    return f"{seconds / 60:.3g} min" if seconds < 7200 else f"{seconds / 3600:.3g} h"
+
+
+def _measured_entry(run: Run) -> tuple[dict[str, Any] | None, str | None]:
+    """The measured-energy entry, or None and why not (None when no power is logged)."""
+    samples = gpu_power_samples(run)
+    if not samples:
+        return None, None
+    got = measured_energy(samples)
+    if got is None:
+        return None, "GPU power logged without two timed samples per GPU: energy not measured"
+    source = _power_source(run, list(samples))
+    gpus = f"{got.n_gpus} GPU{'s' if got.n_gpus != 1 else ''}"
+    text = f"measured from {source}, {gpus} over {_hours(got.seconds)}"
+    if got.gaps:
+        text += (
+            f" ({_hours(got.left_out_seconds)} of GPU time in {got.gaps} gap"
+            f"{'s' if got.gaps != 1 else ''} longer than {GAP_INTERVALS:g} sampling "
+            "intervals left out)"
+        )
+    entry = {
+        "kwh": got.kwh,
+        "tco2e": got.tco2e,
+        "source": source,
+        "n_gpus": got.n_gpus,
+        "seconds": got.seconds,
+        "gpu_hours": got.gpu_hours,
+        "mean_watts": got.mean_watts,
+        "left_out_seconds": got.left_out_seconds,
+        "gaps": got.gaps,
+        "sampling_interval": float(np.median([d.interval for d in got.devices.values()])),
+        "text": text,
+    }
+    return entry, None
+
+
+def _estimated_entry(
+    model: dict[str, Any], wall: float | None, n_gpus: int | None
+) -> dict[str, Any] | None:
+    """The TDP estimate: the device's TDP × GPUs × wall time (× PUE), when all are known."""
+    gpu_name = model.get("gpu")
+    if not gpu_name or not wall:
+        return None
+    try:
+        row = gpu_row(str(gpu_name), None, [])
+    except TrainlensError:
+        return None  # said by add_efficiency's note when the model size is known
+    if row is None or not row.tdp_w:
+        return None
+    n = _int(model, "n_gpus") or n_gpus or 1
+    e = energy(wall_seconds=wall, n_gpus=n, gpu=row)
+    return {
+        "kwh": e.kwh,
+        "tco2e": e.tco2e,
+        "gpu": row.name,
+        "watts": e.watts,
+        "n_gpus": n,
+        "text": f"estimated from TDP, {n} × {row.name} at {e.watts:g} W over {_hours(wall)}",
+    }
+
+
+def add_energy(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> None:
+    """Add ``energy`` to ``summary``: measured from the run's sampled GPU power when it
+    logged some (trapezoid over wall time per GPU, summed, × PUE), else estimated from
+    the GPU's TDP when the device is known; both when both are, the measured one counting
+    (kWh, tCO2e). Carbon follows the figure that counts."""
+    measured, why_not = _measured_entry(run)
+    estimated = _estimated_entry(
+        model, summary.get("wall_clock_seconds"), measured["n_gpus"] if measured else None
+    )
+    chosen = measured or estimated
+    grid = GRID_PRESETS[DEFAULT_GRID]
+    if chosen is None:
+        if why_not:  # power was logged, but nothing to integrate: say so, no figure
+            summary["energy"] = {
+                "kwh": None,
+                "tco2e": None,
+                "source": None,
+                "grid": grid.name,
+                "pue": DEFAULT_PUE,
+                "measured": None,
+                "estimated": None,
+                "text": why_not,
+            }
+        return
+    label = "measured" if measured else "estimated"
+    text = f"{chosen['kwh']:.3g} kWh, {chosen['tco2e']:.3g} tCO2e {chosen['text']}"
+    text += f" (grid {grid.name}, PUE {DEFAULT_PUE:g})"
+    if measured and estimated:
+        text += f"; {estimated['kwh']:.3g} kWh {estimated['text']}"
+    elif why_not:
+        text += f"; {why_not}"
+    summary["energy"] = {
+        "kwh": chosen["kwh"],
+        "tco2e": chosen["tco2e"],
+        "source": label,
+        "grid": grid.name,
+        "pue": DEFAULT_PUE,
+        "measured": measured,
+        "estimated": estimated,
+        "text": text,
+    }

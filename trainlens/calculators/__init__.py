@@ -2,7 +2,8 @@
 
 Pure functions over numbers and the packaged hardware table. Each returns a small frozen
 dataclass holding the numbers and the ``assumptions`` behind them; the CLI formats them.
-Nothing here imports polars; numpy is imported only inside :func:`mfu_series`.
+Nothing here imports polars; numpy is imported only inside :func:`mfu_series` and
+:func:`integrate_power`.
 """
 
 from trainlens.calculators.energy import (
@@ -11,7 +12,11 @@ from trainlens.calculators.energy import (
     GRID_PRESETS,
     EnergyResult,
     GridPreset,
+    MeasuredEnergy,
+    PowerIntegral,
     energy,
+    integrate_power,
+    measured_energy,
     resolve_grid,
 )
 from trainlens.calculators.flops import (
@@ -67,7 +72,9 @@ __all__ = [
     "HardwareTable",
     "IterationFlops",
     "MFUResult",
+    "MeasuredEnergy",
     "MemoryResult",
+    "PowerIntegral",
     "activation_bytes_per_layer",
     "attention_flops_per_token",
     "attention_term",
@@ -77,9 +84,11 @@ __all__ = [
     "flops_per_iteration",
     "gpu_row",
     "hardware_flops_per_token",
+    "integrate_power",
     "korthikanti_flops_per_iteration",
     "load_hardware_table",
     "lookup_gpu",
+    "measured_energy",
     "mfu",
     "mfu_series",
     "model_flops_per_token",

@@ -1,16 +1,26 @@
 """Energy and carbon of training: E = GPU-hours × watts × PUE; CO2e = E × grid intensity.
 
+When a run sampled its GPUs' power (W&B's system metrics, nvidia-smi columns: the
+``gpu<i>/power_w`` metrics), :func:`measured_energy` integrates the samples over wall time
+instead of assuming the TDP.
+
 The grid intensity is a named preset (each with its source) or a number in gCO2e/kWh.
 The default is the world average; the default PUE is 1.1. Both are stated in every result.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from trainlens.calculators.hardware import GPU, HardwareTable, gpu_row
 from trainlens.calculators.units import parse_number, require_positive
 from trainlens.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 @dataclass(frozen=True)
@@ -218,4 +228,120 @@ def energy(
         kwh_per_million_tokens=per_m_kwh,
         kg_co2e_per_million_tokens=per_m_kg,
         assumptions=assumptions,
+    )
+
+
+# ---- measured energy: sampled GPU power integrated over wall time ------------------------
+
+#: a pause longer than this many sampling intervals is not integrated across: the device
+#: was not sampled (the job was stopped, or the logger was), so what it drew is unknown.
+#: W&B samples every 15 s; an interval of up to 3 keeps ordinary jitter (a late sample,
+#: one sample lost) and drops a stop.
+GAP_INTERVALS = 3.0
+
+
+@dataclass(frozen=True)
+class PowerIntegral:
+    """One device's sampled power integrated over its wall time (trapezoid rule)."""
+
+    joules: float
+    seconds: float  # wall time integrated over
+    left_out_seconds: float  # in gaps longer than GAP_INTERVALS sampling intervals
+    gaps: int
+    samples: int
+    interval: float  # the median sampling interval, seconds
+    first: float  # wall time of the first and last usable sample
+    last: float
+
+
+def integrate_power(wall: ArrayLike, watts: ArrayLike) -> PowerIntegral | None:
+    """Joules drawn by one device from its power samples (wall time in seconds, watts),
+    or None with fewer than two usable samples. Samples are taken in time order; a
+    non-finite value or wall time is no sample. Between two samples the draw is taken
+    to move linearly (trapezoid); a step between samples longer than GAP_INTERVALS times
+    the median interval is left out and counted."""
+    import numpy as np  # here: the calculators' commands start without numpy
+
+    t = np.asarray(wall, dtype=np.float64)
+    w = np.asarray(watts, dtype=np.float64)
+    ok = np.isfinite(t) & np.isfinite(w)
+    t, w = t[ok], w[ok]
+    order = np.argsort(t, kind="stable")
+    t, w = t[order], w[order]
+    if t.size < 2:
+        return None
+    dt = np.diff(t)
+    positive = dt[dt > 0]
+    if positive.size == 0:
+        return None
+    interval = float(np.median(positive))
+    gap = dt > GAP_INTERVALS * interval
+    area = (w[1:] + w[:-1]) / 2.0 * dt
+    return PowerIntegral(
+        joules=float(area[~gap].sum()),
+        seconds=float(dt[~gap].sum()),
+        left_out_seconds=float(dt[gap].sum()),
+        gaps=int(gap.sum()),
+        samples=int(t.size),
+        interval=interval,
+        first=float(t[0]),
+        last=float(t[-1]),
+    )
+
+
+@dataclass(frozen=True)
+class MeasuredEnergy:
+    """Energy from sampled GPU power: every device's integral summed, times PUE."""
+
+    kwh: float
+    tco2e: float
+    pue: float
+    grid: str
+    grid_g_per_kwh: float
+    n_gpus: int
+    seconds: float  # first to last sample over all devices
+    gpu_hours: float  # device time integrated over (summed over devices)
+    left_out_seconds: float  # device time in gaps, summed over devices
+    gaps: int
+    mean_watts: float  # per device, over the time integrated
+    devices: dict[str, PowerIntegral]
+
+
+def measured_energy(
+    devices: Mapping[str, tuple[ArrayLike, ArrayLike]],
+    *,
+    pue: float = DEFAULT_PUE,
+    grid: str | float | None = DEFAULT_GRID,
+) -> MeasuredEnergy | None:
+    """kWh and tCO2e from each device's (wall times, watts) samples; None when no device
+    has two usable samples. The PUE applies as in :func:`energy` (the samples are the
+    GPUs' own draw, not the facility's)."""
+    require_positive(pue, "PUE")
+    preset = resolve_grid(grid)
+    got: dict[str, PowerIntegral] = {}
+    first, last = math.inf, -math.inf
+    for name, (wall, watts) in devices.items():
+        one = integrate_power(wall, watts)
+        if one is None:
+            continue
+        got[name] = one
+        first, last = min(first, one.first), max(last, one.last)
+    if not got:
+        return None
+    joules = sum(d.joules for d in got.values())
+    device_seconds = sum(d.seconds for d in got.values())
+    kwh = joules / 3.6e6 * pue
+    return MeasuredEnergy(
+        kwh=kwh,
+        tco2e=kwh * preset.g_per_kwh / 1e6,
+        pue=float(pue),
+        grid=preset.name,
+        grid_g_per_kwh=preset.g_per_kwh,
+        n_gpus=len(got),
+        seconds=last - first,
+        gpu_hours=device_seconds / 3600.0,
+        left_out_seconds=sum(d.left_out_seconds for d in got.values()),
+        gaps=sum(d.gaps for d in got.values()),
+        mean_watts=joules / device_seconds if device_seconds > 0 else 0.0,
+        devices=got,
     )

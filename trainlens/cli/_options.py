@@ -23,8 +23,8 @@ FormatOpt = Annotated[
         # spelled out, not read from readers.FORMATS: that would import polars for --help
         # (a test keeps the two lists the same)
         help=(
-            "Force a reader: jsonl, csv, tensorboard, mlflow, hf-trainer, keras-history, text, "
-            "wandb-run."
+            "Force a reader: jsonl, csv, parquet, tensorboard, mlflow, hf-trainer, keras-history, "
+            "text, wandb-run."
         ),
         show_default=False,
     ),

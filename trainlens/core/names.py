@@ -41,6 +41,12 @@ CANONICAL_METRICS: dict[str, str] = {
     "train/perplexity": "training perplexity as logged",
     "weight_norm": "global weight norm",
     "tokens": "cumulative tokens seen",
+    "gpu<i>/power_w": "power drawn by GPU <i> (W), as sampled; the input of measured energy",
+    "gpu<i>/power_pct": "power drawn by GPU <i> as a percentage of its power limit",
+    "gpu<i>/util": "utilization of GPU <i> (percent of time a kernel ran)",
+    "gpu<i>/mem_used": "memory in use on GPU <i> (bytes)",
+    "gpu<i>/mem_used_pct": "memory in use on GPU <i> (percent of the device's memory)",
+    "gpu<i>/temp": "temperature of GPU <i> (°C)",
 }
 
 
@@ -196,6 +202,50 @@ PATTERN_ALIASES: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
+# Per-device GPU metrics (the device rule): ``gpu<i>/<field>``, one name per device, so
+# measured energy (calculators/energy.py) finds every GPU's power by one name. A device
+# prefix — W&B's system metrics ``gpu.<i>.`` (``system/gpu.0.powerWatts``; ``system.`` in
+# the public API's history dumps), or ``gpu<i>/``, ``gpu_<i>/``, ``gpu<i>.`` — followed by
+# a field spelled as below. W&B's ``gpu.process.<i>.*`` (the same GPU again, counted for
+# this process) is left alone: mapping it too would count a device twice.
+GPU_DEVICE_PREFIX = re.compile(r"^(?:system\.)?gpu[._]?(\d+)[./](.+)$")
+GPU_FIELDS: dict[str, Alias] = {
+    # W&B's system metric keys (wandb-core's nvidia monitor), lower case
+    "powerwatts": Alias("power_w"),
+    "powerpercent": Alias("power_pct"),
+    "gpu": Alias("util"),
+    "memoryallocatedbytes": Alias("mem_used"),
+    "memoryallocated": Alias("mem_used_pct"),
+    "temp": Alias("temp"),
+    # nvidia-smi --query-gpu fields, with the units its CSV header carries
+    "power.draw": Alias("power_w"),
+    "power.draw [w]": Alias("power_w"),
+    "utilization.gpu": Alias("util"),
+    "utilization.gpu [%]": Alias("util"),
+    "memory.used": Alias("mem_used", 2**20),  # nvidia-smi reports MiB
+    "memory.used [mib]": Alias("mem_used", 2**20),
+    "temperature.gpu": Alias("temp"),
+    # the canonical fields themselves
+    "power_w": Alias("power_w"),
+    "power_pct": Alias("power_pct"),
+    "util": Alias("util"),
+    "mem_used": Alias("mem_used"),
+    "mem_used_pct": Alias("mem_used_pct"),
+}
+# a canonical per-device name: device and field
+GPU_METRIC = re.compile(r"^gpu(\d+)/(power_w|power_pct|util|mem_used|mem_used_pct|temp)$")
+GPU_POWER_FIELD = "power_w"
+
+
+def gpu_alias(key: str) -> Alias | None:
+    """The device rule on a normalized key: ``gpu.0.powerwatts`` -> ``gpu0/power_w``."""
+    m = GPU_DEVICE_PREFIX.match(key)
+    field = GPU_FIELDS.get(m.group(2)) if m else None
+    if m is None or field is None:
+        return None
+    return Alias(f"gpu{int(m.group(1))}/{field.canonical}", field.scale)
+
+
 # Namespaces by rule (after the exact table and the patterns): a name under one of these
 # folders is the rest of it looked up again, so `perf/tokens_per_sec`, `optim/grad_norm`,
 # `sys/mem_bytes`, `train/update_to_weight` or `time/step_time_ms` need no entry each.
@@ -272,6 +322,9 @@ class AliasTable:
             m = pattern.match(key)
             if m:
                 return Alias(m.expand(template))
+        device = gpu_alias(key)
+        if device is not None:
+            return device
         return self._namespaced(key, depth) or self._separated(key, depth)
 
     def _separated(self, key: str, depth: int) -> Alias | None:

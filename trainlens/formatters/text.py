@@ -129,7 +129,7 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
         )
         lines.append(f"epochs      {number_text(ep['count'])}   time per epoch {per}")
     lines.extend(_loss_lines(s, verbose=verbose))
-    for extra in ("mfu", "compute"):
+    for extra in ("mfu", "compute", "energy"):
         if s.get(extra):
             lines.append(f"{extra:<11} {s[extra]['text']}")
     if a.context.schedule:

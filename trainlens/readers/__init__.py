@@ -24,6 +24,7 @@ FORMATS: dict[str, str] = {
     "wandb-run": "trainlens.readers.wandb_run",
     "tensorboard": "trainlens.readers.tensorboard",
     "mlflow": "trainlens.readers.mlflow",
+    "parquet": "trainlens.readers.parquet",
     "hf-trainer": "trainlens.readers.hf_trainer",
     "keras-history": "trainlens.readers.keras_history",  # one JSON object: before jsonl
     "jsonl": "trainlens.readers.jsonl",
@@ -31,7 +32,9 @@ FORMATS: dict[str, str] = {
     "text": "trainlens.readers.textlog",
 }
 
-BINARY_FORMATS = frozenset({"wandb-run", "tensorboard", "mlflow"})  # (an MLflow sqlite database)
+BINARY_FORMATS = frozenset(
+    {"wandb-run", "tensorboard", "mlflow", "parquet"}
+)  # (an MLflow sqlite database)
 
 __all__ = ["FORMATS", "ReadOptions", "detect_format", "folder_runs", "read_runs"]
 
@@ -41,7 +44,7 @@ def _module(fmt: str) -> ModuleType:
 
 
 # a folder of metrics files that is no run store of its own (see folder_runs)
-FOLDER_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson")
+FOLDER_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 # text logs count only when they sniff as one (a README.txt or requirements.txt does not)
 FOLDER_TEXT_SUFFIXES = (".log", ".txt", ".out")
 LIGHTNING_METRICS = "metrics.csv"
@@ -147,8 +150,8 @@ def detect_format(path: Path) -> str:
                 return "text"
             return fmt
     raise UnreadableInputError(
-        f"{path}: not a format trainlens knows (JSONL, CSV/TSV, TensorBoard events, MLflow, "
-        "trainer_state.json, Megatron or llm.c text logs)",
+        f"{path}: not a format trainlens knows (JSONL, CSV/TSV, parquet, TensorBoard events, "
+        "MLflow, W&B runs, trainer_state.json, Megatron or llm.c text logs)",
         hint="use --format to force one, or --regex for another text log shape",
     )
 

@@ -17,6 +17,7 @@ from trainlens.readers._tfrecord_format import masked_length_crc
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 WANDB_MAGIC = b":W&B\xe1\xbe"  # a W&B transaction log (run-<id>.wandb)
+PARQUET_MAGIC = b"PAR1"  # a parquet file starts (and ends) with it
 
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -125,6 +126,8 @@ def may_be(fmt: str, path: Path, head: bytes) -> bool:
     import numpy) rules ``fmt`` out for ``path``; True when its reader must decide."""
     if fmt == "wandb-run" and not path.is_dir():
         return head.startswith(WANDB_MAGIC)
+    if fmt == "parquet":
+        return not path.is_dir() and head.startswith(PARQUET_MAGIC)
     if fmt == "tensorboard" and not path.is_dir():
         return tensorboard_file(path, head)
     if fmt == "mlflow":

@@ -67,8 +67,10 @@ FIXED_COLUMNS = frozenset(
         "Heartbeat",
     }
 )
+# the columns W&B writes into every history row (``run.history()``, ``scan_history()``)
+HISTORY_OWN = ("_step", "_runtime", "_timestamp")
 # keys W&B puts in every run's summary: they mark the summary block of an export
-INTERNAL_SUMMARY = frozenset({"_runtime", "_step", "_timestamp", "_wandb"})
+INTERNAL_SUMMARY = frozenset({*HISTORY_OWN, "_wandb"})
 RUN_STEP_KEYS = ("_step", "step", "iter", "global_step", "trainer/global_step", "iteration")
 _AXIS_WORDS = ("step", "time", "epoch")
 
@@ -347,3 +349,29 @@ def runs_table(
             )
         )
     return runs
+
+
+# ---- history dumps ------------------------------------------------------------------------
+
+
+def history_dump(df: pl.DataFrame) -> pl.DataFrame:
+    """A ``run.history()`` / ``scan_history()`` table as a user saves it (pandas'
+    ``to_csv`` / ``to_parquet``): W&B's own columns are no metrics. ``_timestamp`` is the
+    wall time (before a logged ``time``: W&B's clock, not the user's), ``_runtime`` (the
+    seconds since the run started, which ``_timestamp`` already says) and ``_wandb`` are
+    dropped, and ``_step`` is the step — or, when the table has a trainer's own step
+    column (``global_step``, ``trainer/global_step``, which :data:`STEP_KEYS` prefers), no
+    metric either: it counts ``wandb.log`` calls. Any other table (two of W&B's three
+    columns are needed to call it a dump) is returned as it is."""
+    cols = df.columns
+    if sum(c in cols for c in HISTORY_OWN) < 2:
+        return df
+    drop: list[str] = [c for c in ("_runtime", "_wandb") if c in cols]
+    if "_step" in cols and find_key(cols, STEP_KEYS) != "_step":
+        drop.append("_step")
+    df = df.drop(drop)
+    if "_timestamp" in cols and find_key(df.columns, TIME_KEYS) != "_timestamp":
+        taken = find_key(df.columns, ("wall_time",))
+        if taken is None:
+            df = df.rename({"_timestamp": "wall_time"})
+    return df

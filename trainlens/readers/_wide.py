@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from trainlens.core.run import DataIssue
@@ -307,3 +309,35 @@ def _cell_issue(
         count=n,
         details={"column": col, unit + "s": lines},
     )
+
+
+# pandas' index as pyarrow's parquet writer names it (a RangeIndex is kept as metadata
+# only; any other index becomes these columns)
+PANDAS_INDEX_COLUMN = re.compile(r"^__index_level_\d+__$")
+
+
+def without_pandas_index(df: pl.DataFrame, source: str) -> tuple[pl.DataFrame, list[DataIssue]]:
+    """The table without pandas' index, and an info note when there was one: a leading
+    column with an empty header holding 0, 1, …, n-1 (``DataFrame.to_csv()`` writes the
+    index so by default), or the ``__index_level_<k>__`` columns of ``to_parquet()``.
+    Kept as a metric, the row number became a metric named "" that rose every row."""
+    dropped = [c for c in df.columns if PANDAS_INDEX_COLUMN.match(c)]
+    if df.width and df.columns[0] == "" and _is_row_number(df.get_column("")):
+        dropped.insert(0, "")
+    if not dropped:
+        return df, []
+    shown = ", ".join(repr(c) for c in dropped)
+    note = DataIssue(
+        kind="pandas-index",
+        source=source,
+        message=f"column {shown} is pandas' row index (written with the table), not a metric",
+        severity="info",
+        details={"columns": dropped},
+    )
+    return df.drop(dropped), [note]
+
+
+def _is_row_number(col: pl.Series) -> bool:
+    if not col.dtype.is_integer() or col.null_count():
+        return False
+    return bool((col == pl.int_range(0, col.len(), eager=True)).all())

@@ -3,8 +3,10 @@
 Covers Lightning's sparse metrics.csv (train and val rows interleaved, most cells empty),
 W&B's CSV downloads (a chart's ``<run> - <metric>`` columns with ``__MIN``/``__MAX``
 companions: one run per W&B run; a runs table: one run per row, final values only — see
-:mod:`trainlens.readers._wandb`) and TensorBoard's CSV download (``Wall time,Step,Value``:
-one metric, named after the file).
+:mod:`trainlens.readers._wandb`), a ``run.history()`` saved by pandas (``_step`` the step,
+``_timestamp`` the wall time, ``_runtime`` no metric; pandas' unnamed 0..n-1 index column
+dropped with a note) and TensorBoard's CSV download (``Wall time,Step,Value``: one
+metric, named after the file).
 A cell that is not a number is reported with its line and skipped; the rest is kept.
 """
 
@@ -21,7 +23,7 @@ import polars as pl
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _wandb
-from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long
+from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long, without_pandas_index
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
 FORMAT = "csv"
@@ -60,6 +62,8 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         df, size, issues = _read_bytes(path, source)
     if df.height == 0:
         raise UnreadableInputError(f"{path}: a header but no rows")
+    df, index_note = without_pandas_index(df, source)
+    issues = [*issues, *index_note]
 
     name = run_name_for(path)
     cols = df.columns
@@ -84,6 +88,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             if not runs:
                 raise UnreadableInputError(f"{path}: no numeric metric columns found")
             return runs
+    df = _wandb.history_dump(df)  # a saved run.history(): W&B's own columns
     sessions = _fit_sessions(df)
     if sessions is not None:
         note = DataIssue(

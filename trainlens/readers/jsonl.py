@@ -33,6 +33,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers import _wandb
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
 from trainlens.readers._repeated_keys import (
     last_key_wins,
@@ -104,7 +105,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         df, line_numbers, issues, cursor = _read_bytes(path, opts)
     if df is None or df.width == 0 or df.height == 0:
         raise UnreadableInputError(f"{path}: no JSON objects with metrics found")
-    df = flatten_structs(df)
+    df = flatten_structs(_wandb.history_dump(df))  # (a saved run.history(): W&B's columns)
     long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
     issues.extend(more)
     if long.height == 0:

@@ -144,6 +144,8 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
         rows.append(("MFU", f"{mfu:.1%}"))
     if isinstance(s.get("compute"), dict) and s["compute"].get("text"):
         rows.append(("compute", esc(s["compute"]["text"])))
+    if isinstance(s.get("energy"), dict) and s["energy"].get("text"):
+        rows.append(("energy", esc(s["energy"]["text"])))
     if a.context.schedule:
         sch = a.context.schedule
         desc = ", ".join(f"{esc(k)}={esc(v)}" for k, v in sch.items() if k != "shape")
