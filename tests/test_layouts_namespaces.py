@@ -1,4 +1,4 @@
-"""Namespaced tags map by rule: one real fixture run written as JSONL with plain keys and as
+"""Namespaced tags map by rule: one real fixture run written as JSONL with canonical keys and as
 TensorBoard (torch's SummaryWriter) with namespaced tags gets the same findings."""
 
 from __future__ import annotations
@@ -13,17 +13,19 @@ import pytest
 from trainlens.api import analyze
 from trainlens.core.names import EXACT_ALIASES, AliasTable
 
-# plain key -> (namespaced tag, factor the tag's value is multiplied by)
+# key in the fixture file (canonical: the monitor wrote it) -> (namespaced tag, factor the
+# tag's value is multiplied by)
 NAMESPACED = {
-    "loss": ("train/loss", 1.0),
-    "val_loss": ("eval/loss", 1.0),
+    "train/loss": ("train/loss", 1.0),
+    "val/loss": ("eval/loss", 1.0),
     "lr": ("optim/lr", 1.0),
     "grad_norm": ("optim/grad_norm", 1.0),
     "update_ratio": ("train/update_to_weight", 1.0),
     "entropy": ("train/entropy", 1.0),
     "tokens_per_sec": ("perf/tokens_per_sec", 1.0),
+    "samples_per_sec": ("throughput/samples_per_sec", 1.0),
     "step_time": ("time/step_time_ms", 1000.0),  # logged in ms, read back in seconds
-    "mem_rss": ("sys/rss", 1.0),
+    "mem/rss": ("sys/rss", 1.0),
     "dataloader_wait": ("timing/data_time", 1.0),
     "padding_frac": ("stats/padding_frac", 1.0),
 }

@@ -178,6 +178,41 @@ def test_lr_per_group_under_a_scheduler_stepped_per_micro_batch(tmp_path: Path) 
     )
 
 
+def test_clock_times_the_steps_and_resume_step_numbers_them(tmp_path: Path) -> None:
+    """``clock=`` is what step_time and dataloader_wait are measured with (a clock that
+    advances 0.25 s in the loader and 1 s in the step gives exactly those); a monitor
+    built with ``resume_step`` appends the resumed steps to the same file."""
+    now = [100.0]
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train(mon: Monitor, steps: int) -> None:
+        for _ in range(steps):
+            now[0] += 0.25  # the data loader
+            batch = _batch(g)
+            logits = model(batch["input_ids"])  # the step's compute starts here
+            now[0] += 1.0
+            loss = logits.logsumexp(-1).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            mon.step(loss=loss, batch=batch)
+        mon.close()
+
+    train(Monitor(model, opt, out=tmp_path, clock=lambda: now[0]), 3)
+    train(Monitor(model, opt, out=tmp_path, clock=lambda: now[0], resume_step=1), 2)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 2, 3]
+    # a monitor's first step is timed from its forward (no previous step to wait after)
+    assert [r["step_time"] for r in rows] == [1.0, 1.25, 1.25, 1.0, 1.25]
+    assert [r.get("dataloader_wait") for r in rows] == [None, 0.25, 0.25, None, 0.25]
+    assert rows[1]["tokens_per_sec"] == BATCH * SEQ / 1.25
+    [run] = trainlens.read(tmp_path / "metrics.jsonl")
+    assert [d.kind for d in run.data_quality].count("restart") == 1
+
+
 def test_file_read_back_with_canonical_names_and_config(tmp_path: Path) -> None:
     _train(tmp_path, 3, clip=1.0)
     [run] = trainlens.read(tmp_path / "metrics.jsonl")

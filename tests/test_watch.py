@@ -419,7 +419,7 @@ def test_an_lr_shock_is_told_while_the_run_is_written(fixture_runs: Path, tmp_pa
     src = fixture_runs / "lr_shock_diverge"
     run = tmp_path / "lr_shock_diverge"
     run.mkdir()
-    (run / "config.json").write_text((src / "config.json").read_text())
+    (run / "metrics.config.json").write_text((src / "metrics.config.json").read_text())
     (run / "metrics.jsonl").write_text("")
     watcher = _watch(str(run / "metrics.jsonl"), "--json", "--until-idle", "3")
     time.sleep(1.0)

@@ -25,6 +25,16 @@ Default thresholds
     rolling median (window ``window`` = 25 logged points) must be outside it for at
     least ``min_frac`` = 20 % of the logged steps after ``warmup_frac`` = 5 %.
 
+    Biases (a per-tensor ratio whose tensor name ends in ``bias``) are not held to the
+    band (``judge_biases`` = false): the rule of thumb is stated for weight matrices, and
+    a bias initialized to zero (GPT-2, nanoGPT, most transformer code) has no scale of its
+    own — under Adam each element moves ~lr a step, so ``||Δb||/||b||`` starts at 1 and
+    stays above 0.1 for hundreds of steps while ``||b||`` grows (measured on the fixture
+    runs logged by trainlens.monitor: 0.10-0.15 until step ~400 at a constant LR 1e-3 in
+    ``healthy_constant``). LARS and LAMB leave biases out of their layer-wise trust ratio
+    for the same reason (You et al. 2017, arXiv:1708.03888; 2019, arXiv:1904.00962).
+    They are still checked for being dead (TENSOR001).
+
     The first ``warmup_frac`` of the steps is only left out of the fractions: a finding
     starts where the condition began — a tensor frozen (or a ratio out of band) from the
     first logged step starts there, not where judging began. With too few values for
@@ -68,6 +78,13 @@ class Params:
     min_frac: float = 0.2
     warmup_frac: float = 0.05
     tail_frac: float = 0.10
+    #: hold per-tensor update ratios of biases to the band too (see Default thresholds)
+    judge_biases: bool = False
+
+
+def _is_bias(metric: str) -> bool:
+    """``update_ratio/blocks.0.attn.proj.bias`` and the like (last name part ends in bias)."""
+    return metric.replace("/", ".").rsplit(".", 1)[-1].lower().endswith("bias")
 
 
 def _per_tensor(run: Run, prefix: str) -> list[str]:
@@ -243,7 +260,9 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     out = _dead(run, "grad_norm", params) + _dead(run, "update_ratio", params)
     dead_metrics = {f.metric for f in out}
     for metric in (["update_ratio"] if has_global else []) + per_upd:
-        if metric in dead_metrics:
+        if metric in dead_metrics or (
+            metric != "update_ratio" and not params.judge_biases and _is_bias(metric)
+        ):
             continue
         f = _band(run, metric, params)
         if f is not None:

@@ -82,6 +82,11 @@ class Monitor:
     :mod:`trainlens.monitor.judge`); ``stop_on="error"`` (or "warning"): :attr:`stopped`
     says why once a finding at that severity appears (the callbacks stop the trainer).
     With either, every record is written at once (a host sync per step on a GPU).
+    ``clock``: the timer of ``step_time`` and ``dataloader_wait`` (seconds; default the wall
+    clock, ``time.perf_counter``): fixtures/make_runs.py passes process CPU time plus its
+    injected sleeps, so other processes on a shared machine put no throughput shift into
+    runs that did not inject one. ``resume_step``: the optimizer steps already taken (a
+    run resumed from the checkpoint of that step): the next record is ``resume_step + 1``.
     """
 
     def __init__(
@@ -102,6 +107,8 @@ class Monitor:
         hook_optimizer: bool = True,
         on_finding: Callable[[Any], None] | None = None,
         stop_on: str | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        resume_step: int = 0,
     ) -> None:
         if every < 1 or flush_every < 1:
             raise ValueError("every and flush_every must be at least 1")
@@ -111,7 +118,8 @@ class Monitor:
         self.every = every
         self.flush_every = flush_every
         self.scaler = scaler
-        self.opt_step = 0  # optimizer steps seen (the step number of the last one)
+        self._clock = clock
+        self.opt_step = resume_step  # optimizer steps seen (the step number of the last one)
         self._named = [(n, p) for n, p in model.named_parameters()]
         self._opt_params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self._param_ids = {id(p) for p in self._opt_params}
@@ -123,7 +131,7 @@ class Monitor:
         self._tokens: int | None = None
         self._samples: int | None = None
         self._records: list[dict[str, Value]] = []
-        self._written = 0  # last optimizer step turned into a record
+        self._written = resume_step  # last optimizer step turned into a record
         self._last_end: float | None = None
         self._fwd_start: float | None = None
         self.hw = Hardware.detect(model, scaler=scaler, gpu=gpu, dtype=dtype)
@@ -188,14 +196,14 @@ class Monitor:
 
     def _forward_pre_hook(self, module: torch.nn.Module, args: Any) -> None:
         if self._fwd_start is None and module.training:
-            self._fwd_start = time.perf_counter()
+            self._fwd_start = self._clock()
 
     def mark_start(self) -> None:
         """The step's compute begins now (its batch is in hand): what came before since
         the last step was the dataloader wait. The model's forward pre-hook calls this;
         a framework whose training step does not call the model's forward calls it too."""
         if self._fwd_start is None:
-            self._fwd_start = time.perf_counter()
+            self._fwd_start = self._clock()
 
     def _pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.before_step()
@@ -268,7 +276,7 @@ class Monitor:
         **extra: Scalar,
     ) -> None:
         """Record a (micro-)batch; after an optimizer step, write that step's record."""
-        now = time.perf_counter()
+        now = self._clock()
         self._observe(loss, batch, logits, attention_mask, tokens, samples, extra)
         if self.opt_step == self._written:
             return  # a micro-batch of a step still accumulating gradients
@@ -347,7 +355,7 @@ class Monitor:
         self._records.append(rec)
         self._written = self.opt_step
         self._micro, self._fig, self._tokens, self._samples = {}, {}, None, None
-        self._last_end, self._fwd_start = time.perf_counter(), None
+        self._last_end, self._fwd_start = self._clock(), None
 
     # ---- writing -----------------------------------------------------------------------
 
