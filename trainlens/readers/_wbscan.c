@@ -3,19 +3,27 @@
  * records split over blocks, and decodes the history records W&B's SDK writes: items of a
  * one-part key and a value_json number, with _step, _timestamp and _runtime.
  *
- * scan(buffer) returns (keys, counts, rec, step, value, wall, mark_step, mark_wall, exact):
- * keys a list of str and counts the rows of each; rec / step / value / wall bytes of
- * int64 / int64 / float64 / float64 (NaN: no wall time), one row per history value, the
- * rows of keys[0] first, then keys[1]..., each metric's in file order (rec: the byte
- * offset of the row's record); mark_step / mark_wall each decoded history record's step
- * and wall time, in file order; exact a list of (offset, bytes) of the records this lane
- * leaves to the exact decoder (config, stats, run, and history records of another
- * layout) -- or a str saying why the file is outside this lane (any damage: the numpy
- * lane then reads and reports it).
+ * scan(buffer) returns (keys, values, rows, mark_step, mark_wall, mark_rec, exact):
+ * - keys: list of str, the metrics in order of first appearance (their codes);
+ * - values: per key a Column of float64, its values in file order;
+ * - rows: per key the history records its values came from, as an index into the marks:
+ *   (start, count) when they are the records start..start+count-1 (a metric logged at
+ *   every step: its steps and wall times are then slices of the marks, no copy), else a
+ *   Column of int64, one index a value;
+ * - mark_step / mark_wall / mark_rec: per decoded history record, in file order, its
+ *   step (int64), wall time (float64, null when it has no _timestamp) and byte offset;
+ * - exact: list of (offset, bytes) of the records this lane leaves to the exact decoder
+ *   (config, stats, run, and history records of another layout);
+ * or a str saying why the file is outside this lane (any damage: the numpy lane then
+ * reads and reports it). Columns go to polars through the Arrow PyCapsule interface.
  *
- * Values are parsed with strtod, correctly rounded like Python's float(); a value it does
- * not consume whole sends its record to the exact decoder. Parsing is bounded by the
- * record's length everywhere: a record is untrusted input.
+ * Values are parsed exactly (_wbfloat.h), else by strtod, correctly rounded like
+ * Python's float(); a value neither consumes whole sends its record to the exact
+ * decoder. Parsing is bounded by the record's length everywhere: a record is untrusted
+ * input.
+ *
+ * Memory is the larger cost at 12M values: every fresh page is zeroed by the kernel, so
+ * each row is written once into a buffer that becomes its column (no joined copy).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,46 +33,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_wbcolumn.h"
+#include "_wbcrc.h"
+#include "_wbfloat.h"
+
 #define BLOCK 32768
 #define HEADER 7
 #define MAX_VALUE 63
-
-/* ---- CRC-32 (zlib's, IEEE), slice by 8 ---------------------------------------------------- */
-
-static uint32_t crc_table[8][256];
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-        crc_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = crc_table[0][i];
-        for (int t = 1; t < 8; t++) {
-            c = crc_table[0][c & 0xFF] ^ (c >> 8);
-            crc_table[t][i] = c;
-        }
-    }
-}
-
-static uint32_t crc32_update(uint32_t crc, const uint8_t *p, size_t n) {
-    uint32_t c = ~crc;
-    while (n >= 8) {
-        uint32_t lo = ((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-                       ((uint32_t)p[3] << 24)) ^ c;
-        uint32_t hi = (uint32_t)p[4] | ((uint32_t)p[5] << 8) | ((uint32_t)p[6] << 16) |
-                      ((uint32_t)p[7] << 24);
-        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
-            crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
-            crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^
-            crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
-    return ~c;
-}
 
 /* ---- growable columns --------------------------------------------------------------------- */
 
@@ -73,18 +48,33 @@ typedef struct {
     size_t len, cap;
 } Buf;
 
-static int buf_put(Buf *b, const void *src, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 1 << 16;
-        while (cap < b->len + n) cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d) return -1;
-        b->data = d;
-        b->cap = cap;
-    }
+static int buf_grow(Buf *b, size_t n) {
+    size_t cap = b->cap ? b->cap * 2 : 1 << 12;
+    while (cap < b->len + n) cap *= 2;
+    char *d = realloc(b->data, cap); /* (a large block moves by remapping: no copy) */
+    if (!d) return -1;
+    b->data = d;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (b->len + n > b->cap && buf_grow(b, n) < 0) return -1;
     memcpy(b->data + b->len, src, n);
     b->len += n;
     return 0;
+}
+
+/* the buffer's memory, handed over (NULL when empty: the Column makes a valid pointer) */
+static void *buf_take(Buf *b) {
+    void *d = b->data;
+    if (d && b->len < b->cap) {
+        void *shrunk = realloc(d, b->len ? b->len : 1);
+        if (shrunk) d = shrunk;
+    }
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return d;
 }
 
 /* ---- keys --------------------------------------------------------------------------------- */
@@ -188,76 +178,26 @@ static int field(const uint8_t **pp, const uint8_t *end, uint32_t *num, int *wir
     return 0;
 }
 
-/* Clinger's fast path: a decimal of at most 2^53 as its digits and a power of ten of at
- * most 1e22, both exact doubles, so one multiplication or division is correctly rounded:
- * the same double as strtod and Python's float(). 0 when the text is outside it (17
- * significant digits, NaN, Infinity, a large exponent): strtod then reads it (~100 ns a
- * value: most of this lane's time for 12M values before this path). */
-static const double pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
-                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-                                 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-
-static int fast_double(const char *s, size_t n, double *out) {
-    size_t i = 0;
-    int neg = 0, digits = 0, seen = 0, exp10 = 0;
-    uint64_t m = 0;
-    if (i < n && s[i] == '-') {
-        neg = 1;
-        i++;
-    }
-    for (int frac = 0; i < n; i++) {
-        char c = s[i];
-        if (c == '.' && !frac) {
-            frac = 1;
-            continue;
-        }
-        if (c < '0' || c > '9') break;
-        seen = 1;
-        if (m == 0 && c == '0') {
-            if (frac) exp10--;
-            continue;
-        }
-        if (++digits > 19) return 0;
-        m = m * 10 + (uint64_t)(c - '0');
-        if (frac) exp10--;
-    }
-    if (!seen) return 0;
-    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-        int eneg = 0, e = 0, ed = 0;
-        i++;
-        if (i < n && (s[i] == '+' || s[i] == '-')) eneg = s[i++] == '-';
-        for (; i < n && s[i] >= '0' && s[i] <= '9'; i++, ed++)
-            if (e < 10000) e = e * 10 + (s[i] - '0');
-        if (!ed) return 0;
-        exp10 += eneg ? -e : e;
-    }
-    if (i != n || m > (1ULL << 53)) return 0;
-    double d = (double)m;
-    if (m == 0) {
-        d = 0.0;
-    } else if (exp10 < -22 || exp10 > 22) {
-        return 0;
-    } else {
-        d = exp10 < 0 ? d / pow10[-exp10] : d * pow10[exp10];
-    }
-    *out = neg ? -d : d;
-    return 1;
-}
-
 typedef struct {
     int32_t code;
     double value;
 } Item;
 
 typedef struct {
-    Buf rec, step, value, wall;
-} Col; /* one metric's rows, so the frame comes out one block per metric, in order */
+    int64_t start, count; /* the records start..start+count-1 (indexes into the marks) */
+} Run;
+
+typedef struct {
+    Buf value; /* float64, one a row, in file order */
+    Buf runs;  /* Run: which records the rows came from (a metric at every step: one run) */
+} Col;
 
 typedef struct {
     Keys keys;
     Col *cols;
     size_t ncols;
-    Buf mark_step, mark_wall; /* each decoded history record's step and wall time */
+    Buf mark_step, mark_wall, mark_rec; /* per decoded history record */
+    int64_t marks;
     Item *items;
     size_t items_cap;
     PyObject *exact;
@@ -273,6 +213,33 @@ static int cols_for(Out *o, size_t n) {
     o->cols = c;
     o->ncols = cap;
     return 0;
+}
+
+/* one value_json as a number: 1, or 0 when it is none (a string, a bool, an object, or a
+ * spelling only C reads, such as hex) */
+static int json_number(const uint8_t *val, size_t val_len, double *d) {
+    if (wb_parse_double((const char *)val, val_len, d)) return 1;
+    char text[MAX_VALUE + 1];
+    memcpy(text, val, val_len);
+    text[val_len] = 0;
+    char *stop;
+    *d = strtod(text, &stop);
+    return stop == text + val_len && !memchr(text, 'x', val_len) &&
+           !memchr(text, 'X', val_len) &&
+           (text[0] == '-' || text[0] == 'N' || text[0] == 'I' ||
+            (text[0] >= '0' && text[0] <= '9'));
+}
+
+/* the row of an item: its value, and its record appended to the metric's runs */
+static int put_row(Col *c, double value, int64_t mark) {
+    if (buf_put(&c->value, &value, 8) < 0) return -1;
+    Run *last = c->runs.len ? (Run *)(c->runs.data + c->runs.len) - 1 : NULL;
+    if (last && last->start + last->count == mark) {
+        last->count++;
+        return 0;
+    }
+    Run r = {mark, 1};
+    return buf_put(&c->runs, &r, sizeof r);
 }
 
 /* 1: decoded; 0: not this lane's layout (the exact decoder takes it); -1: error */
@@ -311,18 +278,7 @@ static int history(Out *o, const uint8_t *p, const uint8_t *end, int64_t rec) {
         if (parts != 1 || !val || !val_len || val_len > MAX_VALUE) return 0;
         if (key_len == 8 && memcmp(key, "_runtime", 8) == 0) continue; /* W&B's own, unused */
         double d;
-        if (!fast_double((const char *)val, val_len, &d)) {
-            char text[MAX_VALUE + 1];
-            memcpy(text, val, val_len);
-            text[val_len] = 0;
-            char *stop;
-            d = strtod(text, &stop);
-            if (stop != text + val_len || memchr(text, 'x', val_len) ||
-                memchr(text, 'X', val_len) ||
-                !(text[0] == '-' || text[0] == 'N' || text[0] == 'I' ||
-                  (text[0] >= '0' && text[0] <= '9')))
-                return 0; /* a string, a bool, an object, or a spelling only C reads (hex) */
-        }
+        if (!json_number(val, val_len, &d)) return 0;
         if (key_len == 5 && memcmp(key, "_step", 5) == 0) {
             has_step = 1;
             step = d;
@@ -348,13 +304,12 @@ static int history(Out *o, const uint8_t *p, const uint8_t *end, int64_t rec) {
     if (!has_step || !isfinite(step) || step != floor(step) || fabs(step) > 9.0e18) return 0;
     int64_t s = (int64_t)step;
     if (cols_for(o, o->keys.n) < 0) return -1;
-    for (size_t i = 0; i < n; i++) {
-        Col *c = &o->cols[o->items[i].code];
-        if (buf_put(&c->rec, &rec, 8) < 0 || buf_put(&c->step, &s, 8) < 0 ||
-            buf_put(&c->value, &o->items[i].value, 8) < 0 || buf_put(&c->wall, &wall, 8) < 0)
-            return -1;
-    }
-    if (buf_put(&o->mark_step, &s, 8) < 0 || buf_put(&o->mark_wall, &wall, 8) < 0) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (put_row(&o->cols[o->items[i].code], o->items[i].value, o->marks) < 0) return -1;
+    if (buf_put(&o->mark_step, &s, 8) < 0 || buf_put(&o->mark_wall, &wall, 8) < 0 ||
+        buf_put(&o->mark_rec, &rec, 8) < 0)
+        return -1;
+    o->marks++;
     return 1;
 }
 
@@ -386,48 +341,6 @@ static int record(Out *o, const uint8_t *p, size_t n, int64_t rec) {
     return 0;
 }
 
-static PyObject *as_bytes(Buf *b) {
-    return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len);
-}
-
-static Buf *col_buf(Col *c, int which) {
-    switch (which) {
-        case 0: return &c->rec;
-        case 1: return &c->step;
-        case 2: return &c->value;
-        default: return &c->wall;
-    }
-}
-
-/* one column of every metric's rows, metric after metric (which: 0 rec, 1 step, ...) */
-static PyObject *joined_col(Out *o, int which) {
-    size_t total = 0;
-    for (size_t k = 0; k < o->keys.n; k++) total += col_buf(&o->cols[k], which)->len;
-    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (!b) return NULL;
-    char *dst = PyBytes_AS_STRING(b);
-    for (size_t k = 0; k < o->keys.n; k++) {
-        Buf *src = col_buf(&o->cols[k], which);
-        if (src->len) memcpy(dst, src->data, src->len);
-        dst += src->len;
-    }
-    return b;
-}
-
-static PyObject *row_counts(Out *o) {
-    PyObject *list = PyList_New((Py_ssize_t)o->keys.n);
-    if (!list) return NULL;
-    for (size_t k = 0; k < o->keys.n; k++) {
-        PyObject *n = PyLong_FromSize_t(o->cols[k].step.len / 8);
-        if (!n) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)k, n);
-    }
-    return list;
-}
-
 static const char *frame(Out *o, const uint8_t *buf, size_t size, Buf *join, int *err) {
     size_t pos = HEADER;
     int64_t join_at = -1;
@@ -451,7 +364,7 @@ static const char *frame(Out *o, const uint8_t *buf, size_t size, Buf *join, int
         if (kind < 1 || kind > 4 || data + len > block_end || data + len > size)
             return "a chunk header that cannot be, or a cut record";
         uint8_t k = (uint8_t)kind;
-        if (crc32_update(crc32_update(0, &k, 1), buf + data, len) != crc) return "bad checksum";
+        if (wb_crc32(wb_crc32(0, &k, 1), buf + data, len) != crc) return "bad checksum";
         if (kind == 1) {
             if (join_at >= 0) return "a split record without its end";
             if (record(o, buf + data, len, (int64_t)pos) < 0) goto fail;
@@ -476,7 +389,85 @@ fail:
     return NULL;
 }
 
-PyDoc_STRVAR(scan_doc, "scan(buffer) -> (keys, code, rec, step, value, wall, exact) | str");
+/* ---- the result --------------------------------------------------------------------------- */
+
+/* a metric's records: (start, count) for one run, else an int64 Column, one a row */
+static PyObject *rows_of(Col *c) {
+    size_t nruns = c->runs.len / sizeof(Run);
+    Run *runs = (Run *)c->runs.data;
+    if (nruns == 1) return Py_BuildValue("(LL)", (long long)runs[0].start, (long long)runs[0].count);
+    size_t rows = c->value.len / 8;
+    int64_t *idx = malloc(rows ? rows * 8 : 1);
+    if (!idx) return PyErr_NoMemory();
+    size_t at = 0;
+    for (size_t r = 0; r < nruns; r++)
+        for (int64_t i = 0; i < runs[r].count; i++) idx[at++] = runs[r].start + i;
+    return column_new(idx, NULL, (Py_ssize_t)rows, 0, "l");
+}
+
+/* the wall times as a Column, null where a record had no _timestamp (NaN here) */
+static PyObject *wall_column(Buf *b) {
+    size_t n = b->len / 8;
+    const double *w = (const double *)b->data;
+    size_t nulls = 0;
+    for (size_t i = 0; i < n; i++) nulls += isnan(w[i]) != 0;
+    uint8_t *valid = NULL;
+    if (nulls) {
+        valid = calloc((n + 7) / 8, 1);
+        if (!valid) return PyErr_NoMemory();
+        for (size_t i = 0; i < n; i++)
+            if (!isnan(w[i])) valid[i / 8] |= (uint8_t)(1u << (i % 8));
+    }
+    return column_new(buf_take(b), valid, (Py_ssize_t)n, (Py_ssize_t)nulls, "g");
+}
+
+static PyObject *result(Out *o) {
+    Py_ssize_t nk = (Py_ssize_t)o->keys.n;
+    PyObject *values = PyList_New(nk), *rows = PyList_New(nk);
+    if (!values || !rows) goto fail;
+    for (Py_ssize_t k = 0; k < nk; k++) {
+        Col *c = &o->cols[k];
+        PyObject *r = rows_of(c);
+        if (!r) goto fail;
+        PyList_SET_ITEM(rows, k, r);
+        Py_ssize_t n = (Py_ssize_t)(c->value.len / 8);
+        PyObject *v = column_new(buf_take(&c->value), NULL, n, 0, "g");
+        if (!v) goto fail;
+        PyList_SET_ITEM(values, k, v);
+    }
+    PyObject *mstep = column_new(buf_take(&o->mark_step), NULL, (Py_ssize_t)o->marks, 0, "l");
+    PyObject *mwall = mstep ? wall_column(&o->mark_wall) : NULL;
+    PyObject *mrec =
+        mwall ? column_new(buf_take(&o->mark_rec), NULL, (Py_ssize_t)o->marks, 0, "l") : NULL;
+    if (!mrec) {
+        Py_XDECREF(mstep);
+        Py_XDECREF(mwall);
+        goto fail;
+    }
+    return Py_BuildValue("(ONNNNNO)", o->keys.names, values, rows, mstep, mwall, mrec, o->exact);
+fail:
+    Py_XDECREF(values);
+    Py_XDECREF(rows);
+    return NULL;
+}
+
+static void out_free(Out *o) {
+    Py_XDECREF(o->keys.names);
+    Py_XDECREF(o->exact);
+    keys_free(&o->keys);
+    for (size_t k = 0; k < o->ncols; k++) {
+        free(o->cols[k].value.data);
+        free(o->cols[k].runs.data);
+    }
+    free(o->cols);
+    free(o->mark_step.data);
+    free(o->mark_wall.data);
+    free(o->mark_rec.data);
+    free(o->items);
+}
+
+PyDoc_STRVAR(scan_doc,
+             "scan(buffer) -> (keys, values, rows, mark_step, mark_wall, mark_rec, exact) | str");
 
 static PyObject *scan(PyObject *self, PyObject *arg) {
     Py_buffer view;
@@ -484,7 +475,7 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     Out o;
     memset(&o, 0, sizeof o);
     Buf join = {0};
-    PyObject *result = NULL;
+    PyObject *res = NULL;
     o.keys.names = PyList_New(0);
     o.exact = PyList_New(0);
     if (!o.keys.names || !o.exact) goto done;
@@ -492,39 +483,59 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     const char *why = frame(&o, (const uint8_t *)view.buf, (size_t)view.len, &join, &err);
     if (err) goto done;
     if (why) {
-        result = PyUnicode_FromString(why);
+        res = PyUnicode_FromString(why);
         goto done;
     }
-    if (cols_for(&o, o.keys.n ? o.keys.n : 1) < 0) goto done;
-    result = Py_BuildValue("(ONNNNNNNO)", o.keys.names, row_counts(&o), joined_col(&o, 0),
-                           joined_col(&o, 1), joined_col(&o, 2), joined_col(&o, 3),
-                           as_bytes(&o.mark_step), as_bytes(&o.mark_wall), o.exact);
-done:
-    Py_XDECREF(o.keys.names);
-    Py_XDECREF(o.exact);
-    keys_free(&o.keys);
-    for (size_t k = 0; k < o.ncols; k++) {
-        free(o.cols[k].rec.data);
-        free(o.cols[k].step.data);
-        free(o.cols[k].value.data);
-        free(o.cols[k].wall.data);
+    if (cols_for(&o, o.keys.n ? o.keys.n : 1) < 0) {
+        PyErr_NoMemory();
+        goto done;
     }
-    free(o.cols);
-    free(o.mark_step.data);
-    free(o.mark_wall.data);
-    free(o.items);
+    res = result(&o);
+done:
+    if (!res && !PyErr_Occurred()) PyErr_NoMemory();
+    out_free(&o);
     free(join.data);
     PyBuffer_Release(&view);
-    return result;
+    return res;
 }
 
-static PyMethodDef methods[] = {{"scan", scan, METH_O, scan_doc}, {NULL, NULL, 0, NULL}};
+/* ---- test hooks: the parts, against Python's own -------------------------------------- */
+
+PyDoc_STRVAR(parse_double_doc,
+             "parse_double(text: bytes) -> float | None: the exact parser alone (None: it "
+             "leaves the text to strtod)");
+
+static PyObject *parse_double(PyObject *self, PyObject *arg) {
+    char *s;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(arg, &s, &n) < 0) return NULL;
+    double d;
+    if (!wb_parse_double(s, (size_t)n, &d)) Py_RETURN_NONE;
+    return PyFloat_FromDouble(d);
+}
+
+PyDoc_STRVAR(crc32_doc, "crc32(data, crc=0) -> int: as zlib.crc32");
+
+static PyObject *crc32(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    unsigned int crc = 0;
+    if (!PyArg_ParseTuple(args, "y*|I", &view, &crc)) return NULL;
+    uint32_t c = wb_crc32(crc, (const uint8_t *)view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyMethodDef methods[] = {{"scan", scan, METH_O, scan_doc},
+                                {"parse_double", parse_double, METH_O, parse_double_doc},
+                                {"crc32", crc32, METH_VARARGS, crc32_doc},
+                                {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_wbscan",
     "The compiled lane of the W&B run reader (see trainlens.readers.wandb_run).", -1, methods};
 
 PyMODINIT_FUNC PyInit__wbscan(void) {
-    crc_init();
+    wb_crc_init();
+    if (PyType_Ready(&ColumnType) < 0) return NULL;
     return PyModule_Create(&module);
 }

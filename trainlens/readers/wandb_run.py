@@ -46,6 +46,7 @@ import polars as pl
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _wandb_log as wl
+from trainlens.readers._wandb_compiled import Compiled, from_compiled
 from trainlens.readers.base import ReadOptions
 
 try:
@@ -146,7 +147,7 @@ class _Log:
     recs: list[int] = field(default_factory=list)  # the record each exact-path row came from
     rec: int = 0  # the record being decoded (its place in the run: file, byte offset)
     fast: list[pl.DataFrame] = field(default_factory=list)  # rec, step, metric, value, wall
-    compiled: list[Any] = field(default_factory=list)  # _wandb_fast.Compiled, one a file
+    compiled: list[Compiled] = field(default_factory=list)  # one a file
 
 
 def _text(buf: bytes | memoryview, a: int, b: int) -> str:
@@ -284,9 +285,6 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
     file is sound, else through the numpy lane (:mod:`trainlens.readers._wandb_fast`,
     which also reports damage); the records either leaves (config, stats, run, history
     records of another layout) through the exact decoder, record by record."""
-    # (here: sniffing a folder imports this module, which need not import numpy)
-    from trainlens.readers import _wandb_fast as wf
-
     with path.open("rb") as fh:
         if not wl.has_magic(fh.read(len(wl.MAGIC))):
             raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
@@ -294,8 +292,11 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
     scanned = _scan_compiled(path) if compiled and _wbscan else None
     undecodable = 0
     if isinstance(scanned, tuple):
-        exact, count = wf.from_compiled(scanned, log.compiled, base)
+        exact, count = from_compiled(scanned, log.compiled, base)
     else:  # not built, or a damaged file: the numpy lane reads and reports it
+        # (imported here: the compiled lane needs no numpy, whose import is ~0.1 s)
+        from trainlens.readers import _wandb_fast as wf
+
         size = path.stat().st_size
         arr = wf.buffer_for(size)
         with path.open("rb") as fh:
@@ -377,44 +378,28 @@ def _frame(log: _Log) -> tuple[pl.DataFrame, list[int] | None]:
     return pl.concat([history.with_columns(pl.col("metric").cast(pl.String)), stats]), None
 
 
-def _from_compiled(log: _Log, c: Any) -> tuple[pl.DataFrame, list[int] | None]:
+def _from_compiled(log: _Log, c: Compiled) -> tuple[pl.DataFrame, list[int] | None]:
     """The frame of the compiled lane's blocks, with the system metrics as blocks of their
     own: one Enum over both, made once (12M rows: no concatenation or second gather)."""
-    import numpy as np
-
     stats = None
     if log.stats:
-        marks = pl.DataFrame({"step": c.mark_step, "wall_time": c.mark_wall}).with_columns(
-            pl.col("wall_time").fill_nan(None)
-        )
+        marks = pl.DataFrame([c.mark_step, c.mark_wall])
         stats = _stats_frame(log, marks).sort("metric", maintain_order=True)
         if set(stats.get_column("metric").unique().to_list()) & set(c.names):
             return _blocked(c.frame().drop("rec"), stats)  # (a key spelled like a system one)
-    extra: list[str] = (
-        [] if stats is None else stats.get_column("metric").unique(maintain_order=True).to_list()
-    )
-    every = c.names + extra
-    counts = list(c.counts)
-    codes = np.repeat(np.arange(len(c.names), dtype=np.uint32), c.counts)
-    step, value, wall = c.step, c.value, c.wall
-    if stats is not None:
-        per = stats.group_by("metric", maintain_order=True).len().get_column("len").to_list()
-        counts += per
-        extra_codes = np.repeat(np.arange(len(c.names), len(every), dtype=np.uint32), per)
-        codes = np.concatenate([codes, extra_codes])
-        step = np.concatenate([step, stats.get_column("step").to_numpy()])
-        value = np.concatenate([value, stats.get_column("value").to_numpy()])
-        stats_wall = stats.get_column("wall_time").fill_null(float("nan")).to_numpy()
-        wall = np.concatenate([wall, stats_wall])
+    if stats is None:
+        extra: list[tuple[str, int]] = []
+        step, value, wall = c.step, c.value, c.wall
+    else:
+        per = stats.group_by("metric", maintain_order=True).len()
+        extra = list(per.iter_rows())
+        step = pl.concat([c.step, stats.get_column("step")], rechunk=False)
+        value = pl.concat([c.value, stats.get_column("value")], rechunk=False)
+        wall = pl.concat([c.wall, stats.get_column("wall_time")], rechunk=False)
     frame = pl.DataFrame(
-        {
-            "step": step,
-            "metric": pl.Series("metric", every, dtype=pl.Enum(every)).gather(pl.Series(codes)),
-            "value": value,
-            "wall_time": pl.Series(wall).fill_nan(None),
-        }
+        [step.alias("step"), c.metric(extra), value.alias("value"), wall.alias("wall_time")]
     )
-    return frame, counts
+    return frame, c.counts + [n for _, n in extra]
 
 
 def _blocked(
