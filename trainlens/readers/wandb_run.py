@@ -44,6 +44,7 @@ from typing import Any
 import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
+from trainlens.core.frame import strictly_increasing
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _wandb_log as wl
 from trainlens.readers._wandb_compiled import Compiled, from_compiled
@@ -442,12 +443,7 @@ def _stats_frame(log: _Log, history: pl.DataFrame) -> pl.DataFrame:
         schema={"wall_time": pl.Float64, "metric": pl.String, "value": pl.Float64},
         orient="row",
     ).sort("wall_time")
-    marks = (
-        history.filter(pl.col("wall_time").is_not_null())
-        .group_by("step")
-        .agg(pl.col("wall_time").min())
-        .sort("wall_time")
-    )
+    marks = _marks(history)
     if marks.is_empty():
         first = history.get_column("step").min() if history.height else 0
         return stats.with_columns(step=pl.lit(first, dtype=pl.Int64)).select(
@@ -458,6 +454,22 @@ def _stats_frame(log: _Log, history: pl.DataFrame) -> pl.DataFrame:
     return joined.with_columns(pl.col("step").fill_null(first).cast(pl.Int64)).select(
         "step", "metric", "value", "wall_time"
     )
+
+
+def _marks(history: pl.DataFrame) -> pl.DataFrame:
+    """Each step's first wall time, ordered by wall time (ties: in order of logging).
+
+    The compiled lane gives one row a history record, in file order: there, steps that
+    strictly increase and wall times that never go back (a run that did not restart) are
+    checked in two passes and used as they are, instead of grouping and sorting 1M rows
+    (~0.15 s, a tenth of the whole read)."""
+    marks = history.select("step", "wall_time").filter(pl.col("wall_time").is_not_null())
+    if not strictly_increasing(marks.get_column("step")):
+        marks = marks.group_by("step", maintain_order=True).agg(pl.col("wall_time").min())
+    wall = marks.get_column("wall_time")
+    if wall.len() > 1 and not bool((wall.slice(1) >= wall.slice(0, wall.len() - 1)).all()):
+        return marks.sort("wall_time", maintain_order=True)
+    return marks.with_columns(wall.set_sorted())
 
 
 def _summary(source: Path) -> dict[str, Any] | None:
