@@ -92,11 +92,14 @@ frame = pl.DataFrame({"step": steps, "metric": keys, "value": vals})
 print(frame.height)
 """
 
+# (the history values counted on the metric's categories: a filter of the frame cast each
+# of its 12M names to a string, ~0.15 s of counting that is no part of reading)
 TRAINLENS_READ = r"""
 import sys
+import polars as pl
 from trainlens.readers import read_runs
 (run,) = read_runs(sys.argv[1])
-print(run.frame.filter(~run.frame["metric"].cast(str).str.starts_with("system/")).height)
+print(run.frame.select((~pl.col("metric").cat.starts_with("system/")).sum()).item())
 """
 
 POLARS_READ = r"""
