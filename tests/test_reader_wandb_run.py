@@ -310,10 +310,12 @@ def test_nested_keys_non_numbers_and_late_config(wandb_runs: Path) -> None:
     assert series("train/loss") == [(s, 1.0 / (s + 1)) for s in range(30)]
     assert series("ok") == [(s, float(s % 2 == 0)) for s in range(30)]  # JSON true/false
     assert series("late/metric") == [(s, float(s)) for s in range(20, 30)]
-    from tests._wandb_writer import EDGE
+    from tests._wandb_writer import EDGE, LONG_KEYS
 
     got = [struct.pack("<d", v) for _, v in series("edge")]
     assert got == [struct.pack("<d", EDGE[s % len(EDGE)]) for s in range(60)]  # bit for bit
+    for block, key in LONG_KEYS.items():
+        assert series(key) == [(s, block * 1000.0 + s) for s in range(30, 60)]
     (note,) = [d for d in run.data_quality if d.kind == "non-scalar"]
     assert note.count == 30 and "note: 30" in note.message
     assert run.metadata["params"]["model"] == {"n_layer": 12, "d_model": 768}
