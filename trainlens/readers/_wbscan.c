@@ -1,9 +1,10 @@
-/* The compiled lane of the W&B run reader: one pass over a run-<id>.wandb transaction log
+/* The compiled lane of the W&B run reader: a pass over a run-<id>.wandb transaction log
  * that frames each chunk (32 KiB blocks, LevelDB's log format), checks its CRC-32, joins
  * records split over blocks, and decodes the history records W&B's SDK writes: items of a
  * one-part key and a value_json number, with _step, _timestamp and _runtime.
  *
- * scan(buffer) returns (keys, values, rows, mark_step, mark_wall, mark_rec, exact):
+ * scan(buffer, threads=1) returns (keys, values, rows, mark_step, mark_wall, mark_rec,
+ * exact):
  * - keys: list of str, the metrics in order of first appearance (their codes);
  * - values: per key a Column of float64, its values in file order;
  * - rows: per key the history records its values came from, as an index into the marks:
@@ -16,6 +17,10 @@
  *   (config, stats, run, and history records of another layout);
  * or a str saying why the file is outside this lane (any damage: the numpy lane then
  * reads and reports it). Columns go to polars through the Arrow PyCapsule interface.
+ *
+ * threads > 1 splits the file's blocks into that many ranges read side by side (the GIL
+ * released), then joins their results in file order: the same result as one thread, the
+ * same files refused (see scan_range and joined_at).
  *
  * Values are parsed exactly (_wbfloat.h), else by strtod, correctly rounded like
  * Python's float(); a value neither consumes whole sends its record to the exact
@@ -33,6 +38,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__unix__) || defined(__APPLE__)
+#define WB_THREADS 1
+#include <pthread.h>
+#else
+#define WB_THREADS 0 /* one range at a time: the same result */
+#endif
+
 #include "_wbcolumn.h"
 #include "_wbcrc.h"
 #include "_wbfloat.h"
@@ -40,6 +52,7 @@
 #define BLOCK 32768
 #define HEADER 7
 #define MAX_VALUE 63
+#define MAX_THREADS 16
 
 /* ---- growable columns --------------------------------------------------------------------- */
 
@@ -87,9 +100,15 @@ typedef struct {
 } Slot;
 
 typedef struct {
+    const uint8_t *key; /* the slot's copy */
+    uint32_t len;
+} Name;
+
+/* (no Python objects here: ranges are read without the GIL; names are made at the end) */
+typedef struct {
     Slot *slots;
     size_t cap, n;
-    PyObject *names; /* list of str, in code order */
+    Buf names; /* Name, in code order */
 } Keys;
 
 typedef struct {
@@ -146,13 +165,11 @@ static int32_t key_code(Keys *k, const uint8_t *p, uint32_t n) {
     uint8_t *copy = malloc(n ? n : 1);
     if (!copy) return -1;
     memcpy(copy, p, n);
-    PyObject *name = PyUnicode_DecodeUTF8((const char *)p, n, "replace");
-    if (!name || PyList_Append(k->names, name) < 0) {
-        Py_XDECREF(name);
+    Name name = {copy, n};
+    if (buf_put(&k->names, &name, sizeof name) < 0) {
         free(copy);
         return -1;
     }
-    Py_DECREF(name);
     k->slots[j].key = copy;
     k->slots[j].head = e.head;
     k->slots[j].mid = e.mid;
@@ -166,6 +183,7 @@ static int32_t key_code(Keys *k, const uint8_t *p, uint32_t n) {
 static void keys_free(Keys *k) {
     for (size_t i = 0; i < k->cap; i++) free((void *)k->slots[i].key);
     free(k->slots);
+    free(k->names.data);
 }
 
 /* ---- protobuf ----------------------------------------------------------------------------- */
@@ -233,6 +251,14 @@ typedef struct {
 } Col;
 
 typedef struct {
+    int64_t rec;
+    const uint8_t *data; /* in the file, or `owned` (a record joined from its chunks) */
+    size_t len;
+    uint8_t *owned;
+} Exact;
+
+/* what one range of blocks holds (one thread's) */
+typedef struct {
     Keys keys;
     Col *cols;
     size_t ncols;
@@ -240,7 +266,7 @@ typedef struct {
     int64_t marks;
     Item *items;
     size_t items_cap;
-    PyObject *exact;
+    Buf exact; /* Exact, in file order */
 } Out;
 
 static int cols_for(Out *o, size_t n) {
@@ -353,38 +379,67 @@ static int history(Out *o, const uint8_t *p, const uint8_t *end, int64_t rec) {
     return 1;
 }
 
-static int exact(Out *o, const uint8_t *p, size_t n, int64_t rec) {
-    PyObject *t = Py_BuildValue("(Ly#)", (long long)rec, (const char *)p, (Py_ssize_t)n);
-    if (!t) return -1;
-    int r = PyList_Append(o->exact, t);
-    Py_DECREF(t);
-    return r;
+/* a record for the exact decoder; joined records are copied (the join buffer is reused) */
+static int exact(Out *o, const uint8_t *p, size_t n, int64_t rec, int joined) {
+    Exact e = {rec, p, n, NULL};
+    if (joined) {
+        e.owned = malloc(n ? n : 1);
+        if (!e.owned) return -1;
+        memcpy(e.owned, p, n);
+        e.data = e.owned;
+    }
+    if (buf_put(&o->exact, &e, sizeof e) == 0) return 0;
+    free(e.owned);
+    return -1;
 }
 
 /* 0 handled, -1 error */
-static int record(Out *o, const uint8_t *p, size_t n, int64_t rec) {
+static int record(Out *o, const uint8_t *p, size_t n, int64_t rec, int joined) {
     const uint8_t *q = p, *end = p + n;
     while (q < end) {
         uint32_t num;
         int wire;
         const uint8_t *a = NULL, *b = NULL;
         uint64_t v;
-        if (field(&q, end, &num, &wire, &a, &b, &v) < 0) return exact(o, p, n, rec);
+        if (field(&q, end, &num, &wire, &a, &b, &v) < 0) return exact(o, p, n, rec, joined);
         if (wire != 2) continue;
         if (num == 2) {
             int r = history(o, a, b, rec);
             if (r < 0) return -1;
-            return r ? 0 : exact(o, p, n, rec);
+            return r ? 0 : exact(o, p, n, rec, joined);
         }
-        if (num == 5 || num == 7 || num == 17) return exact(o, p, n, rec);
+        if (num == 5 || num == 7 || num == 17) return exact(o, p, n, rec, joined);
     }
     return 0;
 }
 
-static const char *frame(Out *o, const uint8_t *buf, size_t size, Buf *join, int *err) {
-    size_t pos = HEADER;
+/* One range of blocks, [start, stop) (block-aligned), read by one thread.
+ *
+ * A range after the first begins by skipping the chunks that continue a record begun
+ * before it (the range before reads those, past its own stop, until the record ends);
+ * `skipped` is where the last of them ends (`start` when none). A range stops at the first
+ * chunk boundary at or after `stop` with no record open; `end` is where the last chunk it
+ * read or skipped ends when that is past `stop`, else `stop`. The ranges read what one
+ * thread reads when each range's `end` is the next one's `skipped` (joined_at checks it):
+ * every chunk is then framed and checksummed by exactly one range, in order. Any other
+ * file (an orphan chunk at a range's start, say) is refused, as one thread refuses it. */
+typedef struct {
+    Out o;
+    Buf join;
+    const uint8_t *buf;
+    size_t size, start, stop, skipped, end;
+    const char *why; /* damage: the file is outside this lane */
+    int err;         /* out of memory */
+} Range;
+
+static const char *frame(Range *r) {
+    const uint8_t *buf = r->buf;
+    size_t size = r->size, pos = r->start ? r->start : HEADER, last_end = 0;
     int64_t join_at = -1;
+    int skipping = r->start != 0;
+    r->skipped = r->start;
     while (pos < size) {
+        if (pos >= r->stop && join_at < 0 && !skipping) break;
         size_t block_end = (pos / BLOCK + 1) * BLOCK;
         if (block_end - pos < HEADER) {
             pos = block_end;
@@ -403,29 +458,93 @@ static const char *frame(Out *o, const uint8_t *buf, size_t size, Buf *join, int
         size_t data = pos + HEADER;
         if (kind < 1 || kind > 4 || data + len > block_end || data + len > size)
             return "a chunk header that cannot be, or a cut record";
+        if (skipping) {
+            if (kind >= 3) { /* the range before reads (and checks) it */
+                pos = last_end = r->skipped = data + len;
+                continue;
+            }
+            skipping = 0;
+            if (pos >= r->stop) break; /* (a record longer than the range: none starts here) */
+        }
         uint8_t k = (uint8_t)kind;
         if (wb_crc32(wb_crc32(0, &k, 1), buf + data, len) != crc) return "bad checksum";
         if (kind == 1) {
             if (join_at >= 0) return "a split record without its end";
-            if (record(o, buf + data, len, (int64_t)pos) < 0) goto fail;
+            if (record(&r->o, buf + data, len, (int64_t)pos, 0) < 0) goto fail;
         } else if (kind == 2) {
             if (join_at >= 0) return "a split record without its end";
-            join->len = 0;
+            r->join.len = 0;
             join_at = (int64_t)pos;
-            if (buf_put(join, buf + data, len) < 0) goto fail;
+            if (buf_put(&r->join, buf + data, len) < 0) goto fail;
         } else {
             if (join_at < 0) return "the middle or end of a record whose start is lost";
-            if (buf_put(join, buf + data, len) < 0) goto fail;
+            if (buf_put(&r->join, buf + data, len) < 0) goto fail;
             if (kind == 4) {
-                if (record(o, (const uint8_t *)join->data, join->len, join_at) < 0) goto fail;
+                if (record(&r->o, (const uint8_t *)r->join.data, r->join.len, join_at, 1) < 0)
+                    goto fail;
                 join_at = -1;
             }
         }
-        pos = data + len;
+        pos = last_end = data + len;
     }
+    r->end = last_end > r->stop ? last_end : r->stop;
     return join_at >= 0 ? "a record split over blocks, cut short" : NULL;
 fail:
-    *err = 1;
+    r->err = 1;
+    return NULL;
+}
+
+static void *scan_range(void *arg) {
+    Range *r = (Range *)arg;
+    r->why = frame(r);
+    return NULL;
+}
+
+/* ---- joining the ranges ------------------------------------------------------------------ */
+
+/* a later range's rows of one metric appended to the joined ones, record indexes moved by
+ * `base` (the records before the range); a run that continues the last one joins it, so a
+ * metric at every step is still one run (its steps a slice of the marks) */
+static int join_col(Col *to, Col *from, int64_t base) {
+    if (from->value.len && buf_put(&to->value, from->value.data, from->value.len) < 0) return -1;
+    Run *runs = (Run *)from->runs.data;
+    for (size_t i = 0; i < from->runs.len / sizeof(Run); i++) {
+        Run r = {runs[i].start + base, runs[i].count};
+        Run *last = to->runs.len ? (Run *)(to->runs.data + to->runs.len) - 1 : NULL;
+        if (last && last->start + last->count == r.start)
+            last->count += r.count;
+        else if (buf_put(&to->runs, &r, sizeof r) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* range `from` joined onto `to` (the ranges before it, already joined) */
+static int join_range(Out *to, Out *from) {
+    int64_t base = to->marks;
+    Name *names = (Name *)from->keys.names.data;
+    for (size_t c = 0; c < from->keys.n; c++) {
+        int32_t g = key_code(&to->keys, names[c].key, names[c].len);
+        if (g < 0 || cols_for(to, to->keys.n) < 0) return -1;
+        if (c < from->ncols && join_col(&to->cols[g], &from->cols[c], base) < 0) return -1;
+    }
+    if (buf_put(&to->mark_step, from->mark_step.data, from->mark_step.len) < 0 ||
+        buf_put(&to->mark_wall, from->mark_wall.data, from->mark_wall.len) < 0 ||
+        buf_put(&to->mark_rec, from->mark_rec.data, from->mark_rec.len) < 0 ||
+        buf_put(&to->exact, from->exact.data, from->exact.len) < 0)
+        return -1;
+    from->exact.len = 0; /* (its owned copies are `to`'s now) */
+    to->marks += from->marks;
+    return 0;
+}
+
+/* NULL when every range ends where the next one's skipped chunks end (see Range) */
+static const char *joined_at(Range *ranges, int n) {
+    for (int i = 0; i < n; i++)
+        if (ranges[i].why) return ranges[i].why;
+    for (int i = 1; i < n; i++)
+        if (ranges[i - 1].end != ranges[i].skipped)
+            return "the middle or end of a record whose start is lost";
     return NULL;
 }
 
@@ -435,7 +554,8 @@ fail:
 static PyObject *rows_of(Col *c) {
     size_t nruns = c->runs.len / sizeof(Run);
     Run *runs = (Run *)c->runs.data;
-    if (nruns == 1) return Py_BuildValue("(LL)", (long long)runs[0].start, (long long)runs[0].count);
+    if (nruns == 1)
+        return Py_BuildValue("(LL)", (long long)runs[0].start, (long long)runs[0].count);
     size_t rows = c->value.len / 8;
     int64_t *idx = malloc(rows ? rows * 8 : 1);
     if (!idx) return PyErr_NoMemory();
@@ -461,10 +581,41 @@ static PyObject *wall_column(Buf *b) {
     return column_new(buf_take(b), valid, (Py_ssize_t)n, (Py_ssize_t)nulls, "g");
 }
 
+static PyObject *names_list(Keys *k) {
+    PyObject *list = PyList_New((Py_ssize_t)k->n);
+    Name *names = (Name *)k->names.data;
+    for (size_t c = 0; list && c < k->n; c++) {
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)names[c].key, names[c].len, "replace");
+        if (!s) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)c, s);
+    }
+    return list;
+}
+
+static PyObject *exact_list(Buf *b) {
+    size_t n = b->len / sizeof(Exact);
+    Exact *e = (Exact *)b->data;
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *t = Py_BuildValue("(Ly#)", (long long)e[i].rec, (const char *)e[i].data,
+                                    (Py_ssize_t)e[i].len);
+        if (!t) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    return list;
+}
+
 static PyObject *result(Out *o) {
     Py_ssize_t nk = (Py_ssize_t)o->keys.n;
+    PyObject *names = names_list(&o->keys), *exact = exact_list(&o->exact);
     PyObject *values = PyList_New(nk), *rows = PyList_New(nk);
-    if (!values || !rows) goto fail;
+    if (!names || !exact || !values || !rows) goto fail;
     for (Py_ssize_t k = 0; k < nk; k++) {
         Col *c = &o->cols[k];
         PyObject *r = rows_of(c);
@@ -484,16 +635,16 @@ static PyObject *result(Out *o) {
         Py_XDECREF(mwall);
         goto fail;
     }
-    return Py_BuildValue("(ONNNNNO)", o->keys.names, values, rows, mstep, mwall, mrec, o->exact);
+    return Py_BuildValue("(NNNNNNN)", names, values, rows, mstep, mwall, mrec, exact);
 fail:
+    Py_XDECREF(names);
+    Py_XDECREF(exact);
     Py_XDECREF(values);
     Py_XDECREF(rows);
     return NULL;
 }
 
 static void out_free(Out *o) {
-    Py_XDECREF(o->keys.names);
-    Py_XDECREF(o->exact);
     keys_free(&o->keys);
     for (size_t k = 0; k < o->ncols; k++) {
         free(o->cols[k].value.data);
@@ -504,37 +655,70 @@ static void out_free(Out *o) {
     free(o->mark_wall.data);
     free(o->mark_rec.data);
     free(o->items);
+    Exact *e = (Exact *)o->exact.data;
+    for (size_t i = 0; i < o->exact.len / sizeof(Exact); i++) free(e[i].owned);
+    free(o->exact.data);
+}
+
+/* the ranges read side by side (the first in this thread; one a thread could not be made
+ * for here too, after it) */
+static void read_ranges(Range *ranges, int n) {
+#if WB_THREADS
+    pthread_t ids[MAX_THREADS];
+    int made = 1;
+    for (; made < n; made++)
+        if (pthread_create(&ids[made], NULL, scan_range, &ranges[made]) != 0) break;
+    scan_range(&ranges[0]);
+    for (int i = 1; i < made; i++) pthread_join(ids[i], NULL);
+    for (int i = made; i < n; i++) scan_range(&ranges[i]); /* (no thread: read them here) */
+#else
+    for (int i = 0; i < n; i++) scan_range(&ranges[i]);
+#endif
 }
 
 PyDoc_STRVAR(scan_doc,
-             "scan(buffer) -> (keys, values, rows, mark_step, mark_wall, mark_rec, exact) | str");
+             "scan(buffer, threads=1) -> (keys, values, rows, mark_step, mark_wall, mark_rec, "
+             "exact) | str");
 
-static PyObject *scan(PyObject *self, PyObject *arg) {
+static PyObject *scan(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"buffer", "threads", NULL};
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
-    Out o;
-    memset(&o, 0, sizeof o);
-    Buf join = {0};
+    int threads = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "y*|i", kwlist, &view, &threads))
+        return NULL;
+    size_t size = (size_t)view.len, blocks = (size + BLOCK - 1) / BLOCK;
+    int n = threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+    if ((size_t)n > blocks) n = blocks ? (int)blocks : 1;
+    Range ranges[MAX_THREADS];
+    memset(ranges, 0, sizeof ranges);
+    for (int i = 0; i < n; i++) { /* block-aligned, about equal */
+        ranges[i].buf = (const uint8_t *)view.buf;
+        ranges[i].size = size;
+        ranges[i].start = (size_t)(blocks * (size_t)i / (size_t)n) * BLOCK;
+        ranges[i].stop = (size_t)(blocks * (size_t)(i + 1) / (size_t)n) * BLOCK;
+    }
     PyObject *res = NULL;
-    o.keys.names = PyList_New(0);
-    o.exact = PyList_New(0);
-    if (!o.keys.names || !o.exact) goto done;
     int err = 0;
-    const char *why = frame(&o, (const uint8_t *)view.buf, (size_t)view.len, &join, &err);
+    Py_BEGIN_ALLOW_THREADS;
+    read_ranges(ranges, n);
+    Py_END_ALLOW_THREADS;
+    for (int i = 0; i < n; i++) err |= ranges[i].err;
+    const char *why = err ? NULL : joined_at(ranges, n);
     if (err) goto done;
     if (why) {
         res = PyUnicode_FromString(why);
         goto done;
     }
-    if (cols_for(&o, o.keys.n ? o.keys.n : 1) < 0) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    res = result(&o);
+    for (int i = 1; i < n; i++)
+        if (join_range(&ranges[0].o, &ranges[i].o) < 0) goto done;
+    if (cols_for(&ranges[0].o, ranges[0].o.keys.n ? ranges[0].o.keys.n : 1) < 0) goto done;
+    res = result(&ranges[0].o);
 done:
     if (!res && !PyErr_Occurred()) PyErr_NoMemory();
-    out_free(&o);
-    free(join.data);
+    for (int i = 0; i < n; i++) {
+        out_free(&ranges[i].o);
+        free(ranges[i].join.data);
+    }
     PyBuffer_Release(&view);
     return res;
 }
@@ -565,7 +749,7 @@ static PyObject *crc32(PyObject *self, PyObject *args) {
     return PyLong_FromUnsignedLong(c);
 }
 
-static PyMethodDef methods[] = {{"scan", scan, METH_O, scan_doc},
+static PyMethodDef methods[] = {{"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS, scan_doc},
                                 {"parse_double", parse_double, METH_O, parse_double_doc},
                                 {"crc32", crc32, METH_VARARGS, crc32_doc},
                                 {NULL, NULL, 0, NULL}};

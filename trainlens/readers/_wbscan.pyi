@@ -2,6 +2,7 @@ from typing import Any
 
 def scan(
     buffer: object,
+    threads: int = 1,
 ) -> (
     tuple[
         list[str],

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import mmap
+import os
 import re
 import struct
 from collections import Counter
@@ -62,6 +63,8 @@ COLLISION = re.compile(r"-(\d+)$")
 LOG_GLOB = "*.wandb"
 OWN_KEYS = frozenset({"_step", "_runtime", "_timestamp"})
 SYSTEM_PREFIX = "system/"
+MAX_THREADS = 4  # the compiled lane's, for one log
+THREAD_BYTES = 16 << 20  # a smaller log is read in one thread
 ROW_SCHEMA = {
     "rec": pl.Int64,
     "step": pl.Int64,
@@ -329,7 +332,18 @@ def _scan_compiled(path: Path) -> tuple[Any, ...] | str:
     """The compiled lane over the file mapped, not copied (a 1.1 GB log: reading it into
     memory cost more CPU than scanning it)."""
     with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        return _wbscan.scan(mm)
+        return _wbscan.scan(mm, threads=_threads(len(mm)))
+
+
+def _threads(size: int) -> int:
+    """Ranges of the log read side by side: one per CPU this process may use (at most
+    MAX_THREADS), each of at least THREAD_BYTES. Two on a 1.1 GB log (1M steps) take the
+    scan from 0.6 s to ~0.35 s of wall time for ~0.03 s more CPU (joining the ranges)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on every platform)
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_THREADS, size // THREAD_BYTES))
 
 
 def _note_damage(log: _Log, path: Path, damage: list[wl.Damage]) -> None:
