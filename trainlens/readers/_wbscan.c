@@ -749,7 +749,8 @@ static PyObject *crc32(PyObject *self, PyObject *args) {
     return PyLong_FromUnsignedLong(c);
 }
 
-static PyMethodDef methods[] = {{"scan", (PyCFunction)(void (*)(void))scan, METH_VARARGS | METH_KEYWORDS, scan_doc},
+static PyMethodDef methods[] = {{"scan", (PyCFunction)(void (*)(void))scan,
+                                 METH_VARARGS | METH_KEYWORDS, scan_doc},
                                 {"parse_double", parse_double, METH_O, parse_double_doc},
                                 {"crc32", crc32, METH_VARARGS, crc32_doc},
                                 {NULL, NULL, 0, NULL}};
