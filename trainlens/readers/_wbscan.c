@@ -45,7 +45,8 @@
 #define WB_THREADS 0 /* one range at a time: the same result */
 #endif
 
-#include "_wbcolumn.h"
+#define COLUMN_TYPE_NAME "trainlens.readers._wbscan.Column"
+#include "_arrow_column.h"
 #include "_wbcrc.h"
 #include "_wbfloat.h"
 

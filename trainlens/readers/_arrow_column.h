@@ -1,10 +1,16 @@
 /* Column: a decoded column handed to polars through the Arrow PyCapsule interface
- * (__arrow_c_array__), so polars takes the memory over without a copy and the lane needs
- * no numpy (its import alone is ~0.1 s of a whole-process read). As _tbscan's Column,
- * plus an optional validity bitmap (Arrow's: bit i set = row i is a value).
- * Include once, after Python.h, in the module that registers ColumnType. */
-#ifndef TRAINLENS_WBCOLUMN_H
-#define TRAINLENS_WBCOLUMN_H
+ * (__arrow_c_array__), so polars takes the memory over without a copy and a compiled lane
+ * needs no numpy (its import alone is ~0.1 s of a whole-process read). _tbscan's Column,
+ * plus an optional validity bitmap (Arrow's: bit i set = row i is a value), for any lane:
+ * define COLUMN_TYPE_NAME, then include once, after Python.h, in the module that
+ * registers ColumnType (PyType_Ready). (_tbscan.c still has its own copy: it could use
+ * this one, with NULL, 0 for the validity and null count.) */
+#ifndef TRAINLENS_ARROW_COLUMN_H
+#define TRAINLENS_ARROW_COLUMN_H
+
+#ifndef COLUMN_TYPE_NAME
+#error "define COLUMN_TYPE_NAME (the module's Column type name) before including"
+#endif
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -151,7 +157,7 @@ static PySequenceMethods Column_as_sequence = {.sq_length = (lenfunc)Column_len}
 
 static PyTypeObject ColumnType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "trainlens.readers._wbscan.Column",
+    .tp_name = COLUMN_TYPE_NAME,
     .tp_basicsize = sizeof(Column),
     .tp_dealloc = (destructor)Column_dealloc,
     .tp_as_sequence = &Column_as_sequence,
