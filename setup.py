@@ -15,6 +15,12 @@ setup(
         Extension(
             "trainlens.readers._wbscan",
             sources=["trainlens/readers/_wbscan.c"],
+            depends=[
+                "trainlens/readers/_arrow_column.h",
+                "trainlens/readers/_wbcrc.h",
+                "trainlens/readers/_wbfloat.h",
+                "trainlens/readers/_pow5.h",
+            ],
             optional=True,
         ),
     ]

@@ -11,7 +11,7 @@ same values go to a JSONL file (one line per step) for polars.
 
 Readers, each a whole process (``python -c …``, imports included), run back to back in
 paired rounds; the ratio is taken within a round and the median printed (CPU time from
-``os.wait4``, wall time beside it):
+``os.wait4``, wall time beside it, and each reader's largest peak RSS):
 
 - **trainlens**: ``trainlens.readers.read_runs(<run folder>)``;
 - **wandb**: W&B's own decoding of the same file. wandb 0.31 ships no Python reader of
@@ -92,12 +92,18 @@ frame = pl.DataFrame({"step": steps, "metric": keys, "value": vals})
 print(frame.height)
 """
 
+# The history values trainlens read: every row but the system metrics' (named by their
+# raw W&B name: an alias may give one a canonical name, as proc.memory.rssMB -> mem/rss),
+# counted with a mask (a filter of the frame would copy 12M rows just to count them).
 TRAINLENS_READ = r"""
 import sys
+import polars as pl
 from trainlens.readers import read_runs
 (run,) = read_runs(sys.argv[1])
-print(run.frame.filter(~run.frame["metric"].cast(str).str.starts_with("system/")).height)
+system = [k for k, raw in run.raw_names.items() if raw.startswith("system/")]
+print(run.frame.select((~pl.col("metric").is_in(system)).sum()).item())
 """
+
 
 POLARS_READ = r"""
 import sys
@@ -119,7 +125,7 @@ def write(steps: int, data: Path) -> Path:
     return out
 
 
-def run_child(code: str, arg: Path) -> tuple[float, float, str]:
+def run_child(code: str, arg: Path) -> tuple[float, float, float, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     t = time.perf_counter()
     proc = subprocess.Popen(
@@ -131,7 +137,7 @@ def run_child(code: str, arg: Path) -> tuple[float, float, str]:
     wall = time.perf_counter() - t
     if status:
         raise SystemExit(f"a reader failed with status {status}")
-    return wall, usage.ru_utime + usage.ru_stime, out.strip()
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.strip()
 
 
 def main() -> None:
@@ -153,13 +159,13 @@ def main() -> None:
         "wandb": (WANDB_READ, log),
         "polars": (POLARS_READ, jsonl),
     }
-    times: dict[str, list[tuple[float, float]]] = {k: [] for k in readers}
+    times: dict[str, list[tuple[float, float, float]]] = {k: [] for k in readers}
     counts: dict[str, str] = {}
     for r in range(args.rounds):
         for name in readers if r % 2 == 0 else reversed(readers):
             code, arg = readers[name]
-            wall, cpu, got = run_child(code, arg)
-            times[name].append((wall, cpu))
+            wall, cpu, rss, got = run_child(code, arg)
+            times[name].append((wall, cpu, rss))
             counts[name] = got
     if len(set(counts.values())) != 1:
         raise SystemExit(f"the readers read different numbers of values: {counts}")
@@ -167,7 +173,8 @@ def main() -> None:
     for name, ts in times.items():
         wall = statistics.median(t[0] for t in ts)
         cpu = statistics.median(t[1] for t in ts)
-        print(f"  {name:10s} wall {wall:7.2f} s   cpu {cpu:7.2f} s")
+        rss = max(t[2] for t in ts)
+        print(f"  {name:10s} wall {wall:7.2f} s   cpu {cpu:7.2f} s   peak RSS {rss:6.0f} MB")
 
     def ratio(a: str, b: str, i: int) -> float:
         return statistics.median(x[i] / y[i] for x, y in zip(times[a], times[b], strict=True))

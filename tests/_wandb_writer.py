@@ -64,6 +64,11 @@ EDGE = [
 ]
 
 
+# long metric names that differ only in the middle: the compiled lane's key lookup
+# compares the first, second and last 8 bytes and must still tell these apart
+LONG_KEYS = {b: f"grad_norm/block.{b:02d}.attn.weight" for b in range(3)}
+
+
 def write_extras(out: Path) -> None:
     """What a training script logs beside plain numbers: a nested dict, a string, a
     bool, a metric that starts late, and a config changed after init."""
@@ -77,7 +82,10 @@ def write_extras(out: Path) -> None:
             row["late/metric"] = float(step)
         run.log(row, step=step)
     for step in range(30, 60):  # plain records: the compiled lane's (the ones above are not)
-        run.log({"edge": EDGE[step % len(EDGE)]}, step=step)
+        row = {"edge": EDGE[step % len(EDGE)]}
+        for block in LONG_KEYS:  # (keys alike but for their middle bytes)
+            row[LONG_KEYS[block]] = block * 1000.0 + step
+        run.log(row, step=step)
     run.config.update({"model": {"n_layer": 12, "d_model": 768}})
     run.finish()
 

@@ -32,6 +32,7 @@ for name in sys.argv[2:]:
     with open(name, "rb") as fh:
         data = fh.read()
     _wbscan.scan(data)
+    _wbscan.scan(data, threads=5)  # (ranges of a few blocks, read side by side)
     if data:
         with open(name, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
             _wbscan.scan(m)
@@ -125,3 +126,53 @@ def test_mutated_logs_read_alike_in_both_lanes_or_are_said_unreadable(tmp_path: 
         ] == [True] * len(fast)
         frames += 1
     assert frames > 10  # most mutants keep good records
+
+
+def _chunks(data: bytes) -> list[tuple[int, int, int]]:
+    """(offset, kind, length) of each chunk of a sound log (LevelDB's log framing)."""
+    out, pos, block = [], 7, 32768
+    while pos + 7 <= len(data):
+        end = (pos // block + 1) * block
+        if end - pos < 7:
+            pos = end
+            continue
+        n, kind = int.from_bytes(data[pos + 4 : pos + 6], "little"), data[pos + 6]
+        if kind == 0:
+            pos = end
+            continue
+        out.append((pos, kind, n))
+        pos += 7 + n
+    return out
+
+
+@pytest.mark.slow
+def test_mutants_scan_alike_in_one_range_and_in_many(tmp_path: Path) -> None:
+    """Damage is refused, and a sound prefix read, the same way whether the compiled lane
+    reads a file in one range or in ranges side by side. The sharpest case: a record's
+    first chunk blanked, so the block after starts with chunks whose record start is lost
+    (a range starting there must not take them for the range before's)."""
+    from tests.test_reader_wandb_run import scanned_as_lists
+    from trainlens.readers import wandb_run
+
+    if wandb_run._wbscan is None:
+        pytest.skip("the compiled lane is not built")
+    raw = _log(tmp_path / "written")
+    chunks = _chunks(raw)
+    mutants = _mutants(raw, random.Random(13))[:60]
+    rnd = random.Random(1)
+    mutants += [raw[: at + 7 + n] for at, _, n in rnd.sample(chunks, 20)]  # cut after a chunk
+    orphans = 0
+    for at, kind, _ in chunks:
+        if kind == 2:  # a FIRST chunk: blanked (a zero header reads as the block's padding)
+            orphans += 1
+            mutants.append(raw[:at] + bytes(7) + raw[at + 7 :])
+    assert orphans > 10
+    accepted = 0
+    for data in mutants:
+        one = scanned_as_lists(wandb_run._wbscan.scan(data))
+        accepted += not isinstance(one, str)
+        for threads in (2, 6, 16):
+            many = scanned_as_lists(wandb_run._wbscan.scan(data, threads=threads))
+            assert isinstance(many, str) == isinstance(one, str)
+            assert isinstance(many, str) or many == one
+    assert accepted >= 10

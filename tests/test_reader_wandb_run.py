@@ -250,6 +250,43 @@ def test_numpy_lane_reads_what_the_compiled_lane_reads(
     assert compiled.data_quality == numpy_lane.data_quality
 
 
+def scanned_as_lists(scanned: Any) -> Any:
+    """A ``_wbscan.scan`` result with its Arrow columns as lists (comparable with ==)."""
+    if isinstance(scanned, str):
+        return scanned
+    keys, values, rows, mark_step, mark_wall, mark_rec, exact = scanned
+
+    def col(c: Any) -> list[Any]:
+        return pl.Series(c).to_list()
+
+    return (
+        keys,
+        [col(v) for v in values],
+        [r if isinstance(r, tuple) else col(r) for r in rows],
+        col(mark_step),
+        col(mark_wall),
+        col(mark_rec),
+        exact,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["healthy", "resumed", "extras"])
+def test_ranges_read_side_by_side_give_what_one_thread_reads(wandb_runs: Path, case: str) -> None:
+    """The compiled lane split into 2..16 ranges of blocks (a few blocks each here: records
+    that continue over a range's start at almost every split) gives one thread's result."""
+    from trainlens.readers import wandb_run
+
+    if wandb_run._wbscan is None:
+        pytest.skip("the compiled lane is not built")
+    for log in (wandb_runs / case / "wandb").glob("*run-*/run-*.wandb"):
+        data = log.read_bytes()
+        one = scanned_as_lists(wandb_run._wbscan.scan(data))
+        assert not isinstance(one, str) and len(one[3]) > 20  # (history records read)
+        for threads in (2, 3, 7, 16):
+            assert scanned_as_lists(wandb_run._wbscan.scan(data, threads=threads)) == one
+
+
 # ---- layouts -------------------------------------------------------------------------------
 
 
@@ -321,10 +358,12 @@ def test_nested_keys_non_numbers_and_late_config(wandb_runs: Path) -> None:
     assert series("train/loss") == [(s, 1.0 / (s + 1)) for s in range(30)]
     assert series("ok") == [(s, float(s % 2 == 0)) for s in range(30)]  # JSON true/false
     assert series("late/metric") == [(s, float(s)) for s in range(20, 30)]
-    from tests._wandb_writer import EDGE
+    from tests._wandb_writer import EDGE, LONG_KEYS
 
     got = [struct.pack("<d", v) for _, v in series("edge")]
     assert got == [struct.pack("<d", EDGE[s % len(EDGE)]) for s in range(60)]  # bit for bit
+    for block, key in LONG_KEYS.items():
+        assert series(key) == [(s, block * 1000.0 + s) for s in range(30, 60)]
     (note,) = [d for d in run.data_quality if d.kind == "non-scalar"]
     assert note.count == 30 and "note: 30" in note.message
     assert run.metadata["params"]["model"] == {"n_layer": 12, "d_model": 768}

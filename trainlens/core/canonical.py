@@ -143,10 +143,13 @@ def canonicalize(
     canonical = [resolved[x].canonical if x in resolved else x for x in names]
     if any(resolved[r].scale != 1.0 for r in raw):
         factor = [resolved[x].scale if x in resolved else 1.0 for x in names]
-        if codes is None:
+        if codes is None:  # only the blocks to scale are touched (slices share memory)
             lengths = block_lengths(starts, n)
-            per_row = [(factor[c], k) for c, k in zip(block_codes, lengths, strict=True)]
-            value = value * runs_series(per_row, pl.Float64())
+            parts = [
+                value.slice(a, k) * factor[c] if factor[c] != 1.0 else value.slice(a, k)
+                for c, a, k in zip(block_codes, starts, lengths, strict=True)
+            ]
+            value = pl.concat(parts, rechunk=False) if parts else value
         else:
             value = value * pl.Series(factor).gather(codes)
     canonical_to_raw = {v.canonical: k for k, v in resolved.items()}
