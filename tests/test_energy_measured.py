@@ -284,3 +284,15 @@ def test_energy_is_in_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[s
     for name in ("report.html", "report.md"):
         text = (tmp_path / "r" / name).read_text()
         assert f"{kwh}, " in text and "measured from logged GPU power, 1 GPU over" in text, name
+
+
+@pytest.mark.slow
+def test_wandb_system_samples_do_not_set_the_step_time(gpu_run: Path) -> None:
+    """The 40 history steps are logged within a second; the GPU samples, minutes later, are
+    placed at the last step with their own wall time. The step time is the history's."""
+    from trainlens.summary import summarize
+
+    (run,) = read_runs(gpu_run)
+    st = summarize(run)["step_time"]
+    assert st["source"] == "wall_time"
+    assert st["mean"] < 1.0 and st["p95"] < 1.0
