@@ -93,6 +93,38 @@ def test_hf_trainer_callback(tmp_path: Path) -> None:
     assert {"train/loss", "grad_norm", "lr", "entropy", "padding_frac"} <= set(run.metrics)
 
 
+@pytest.mark.slow
+def test_hf_trainer_resumed_from_a_checkpoint_goes_on_from_its_step(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from trainlens.monitor import HFCallback
+
+    def trainer(max_steps: int) -> Any:
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(
+            n_layer=1, n_embd=16, n_head=2, vocab_size=VOCAB, n_positions=SEQ
+        )
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / "hf"),
+            max_steps=max_steps,
+            per_device_train_batch_size=BATCH,
+            save_steps=2,
+            report_to=[],
+            use_cpu=True,
+            seed=0,
+        )
+        return transformers.Trainer(
+            model=transformers.GPT2LMHeadModel(config),
+            args=args,
+            train_dataset=_examples(BATCH * 6),
+            callbacks=[HFCallback()],
+        )
+
+    trainer(4).train()
+    trainer(6).train(resume_from_checkpoint=str(tmp_path / "hf" / "checkpoint-4"))
+    rows = _rows(tmp_path / "hf" / "trainlens" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+
+
 @pytest.mark.slow  # 9 s on the shared build machine
 def test_lightning_callback(tmp_path: Path) -> None:
     pl = pytest.importorskip("lightning.pytorch")
@@ -161,3 +193,42 @@ def test_lightning_callback(tmp_path: Path) -> None:
         "total_steps": STEPS,
         "first_step": 1,
     }
+
+
+@pytest.mark.slow
+def test_lightning_resumed_from_a_checkpoint_goes_on_from_its_step(tmp_path: Path) -> None:
+    pl = pytest.importorskip("lightning.pytorch")
+    from trainlens.monitor import LightningCallback
+
+    class Module(pl.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.out = torch.nn.Linear(SEQ, 1)
+
+        def training_step(self, batch: dict[str, torch.Tensor], idx: int) -> torch.Tensor:
+            return self.out(batch["input_ids"].float()).pow(2).mean()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    def fit(max_steps: int, ckpt: str | None) -> None:
+        saver = pl.callbacks.ModelCheckpoint(
+            dirpath=str(tmp_path / "ckpt"), every_n_train_steps=2, save_top_k=-1
+        )
+        trainer = pl.Trainer(
+            max_steps=max_steps,
+            accelerator="cpu",
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=str(tmp_path),
+            callbacks=[LightningCallback(), saver],
+        )
+        loader = torch.utils.data.DataLoader(_examples(BATCH * 6), batch_size=BATCH)
+        trainer.fit(Module(), loader, ckpt_path=ckpt)
+
+    fit(4, None)
+    (ckpt,) = (tmp_path / "ckpt").glob("*step=4.ckpt")
+    fit(6, str(ckpt))
+    rows = _rows(tmp_path / "trainlens" / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]

@@ -51,7 +51,14 @@ class HFCallback(TrainerCallback):
         schedule = declared or _args_schedule(args, state.max_steps)
         dtype = "bfloat16" if args.bf16 else "float16" if args.fp16 else None
         out = self.out if self.out is not None else Path(args.output_dir) / "trainlens"
-        opts: dict[str, Any] = {"every": self.every, "schedule": schedule, "dtype": dtype}
+        # resumed from a checkpoint (the state is restored before this event): the records
+        # go on from its step, appended to the same file
+        opts: dict[str, Any] = {
+            "every": self.every,
+            "schedule": schedule,
+            "dtype": dtype,
+            "resume_step": int(state.global_step),
+        }
         self.monitor = Monitor(model, optimizer, out, **(opts | self.kw))
         self._hook = model.register_forward_hook(self._forward_hook, with_kwargs=True)
 

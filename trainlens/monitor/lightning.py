@@ -51,7 +51,13 @@ class LightningCallback(Callback):
         scaler = getattr(trainer.precision_plugin, "scaler", None)
         dtype = _PRECISION.get(str(trainer.precision))
         out = self.out if self.out is not None else Path(trainer.default_root_dir) / "trainlens"
-        opts: dict[str, Any] = {"every": self.every, "scheduler": sched, "dtype": dtype}
+        # resumed from a checkpoint (restored before this hook): records go on from its step
+        opts: dict[str, Any] = {
+            "every": self.every,
+            "scheduler": sched,
+            "dtype": dtype,
+            "resume_step": int(trainer.global_step),
+        }
         self.monitor = Monitor(
             pl_module,
             trainer.optimizers[0],
