@@ -324,6 +324,33 @@ def test_config_feeds_the_run_config(wandb_runs: Path) -> None:
 
 
 @pytest.mark.slow
+def test_the_machine_wandb_recorded_is_the_hardware_when_the_config_names_none(
+    wandb_runs: Path, tmp_path: Path
+) -> None:
+    import json
+
+    from trainlens.api import build_context
+    from trainlens.core.config import Config
+
+    (folder,) = (wandb_runs / "healthy" / "wandb").glob("offline-run-*")
+    run_dir = tmp_path / folder.name
+    shutil.copytree(folder, run_dir)
+    # what the SDK records on a GPU machine (this one has none)
+    meta_path = run_dir / "files" / "wandb-metadata.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta.update({"gpu": "NVIDIA A100-SXM4-80GB", "gpu_count": 8})
+    meta_path.parent.mkdir(exist_ok=True)
+    meta_path.write_text(json.dumps(meta))
+    (run,) = read_runs(run_dir)
+    assert run.metadata["machine"] == {"gpu": "NVIDIA A100-SXM4-80GB", "n_gpus": 8}
+    model = build_context(run, Config()).model
+    assert (model["gpu"], model["n_gpus"]) == ("NVIDIA A100-SXM4-80GB", 8)
+    # the user's config wins over the machine's record
+    model = build_context(run, Config(model={"gpu": "h100", "n_gpus": 4})).model
+    assert (model["gpu"], model["n_gpus"]) == ("h100", 4)
+
+
+@pytest.mark.slow
 def test_system_metrics_are_read_at_the_step_they_were_sampled(wandb_runs: Path) -> None:
     (run,) = read_runs(wandb_runs / "healthy" / "wandb")
     system = run.frame.filter(pl.col("metric").cast(pl.String).str.starts_with("system/"))

@@ -58,7 +58,14 @@ def build_context(run: Run, config: Config) -> Context:
     elif raw:
         ctx.schedule = run_schedule(raw, origin or "run config", notes)
         ctx.schedule_source = origin if ctx.schedule else None
-    ctx.model = {**(model_info(raw) if raw else {}), **config.model}
+    # the machine the log's writer recorded (W&B's GPU model and count) comes last: the
+    # run's config and the user's say what the run used
+    machine = run.metadata.get("machine")
+    ctx.model = {
+        **(machine if isinstance(machine, dict) else {}),
+        **(model_info(raw) if raw else {}),
+        **config.model,
+    }
     # once per run: analyze and report may both build the context of one run
     run.data_quality.extend(n for n in notes if n not in run.data_quality)
     return ctx
