@@ -198,3 +198,14 @@ def test_wandb_chart_export_is_not_a_history_dump(tmp_path: Path) -> None:
     )
     (run,) = read_runs(out)
     assert run.name == "run-a" and run.metrics == ["train/loss"]
+
+
+def test_gate_takes_a_parquet_run_from_an_archive(tmp_path: Path) -> None:
+    from trainlens.gate.discover import discover
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    trainlens.convert(_jsonl("healthy_cosine"), archive / "healthy.parquet")
+    (archive / "notes.txt").write_text("not a run\n")
+    found = discover([str(archive)])
+    assert [(s.path, s.name) for s in found] == [(str(archive / "healthy.parquet"), "healthy")]

@@ -50,9 +50,9 @@ SKIP_NAMES = frozenset(
 # a metrics file with one of these suffixes is a run even when it cannot be sniffed
 METRIC_SUFFIXES = (".jsonl", ".ndjson", ".csv", ".tsv")
 # these are taken only when they sniff as a run
-MAYBE_SUFFIXES = (".json", ".log", ".txt", ".out", ".db", ".sqlite")
+MAYBE_SUFFIXES = (".json", ".log", ".txt", ".out", ".db", ".sqlite", ".parquet")
 GENERIC_STEMS = frozenset({"metrics", "trainer_state", "log", "train", "events", "scalars"})
-STRIP_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".log", ".txt")
+STRIP_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".log", ".txt", ".parquet")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
