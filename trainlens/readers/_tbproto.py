@@ -305,7 +305,20 @@ def decode_event(b: bytes) -> _Event:
             for snum, swt, vs, ve in _fields(b, x, y):
                 if snum == 1 and swt == 2:
                     values.append(_decode_value(b, vs, ve))
+        elif num == 7 and wt == 2:
+            _check_session_log(b, x, y)
     return _Event(wall, step, values, version)
+
+
+def _check_session_log(b: bytes, s: int, e: int) -> None:
+    """A SessionLog holds nothing to read, but one that is not a SessionLog (a summary
+    whose field number a flipped bit turned into 7, behind a valid checksum) is damage
+    protobuf refuses: raise, so it is reported rather than lost in silence."""
+    for num, wt, x, y in _fields(b, s, e):
+        if (num == 1 and wt != 0) or (num in (2, 3) and wt != 2):
+            raise Malformed("a SessionLog field of the wrong wire type")
+        if num in (2, 3):
+            b[x:y].decode("utf-8")  # UnicodeDecodeError is a ValueError: malformed
 
 
 def decode_records(
