@@ -240,6 +240,8 @@ def test_wandb_gpu_metrics_get_per_gpu_names(gpu_run: Path) -> None:
     assert set(mem.tolist()) == {2e9}
     power = run.frame.filter(pl.col("metric") == "gpu1/power_w")
     assert power.height == len(_written().OFFSETS)  # every sample, several at one step
+    # several samples at one step is how W&B places them: no "repeated step" note
+    assert not [i for i in run.data_quality if i.kind == "duplicate-step"]
 
 
 def test_wandb_system_history_dump_in_parquet(

@@ -554,7 +554,7 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     summary = _summary(source)
     if summary is not None:
         metadata["summary"] = summary
-    return build_run(
+    run = build_run(
         frame,
         name=str(name or source.resolve().name),
         source=str(source),
@@ -564,6 +564,16 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
         issues=log.issues,
         blocks=blocks,
     )
+    # system metrics are sampled on W&B's clock (every 15 s) and placed at the last step
+    # logged before each sample: on steps slower than that, several samples share a step
+    # by design, which is no repeated step worth a note
+    sampled = {c for c, raw in run.raw_names.items() if raw.startswith(SYSTEM_PREFIX)}
+    run.data_quality = [
+        i
+        for i in run.data_quality
+        if not (i.kind == "duplicate-step" and set(i.details.get("metrics", ())) <= sampled)
+    ]
+    return run
 
 
 def read(path: Path, opts: ReadOptions) -> list[Run]:
