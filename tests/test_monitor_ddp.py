@@ -76,3 +76,75 @@ def test_ddp_rank0_writes_and_per_rank_times_are_gathered(tmp_path: Path) -> Non
         assert r["dataloader_wait/rank0"] < r["dataloader_wait/rank1"]
         assert r["step_time/rank0"] == pytest.approx(r["step_time"], rel=1e-3)
     assert json.loads((out / "metrics.config.json").read_text())["world_size"] == 2
+
+
+FSDP_WORKER = r"""
+import json, os, sys, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[3])
+from torch.distributed.fsdp import fully_shard
+from trainlens.monitor import Monitor
+rank, out, clip = int(sys.argv[1]), sys.argv[2], sys.argv[4] == "clip"
+dist.init_process_group("gloo", rank=rank, world_size=2)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+for layer in (model[0], model[2]):
+    fully_shard(layer)
+fully_shard(model)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+mon = Monitor(model, opt, out=out, every=2)
+want = []
+for step in range(4):
+    g = torch.Generator().manual_seed(10 * step + rank)
+    loss = model(torch.randn(8, 16, generator=g)).pow(2).mean()
+    loss.backward()
+    # the whole-model figures, independently: every shard gathered
+    grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
+    total = torch.linalg.vector_norm(torch.stack([t.norm() for t in grads.values()]))
+    want.append({"grad_norm": float(total), **{n: float(t.norm()) for n, t in grads.items()}})
+    if clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)
+    opt.step()
+    opt.zero_grad()
+    mon.step(loss=loss, tokens=8)
+mon.close()
+if rank == 0:
+    with open(os.path.join(out, "want.json"), "w") as fh:
+        json.dump(want, fh)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow  # two torch processes per case
+@pytest.mark.parametrize("clip", ["clip", "noclip"])
+def test_fsdp2_global_and_per_tensor_norms_are_the_whole_models(tmp_path: Path, clip: str) -> None:
+    """Under FSDP2 (fully_shard) params and grads are DTensors sharded across the ranks:
+    the logged norms are the whole model's, pre-clip, not rank 0's shard (and the flush
+    does not fail on a DTensor)."""
+    script = tmp_path / "worker.py"
+    script.write_text(FSDP_WORKER)
+    out = tmp_path / "run"
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()), "PATH": "/usr/bin:/bin"}
+    root = str(Path(__file__).resolve().parent.parent)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(out), root, clip],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    want = json.loads((out / "want.json").read_text())
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for row, w in zip(rows, want, strict=True):
+        assert row["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-5)
+    for step in (1, 2, 4):  # the per-tensor steps at every=2
+        row, w = rows[step - 1], want[step - 1]
+        for name in ("0.weight", "0.bias", "2.weight"):
+            assert row[f"grad_norm/{name}"] == pytest.approx(w[name], rel=1e-4)
+        assert 0 < row["update_ratio"] < 1

@@ -474,6 +474,11 @@ def _floats(items: list[Any]) -> list[float | list[float]]:
     where: dict[torch.device, list[int]] = {}
     for i, item in enumerate(items):
         if isinstance(item, torch.Tensor):
+            if hasattr(item, "full_tensor"):
+                # a DTensor (FSDP2's sharded params and grads, and their norms): its whole
+                # value, a collective every rank makes here in the same order (each rank
+                # holds records of the same shape and flushes at the same steps)
+                item = items[i] = item.full_tensor()
             where.setdefault(item.device, []).append(i)
         else:
             out[i] = float(item)
