@@ -10,6 +10,7 @@ setup(
         Extension(
             "trainlens.readers._tbscan",
             sources=["trainlens/readers/_tbscan.c"],
+            depends=["trainlens/readers/_arrow_column.h"],
             optional=True,
         ),
         Extension(

@@ -3,8 +3,7 @@
  * needs no numpy (its import alone is ~0.1 s of a whole-process read). _tbscan's Column,
  * plus an optional validity bitmap (Arrow's: bit i set = row i is a value), for any lane:
  * define COLUMN_TYPE_NAME, then include once, after Python.h, in the module that
- * registers ColumnType (PyType_Ready). (_tbscan.c still has its own copy: it could use
- * this one, with NULL, 0 for the validity and null count.) */
+ * registers ColumnType (PyType_Ready). _tbscan and _wbscan both use it. */
 #ifndef TRAINLENS_ARROW_COLUMN_H
 #define TRAINLENS_ARROW_COLUMN_H
 

@@ -125,165 +125,9 @@ static inline uint32_t load_u32(const uint8_t *p) {
 
 /* ---- Column: one decoded column, exported to Arrow once ---------------------------------- */
 
-struct ArrowSchema {
-    const char *format;
-    const char *name;
-    const char *metadata;
-    int64_t flags;
-    int64_t n_children;
-    struct ArrowSchema **children;
-    struct ArrowSchema *dictionary;
-    void (*release)(struct ArrowSchema *);
-    void *private_data;
-};
-
-struct ArrowArray {
-    int64_t length;
-    int64_t null_count;
-    int64_t offset;
-    int64_t n_buffers;
-    int64_t n_children;
-    const void **buffers;
-    struct ArrowArray **children;
-    struct ArrowArray *dictionary;
-    void (*release)(struct ArrowArray *);
-    void *private_data;
-};
-
-typedef struct {
-    PyObject_HEAD void *data; /* malloc'd; NULL once exported */
-    Py_ssize_t length;
-    const char *format; /* Arrow format: "l" int64, "g" float64, "I" uint32 */
-} Column;
-
-typedef struct {
-    const void *buffers[2]; /* validity (none), values */
-    void *data;
-} ArrayPrivate;
-
-static void release_schema(struct ArrowSchema *s) { s->release = NULL; }
-
-static void release_array(struct ArrowArray *a) {
-    ArrayPrivate *priv = (ArrayPrivate *)a->private_data;
-    if (priv != NULL) {
-        free(priv->data);
-        free(priv);
-    }
-    a->private_data = NULL;
-    a->release = NULL;
-}
-
-static void schema_capsule_free(PyObject *cap) {
-    struct ArrowSchema *s = (struct ArrowSchema *)PyCapsule_GetPointer(cap, "arrow_schema");
-    if (s == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    if (s->release != NULL) s->release(s);
-    free(s);
-}
-
-static void array_capsule_free(PyObject *cap) {
-    struct ArrowArray *a = (struct ArrowArray *)PyCapsule_GetPointer(cap, "arrow_array");
-    if (a == NULL) {
-        PyErr_Clear();
-        return;
-    }
-    if (a->release != NULL) a->release(a);
-    free(a);
-}
-
-static void Column_dealloc(Column *self) {
-    free(self->data);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static Py_ssize_t Column_len(Column *self) { return self->length; }
-
-/* __arrow_c_array__(requested_schema=None): hands the column's memory over to the consumer
- * (polars), which frees it through the array's release callback. A column exports once. */
-static PyObject *Column_arrow_c_array(Column *self, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"requested_schema", NULL};
-    PyObject *requested = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O", kwlist, &requested)) return NULL;
-    if (self->data == NULL && self->length > 0) {
-        PyErr_SetString(PyExc_ValueError, "this column was already exported");
-        return NULL;
-    }
-    struct ArrowSchema *schema = calloc(1, sizeof(struct ArrowSchema));
-    struct ArrowArray *array = calloc(1, sizeof(struct ArrowArray));
-    ArrayPrivate *priv = calloc(1, sizeof(ArrayPrivate));
-    if (schema == NULL || array == NULL || priv == NULL) {
-        free(schema);
-        free(array);
-        free(priv);
-        return PyErr_NoMemory();
-    }
-    schema->format = self->format;
-    schema->name = "";
-    schema->flags = 2; /* ARROW_FLAG_NULLABLE; there are no nulls */
-    schema->release = release_schema;
-    priv->data = self->data != NULL ? self->data : malloc(1); /* a valid pointer when empty */
-    if (priv->data == NULL) {
-        free(schema);
-        free(array);
-        free(priv);
-        return PyErr_NoMemory();
-    }
-    priv->buffers[0] = NULL;
-    priv->buffers[1] = priv->data;
-    array->length = self->length;
-    array->n_buffers = 2;
-    array->buffers = priv->buffers;
-    array->release = release_array;
-    array->private_data = priv;
-    self->data = NULL;
-    PyObject *s_cap = PyCapsule_New(schema, "arrow_schema", schema_capsule_free);
-    if (s_cap == NULL) {
-        release_array(array);
-        free(array);
-        free(schema);
-        return NULL;
-    }
-    PyObject *a_cap = PyCapsule_New(array, "arrow_array", array_capsule_free);
-    if (a_cap == NULL) {
-        release_array(array);
-        free(array);
-        Py_DECREF(s_cap);
-        return NULL;
-    }
-    return Py_BuildValue("(NN)", s_cap, a_cap);
-}
-
-static PyMethodDef Column_methods[] = {
-    {"__arrow_c_array__", (PyCFunction)(void (*)(void))Column_arrow_c_array,
-     METH_VARARGS | METH_KEYWORDS, "Export the column (once) through the Arrow C data interface."},
-    {NULL, NULL, 0, NULL}};
-
-static PySequenceMethods Column_as_sequence = {.sq_length = (lenfunc)Column_len};
-
-static PyTypeObject ColumnType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "trainlens.readers._tbscan.Column",
-    .tp_basicsize = sizeof(Column),
-    .tp_dealloc = (destructor)Column_dealloc,
-    .tp_as_sequence = &Column_as_sequence,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A decoded column, exported to Arrow once.",
-    .tp_methods = Column_methods,
-};
-
-static PyObject *column_new(void *data, Py_ssize_t length, const char *format) {
-    Column *c = PyObject_New(Column, &ColumnType);
-    if (c == NULL) {
-        free(data);
-        return NULL;
-    }
-    c->data = data;
-    c->length = length;
-    c->format = format;
-    return (PyObject *)c;
-}
+/* the Column type shared with _wbscan (no validity bitmap here: NULL, 0 nulls) */
+#define COLUMN_TYPE_NAME "trainlens.readers._tbscan.Column"
+#include "_arrow_column.h"
 
 /* ---- the scan ------------------------------------------------------------------------------ */
 
@@ -630,10 +474,10 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
                                           : Py_NewRef(Py_None);
     /* the columns take over the arrays (column_new frees one it cannot wrap) */
     Py_ssize_t n = (Py_ssize_t)s.rows;
-    PyObject *step = column_new(s.step, n, "l");
-    PyObject *wall = column_new(s.wall, n, "g");
-    PyObject *value = column_new(s.value, n, "g");
-    PyObject *code = s.code != NULL ? column_new(s.code, n, "I") : Py_NewRef(Py_None);
+    PyObject *step = column_new(s.step, NULL, n, 0, "l");
+    PyObject *wall = column_new(s.wall, NULL, n, 0, "g");
+    PyObject *value = column_new(s.value, NULL, n, 0, "g");
+    PyObject *code = s.code != NULL ? column_new(s.code, NULL, n, 0, "I") : Py_NewRef(Py_None);
     s.step = NULL;
     s.wall = NULL;
     s.value = NULL;
