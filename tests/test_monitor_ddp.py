@@ -46,16 +46,17 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.slow  # two torch processes: ~10 s on the shared build machine
-def test_ddp_rank0_writes_and_per_rank_times_are_gathered(tmp_path: Path) -> None:
+def _run_two_ranks(tmp_path: Path, worker: str, *args: str) -> Path:
+    """Run ``worker`` as ranks 0 and 1 of a gloo job (argv: rank, out, repo root, *args);
+    both must exit 0. Returns the run's output folder."""
     script = tmp_path / "worker.py"
-    script.write_text(WORKER)
+    script.write_text(worker)
     out = tmp_path / "run"
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()), "PATH": "/usr/bin:/bin"}
     root = str(Path(__file__).resolve().parent.parent)
     procs = [
         subprocess.Popen(
-            [sys.executable, str(script), str(r), str(out), root],
+            [sys.executable, str(script), str(r), str(out), root, *args],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -66,6 +67,12 @@ def test_ddp_rank0_writes_and_per_rank_times_are_gathered(tmp_path: Path) -> Non
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err[-2000:]
+    return out
+
+
+@pytest.mark.slow  # two torch processes: ~10 s on the shared build machine
+def test_ddp_rank0_writes_and_per_rank_times_are_gathered(tmp_path: Path) -> None:
+    out = _run_two_ranks(tmp_path, WORKER)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # one writer, not two
     gathered = [r for r in rows if "step_time/rank1" in r]
@@ -120,24 +127,7 @@ def test_fsdp2_global_and_per_tensor_norms_are_the_whole_models(tmp_path: Path, 
     """Under FSDP2 (fully_shard) params and grads are DTensors sharded across the ranks:
     the logged norms are the whole model's, pre-clip, not rank 0's shard (and the flush
     does not fail on a DTensor)."""
-    script = tmp_path / "worker.py"
-    script.write_text(FSDP_WORKER)
-    out = tmp_path / "run"
-    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port()), "PATH": "/usr/bin:/bin"}
-    root = str(Path(__file__).resolve().parent.parent)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(r), str(out), root, clip],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in (0, 1)
-    ]
-    for p in procs:
-        _, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err[-2000:]
+    out = _run_two_ranks(tmp_path, FSDP_WORKER, clip)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     want = json.loads((out / "want.json").read_text())
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
