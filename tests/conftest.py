@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,3 +87,25 @@ def fixture_runs() -> Path:
     if not FIXTURE_RUNS.is_dir():
         pytest.skip("fixtures/runs not generated")
     return FIXTURE_RUNS
+
+
+def run_wandb_offline(writer: Path, root: Path, *args: str) -> None:
+    """Run a script that writes W&B runs with the real SDK, offline and with its config,
+    cache and data under ``root``, in a subprocess: the SDK keeps global state and a
+    service process, which stay out of the test process this way."""
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "WANDB_DISABLE_GIT": "true",
+        "WANDB_CONFIG_DIR": str(root / ".config"),
+        "WANDB_CACHE_DIR": str(root / ".cache"),
+        "WANDB_DATA_DIR": str(root / ".data"),
+    }
+    subprocess.run(
+        [sys.executable, str(writer), str(root), *args],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from tests.conftest import run_wandb_offline
 from trainlens.calculators import DEFAULT_PUE, GRID_PRESETS, integrate_power, measured_energy
 from trainlens.calculators.energy import GAP_INTERVALS
 from trainlens.cli import main
@@ -167,23 +166,7 @@ def test_no_power_no_energy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def gpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("wandb")
     root = tmp_path_factory.mktemp("wandb_gpu")
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "WANDB_DISABLE_GIT": "true",
-        "WANDB_CONFIG_DIR": str(root / ".config"),
-        "WANDB_CACHE_DIR": str(root / ".cache"),
-        "WANDB_DATA_DIR": str(root / ".data"),
-    }
-    writer = Path(__file__).with_name("_wandb_gpu_writer.py")
-    subprocess.run(
-        [sys.executable, str(writer), str(root)],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    run_wandb_offline(Path(__file__).with_name("_wandb_gpu_writer.py"), root)
     return root / "wandb"
 
 

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import struct
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
@@ -28,7 +25,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from tests.conftest import FIXTURE_RUNS
+from tests.conftest import FIXTURE_RUNS, run_wandb_offline
 from trainlens.cli import main
 from trainlens.core.errors import UnreadableInputError
 from trainlens.readers import detect_format, read_runs
@@ -45,25 +42,10 @@ RESUME_AT_ROW = 714  # crash_resume.jsonl: the row where the step goes back from
 def wandb_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """<root>/<case>/wandb/offline-run-*/ for each case (the resumed one: two folders)."""
     root = tmp_path_factory.mktemp("wandb_runs")
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "WANDB_DISABLE_GIT": "true",
-        "WANDB_CONFIG_DIR": str(root / ".config"),
-        "WANDB_CACHE_DIR": str(root / ".cache"),
-        "WANDB_DATA_DIR": str(root / ".data"),
-    }
     specs = [f"{case}={fx}" for case, fx in CASES.items() if case != "resumed"]
     specs.append(f"resumed={CASES['resumed']}:{RESUME_AT_ROW}")
     specs.append("extras=")
-    subprocess.run(
-        [sys.executable, str(WRITER), str(root), *specs],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    run_wandb_offline(WRITER, root, *specs)
     return root
 
 
