@@ -307,10 +307,8 @@ def test_config_feeds_the_run_config(wandb_runs: Path) -> None:
 
 @pytest.mark.slow
 def test_the_machine_wandb_recorded_is_the_hardware_when_the_config_names_none(
-    wandb_runs: Path, tmp_path: Path
+    wandb_runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import json
-
     from trainlens.api import build_context
     from trainlens.core.config import Config
 
@@ -330,6 +328,12 @@ def test_the_machine_wandb_recorded_is_the_hardware_when_the_config_names_none(
     # the user's config wins over the machine's record
     model = build_context(run, Config(model={"gpu": "h100", "n_gpus": 4})).model
     assert (model["gpu"], model["n_gpus"]) == ("h100", 4)
+    # and the summary's TDP energy estimate is the recorded machine's
+    capsys.readouterr()
+    main(["analyze", str(run_dir), "--json"])
+    (doc,) = json.loads(capsys.readouterr().out)["runs"]
+    estimated = doc["summary"]["energy"]["estimated"]
+    assert (estimated["gpu"], estimated["n_gpus"]) == ("A100 SXM4 80GB", 8)
 
 
 @pytest.mark.slow
