@@ -6,15 +6,12 @@ AddressSanitizer, or no wandb."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, run_wandb_offline
 from tests.test_fuzz_tbscan_asan import _build_asan, _compiler, run_under_asan
 
 pytest.importorskip("wandb")
@@ -42,22 +39,7 @@ print(n)
 
 
 def _log(tmp: Path) -> bytes:
-    env = {
-        **os.environ,
-        "WANDB_MODE": "offline",
-        "WANDB_SILENT": "true",
-        "WANDB_DISABLE_GIT": "true",
-        "WANDB_CONFIG_DIR": str(tmp / ".config"),
-        "WANDB_CACHE_DIR": str(tmp / ".cache"),
-        "WANDB_DATA_DIR": str(tmp / ".data"),
-    }
-    subprocess.run(
-        [sys.executable, str(WRITER), str(tmp), "run=lr_shock_recover"],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    run_wandb_offline(WRITER, tmp, "run=lr_shock_recover")
     [log] = list(tmp.rglob("*.wandb"))
     return log.read_bytes()
 
