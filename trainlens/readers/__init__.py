@@ -12,9 +12,15 @@ from pathlib import Path
 from types import ModuleType
 
 from trainlens.core.errors import UnreadableInputError, UsageError
-from trainlens.core.run import DataIssue, Run
+from trainlens.core.run import Run
 from trainlens.readers import _sniff
-from trainlens.readers.base import HEAD_BYTES, ReadOptions, read_head, run_name_for
+from trainlens.readers.base import (
+    HEAD_BYTES,
+    ReadOptions,
+    read_head,
+    readable_runs,
+    run_name_for,
+)
 
 #: how far a text file's head is read when its first lines are wider than HEAD_BYTES
 WIDE_HEAD_BYTES = 1 << 20
@@ -212,13 +218,7 @@ def _read_folder(path: Path, format: str | None, opts: ReadOptions) -> list[Run]
             if run.name == run_name_for(file):  # (a W&B export names its own runs)
                 run.name = name
             runs.append(run)
-    if not runs:
-        raise unreadable[0]
-    for err in unreadable:
-        runs[0].data_quality.append(
-            DataIssue(kind="unreadable-run", source=str(path), message=f"left out: {err}")
-        )
-    return runs
+    return readable_runs(path, runs, unreadable)
 
 
 def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:

@@ -76,3 +76,15 @@ def as_utf8(data: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
             message=f"bytes that are not UTF-8 (first at line {line_no}) were replaced",
         )
         return data.decode("utf-8", errors="replace").encode("utf-8"), [issue]
+
+
+def readable_runs(path: Path, runs: list[Run], unreadable: list[UnreadableInputError]) -> list[Run]:
+    """The runs read from the parts of ``path`` (a folder of runs), the parts that could
+    not be read each a note on the first run; the first error when none could be read."""
+    if not runs:
+        raise unreadable[0]
+    for err in unreadable:
+        runs[0].data_quality.append(
+            DataIssue(kind="unreadable-run", source=str(path), message=f"left out: {err}")
+        )
+    return runs

@@ -49,7 +49,7 @@ from trainlens.core.frame import strictly_increasing
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _wandb_log as wl
 from trainlens.readers._wandb_compiled import Compiled, from_compiled
-from trainlens.readers.base import ReadOptions
+from trainlens.readers.base import ReadOptions, readable_runs
 
 try:
     from trainlens.readers import _wbscan
@@ -61,7 +61,6 @@ RUN_DIR = re.compile(r"^(?:offline-)?run-(?P<date>\d{8}_\d{6})-(?P<rest>.+)$")
 # W&B names a folder started in the same second as another of the same id `…-<id>-1`
 COLLISION = re.compile(r"-(\d+)$")
 LOG_GLOB = "*.wandb"
-OWN_KEYS = frozenset({"_step", "_runtime", "_timestamp"})
 SYSTEM_PREFIX = "system/"
 MAX_THREADS = 4  # the compiled lane's, for one log
 THREAD_BYTES = 16 << 20  # a smaller log is read in one thread
@@ -589,10 +588,4 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             if len(groups) == 1:
                 raise
             errors.append(exc)
-    if not runs:
-        raise errors[0]
-    for err in errors:
-        runs[0].data_quality.append(
-            DataIssue(kind="unreadable-run", source=str(path), message=f"left out: {err}")
-        )
-    return runs
+    return readable_runs(path, runs, errors)
