@@ -5,6 +5,7 @@ detector)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -89,6 +90,24 @@ def _ratio(ev: _Event, g: np.ndarray) -> float:
 # ---- findings ------------------------------------------------------------------------------
 
 
+def _loss_evidence(ls: _Series, le: _Event) -> dict[str, Any]:
+    """The loss event's evidence, the same in GRAD001 (the loss followed a grad spike)
+    and LOSS001 (it spiked on its own)."""
+    loss_peak = float(ls.values[le.peak])
+    excess = loss_peak - le.base
+    return {
+        "loss_baseline": le.base,
+        "loss_peak": loss_peak,
+        "loss_peak_step": int(ls.steps[le.peak]),
+        "loss_excess": excess,
+        "loss_excess_rel": excess / abs(le.base) if le.base else float("inf"),
+        "loss_z": excess / le.sigma if le.sigma > 0 else float("inf"),
+        "loss_spike_points": le.count,
+        "recovered_step": None if le.recovered is None else int(ls.steps[le.recovered]),
+        "nonfinite_step": le.nonfinite_step,
+    }
+
+
 def _grad001(
     name: str, gs: _Series, ge: _Event, ls: _Series, le: _Event, sev: str, clause: str
 ) -> Finding:
@@ -96,7 +115,6 @@ def _grad001(
     lag_step = int(ls.steps[le.start])
     ratio = _ratio(ge, gs.values)
     loss_peak = float(ls.values[le.peak])
-    excess = loss_peak - le.base
     end = max(int(gs.steps[ge.end]), int(ls.steps[le.end]))
     return finding(
         "GRAD001",
@@ -118,15 +136,7 @@ def _grad001(
         grad_peak=float(gs.values[ge.peak]),
         grad_peak_step=int(gs.steps[ge.peak]),
         grad_spike_points=ge.count,
-        loss_baseline=le.base,
-        loss_peak=loss_peak,
-        loss_peak_step=int(ls.steps[le.peak]),
-        loss_excess=excess,
-        loss_excess_rel=excess / abs(le.base) if le.base else float("inf"),
-        loss_z=excess / le.sigma if le.sigma > 0 else float("inf"),
-        loss_spike_points=le.count,
-        recovered_step=None if le.recovered is None else int(ls.steps[le.recovered]),
-        nonfinite_step=le.nonfinite_step,
+        **_loss_evidence(ls, le),
     )
 
 
@@ -157,15 +167,7 @@ def _loss001(
         metric=LOSS,
         step_start=s0,
         step_end=int(ls.steps[le.end]),
-        loss_baseline=le.base,
-        loss_peak=loss_peak,
-        loss_peak_step=int(ls.steps[le.peak]),
-        loss_excess=excess,
-        loss_excess_rel=excess / abs(le.base) if le.base else float("inf"),
-        loss_z=excess / le.sigma if le.sigma > 0 else float("inf"),
-        loss_spike_points=le.count,
-        recovered_step=None if le.recovered is None else int(ls.steps[le.recovered]),
-        nonfinite_step=le.nonfinite_step,
+        **_loss_evidence(ls, le),
         grad_spike_step=le.extra.get("grad_spike_step"),
         grad_ratio=le.extra.get("grad_ratio"),
     )
