@@ -34,6 +34,11 @@ def _model_overrides(params: str | None, gpu: str | None, gpus: int | None) -> d
 
         model["n_params"] = parse_number(params, "--params")
     if gpu is not None:
+        from trainlens.calculators.hardware import resolve_gpu
+
+        # the one resolver `mfu --gpu` uses: a name the table does not know is the user's
+        # mistake (exit 2 with did-you-mean), never an MFU silently left out
+        resolve_gpu(gpu)
         model["gpu"] = gpu
     if gpus is not None:
         if gpus < 1:

@@ -7,6 +7,7 @@ checked by the detector registry, which knows each detector's parameters.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ TOP_KEYS = {
         "summary perplexity: 'auto' (only for a per-token language-model loss), true or false"
     ),
 }
+
+# a [tool.trainlens] / [tool.trainlens.x] header or a dotted tool.trainlens key, found
+# in a pyproject.toml that does not parse
+_TOOL_TABLE = re.compile(r"^\s*\[*\s*tool\s*\.\s*[\"']?trainlens\b", re.MULTILINE)
 
 PERPLEXITY_SETTINGS: tuple[bool | str, ...] = ("auto", True, False)
 
@@ -115,8 +120,16 @@ def find_config_file(start: Path | None = None) -> Path | None:
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file():
             try:
-                data = tomllib.loads(pyproject.read_text("utf-8"))
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+                text = pyproject.read_text("utf-8")
+            except UnicodeDecodeError:
+                raise ConfigError(f"{pyproject}: not UTF-8 text") from None
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                # A pyproject that names trainlens but does not parse is the config in use,
+                # broken: skipping it dropped its fail_on and a gate passed that should fail.
+                if _TOOL_TABLE.search(text):
+                    raise ConfigError(f"{pyproject}: not valid TOML ({exc})") from None
                 continue
             if "trainlens" in data.get("tool", {}):
                 return pyproject

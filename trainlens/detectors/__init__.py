@@ -174,8 +174,27 @@ def validate_config(cfg: Config) -> None:
         make_params(name, load(name), overrides)
     for code, sev in cfg.severity.items():
         if code.upper() not in all_codes:
-            raise ConfigError(f"unknown finding code {code!r} in [tool.trainlens.severity]")
+            hint = did_you_mean(code.upper(), all_codes)
+            raise ConfigError(f"unknown finding code {code!r} in [tool.trainlens.severity]{hint}")
         Severity.parse(sev)
+    check_selectors(cfg.select, "select", all_codes)
+    check_selectors(cfg.ignore, "ignore", all_codes)
+
+
+def check_selectors(entries: list[str], what: str, codes: set[str]) -> None:
+    """Each ``select`` / ``ignore`` entry names a finding code (``GRAD001``) or a family
+    (``GRAD``). Entries match codes by prefix, so a typo (``GRAD0001``) matched nothing and
+    ``--select GRAD0001 --fail-on warning`` passed every run: an entry that names no code
+    and no family is the user's mistake, never a quiet pass."""
+    families = {code.rstrip("0123456789") for code in codes}
+    for entry in entries:
+        name = entry.upper()
+        if name in codes or name in families:
+            continue
+        hint = did_you_mean(name, sorted(codes | families))
+        raise ConfigError(
+            f"{what}: {entry!r} is neither a finding code nor a family (e.g. GRAD001, GRAD){hint}"
+        )
 
 
 @dataclass

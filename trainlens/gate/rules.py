@@ -337,6 +337,8 @@ def parse_rules(cfg: Config) -> GateRules:
                 cfg,
                 detectors={**cfg.detectors, **ov.detectors},
                 severity={**cfg.severity, **ov.severity},
+                select=list(ov.select) if ov.select is not None else list(cfg.select),
+                ignore=[*cfg.ignore, *ov.ignore],
             )
             try:
                 validate_detectors(merged)

@@ -1,0 +1,120 @@
+"""A mistake in what the user asked for is exit 2 with one sentence, never a quiet pass.
+
+Each case here passed silently before (exit 0, or the config's fail level dropped): a
+typo in ``--select`` matched no code by prefix, a pyproject.toml that did not parse was
+skipped, an unknown ``--gpu`` left MFU out without a word."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from trainlens.cli import main
+
+
+def _run_file(path: Path, nan_at: int | None = 150) -> Path:
+    with path.open("w") as fh:
+        for i in range(200):
+            loss = 3.0 * math.exp(-i / 50) + 1.0
+            if nan_at is not None and i >= nan_at:
+                loss = float("nan")
+            fh.write(json.dumps({"step": i, "loss": loss, "lr": 1e-3}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--select", "GRAD0001", "--fail-on", "warning"], "did you mean 'GRAD001'"),
+        (["--select", "FOO"], "'FOO' is neither a finding code nor a family"),
+        (["--ignore", "NAN01"], "'NAN01' is neither"),
+        (["--gpu", "h1000"], "unknown GPU 'h1000'"),
+    ],
+)
+def test_analyze_refuses_what_it_does_not_know(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    path = _run_file(tmp_path / "run.jsonl")
+    assert main(["analyze", str(path), *args]) == 2
+    err = capsys.readouterr().err
+    assert says in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_family_and_a_code_in_any_case_still_select(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _run_file(tmp_path / "run.jsonl")
+    assert main(["analyze", str(path), "--select", "nan", "--fail-on", "error"]) == 1
+    assert "NAN001" in capsys.readouterr().out
+    assert main(["analyze", str(path), "--select", "NAN001", "--fail-on", "error"]) == 1
+    # a family that does not include the problem: a pass that is right
+    assert main(["analyze", str(path), "--select", "GRAD", "--fail-on", "error"]) == 0
+
+
+def test_gate_select_typo_is_not_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _run_file(tmp_path / "run.jsonl")
+    assert main(["gate", str(path), "--select", "FOO", "--fail-on", "info"]) == 2
+    assert "'FOO' is neither" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        ('select = ["GRAD0001"]', "did you mean 'GRAD001'"),
+        ('ignore = ["LOSS9"]', "'LOSS9' is neither"),
+        ("[tool.trainlens.severity]\nGRAD0001 = 'error'", "unknown finding code 'GRAD0001'"),
+        ("[tool.trainlens.detectors.grad_spike]\nz = 3", "did you mean 'grad_spikes'"),
+    ],
+)
+def test_config_keys_that_name_codes_are_checked(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    table: str,
+    says: str,
+) -> None:
+    path = _run_file(tmp_path / "run.jsonl")
+    (tmp_path / "pyproject.toml").write_text(f"[tool.trainlens]\n{table}\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", str(path)]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_gate_override_select_is_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _run_file(tmp_path / "run.jsonl")
+    (tmp_path / "trainlens.toml").write_text(
+        '[[gate.overrides]]\nruns = "*"\nselect = ["NAN0001"]\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["gate", str(path)]) == 2
+    assert "NAN0001" in capsys.readouterr().err
+
+
+def test_a_broken_pyproject_that_configures_trainlens_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _run_file(tmp_path / "run.jsonl")
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[broken\n[tool.trainlens]\nfail_on = "error"\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", str(path)]) == 2
+    assert "pyproject.toml: not valid TOML" in capsys.readouterr().err
+    # fixed, the same config applies: the NaN is an error and fail_on makes it exit 1
+    pyproject.write_text('[tool.trainlens]\nfail_on = "error"\n')
+    assert main(["analyze", str(path)]) == 1
+
+
+def test_a_broken_pyproject_of_another_tool_is_not_trainlens_business(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _run_file(tmp_path / "run.jsonl", nan_at=None)
+    (tmp_path / "pyproject.toml").write_text("[tool.ruff\nline-length = 100\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["analyze", str(path)]) == 0
