@@ -118,3 +118,21 @@ def test_a_broken_pyproject_of_another_tool_is_not_trainlens_business(
     (tmp_path / "pyproject.toml").write_text("[tool.ruff\nline-length = 100\n")
     monkeypatch.chdir(tmp_path)
     assert main(["analyze", str(path)]) == 0
+
+
+def test_convert_names_the_users_path_and_does_not_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _run_file(tmp_path / "run.jsonl")
+    missing = tmp_path / "missing_dir" / "out.csv"
+    assert main(["convert", str(path), "-o", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert "missing_dir does not exist" in err
+    assert "bug" not in err
+    out = tmp_path / "out.csv"
+    out.write_text("keep me\n")
+    assert main(["convert", str(path), "-o", str(out)]) == 2
+    assert "pass --force" in capsys.readouterr().err
+    assert out.read_text() == "keep me\n"
+    assert main(["convert", str(path), "-o", str(out), "--force"]) == 0
+    assert out.read_text().startswith("step,metric,value")

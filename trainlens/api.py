@@ -129,22 +129,33 @@ def analyze(
     return [analyze_run(run, cfg) for run in loaded]
 
 
-def convert(runs: Run | Sequence[Run], out: str | Path) -> Path:
+def convert(runs: Run | Sequence[Run], out: str | Path, *, overwrite: bool = True) -> Path:
     """Write the canonical frame to .parquet, .jsonl/.ndjson or .csv (by extension).
 
     Several runs go into one file with a ``run`` column holding each run's name (what
-    ``trainlens convert`` does with a folder or an MLflow store of several runs)."""
+    ``trainlens convert`` does with a folder or an MLflow store of several runs). A path
+    the user gave that cannot be written (no such folder, an existing file without
+    ``overwrite``, no permission) is a UsageError naming it, never an internal error."""
     out = Path(out)
-    frame = _merged_frame([runs] if isinstance(runs, Run) else runs)
     suffix = out.suffix.lower()
-    if suffix == ".parquet":
-        frame.write_parquet(out)
-    elif suffix in (".jsonl", ".ndjson"):
-        out.write_text(_ndjson(frame), "utf-8")
-    elif suffix == ".csv":
-        frame.write_csv(out)
-    else:
+    if suffix not in (".parquet", ".jsonl", ".ndjson", ".csv"):
         raise UsageError(f"{out}: unknown output type; use .parquet, .jsonl or .csv")
+    if not out.parent.is_dir():
+        raise UsageError(f"{out}: the folder {out.parent} does not exist")
+    if out.is_dir():
+        raise UsageError(f"{out}: is a folder; name the output file")
+    if out.exists() and not overwrite:
+        raise UsageError(f"{out}: exists; pass --force to overwrite it")
+    frame = _merged_frame([runs] if isinstance(runs, Run) else runs)
+    try:
+        if suffix == ".parquet":
+            frame.write_parquet(out)
+        elif suffix == ".csv":
+            frame.write_csv(out)
+        else:
+            out.write_text(_ndjson(frame), "utf-8")
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot be written ({exc.strerror or exc})") from None
     return out
 
 

@@ -174,13 +174,20 @@ def convert(
     run: RunOpt = None,
     regex: RegexOpt = None,
     alias: AliasOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the output file if it exists.")
+    ] = False,
 ) -> int:
     """Write a run's canonical frame (step, metric, value, wall_time, superseded)."""
     from trainlens.api import convert as convert_run
     from trainlens.api import read
 
+    if not output.parent.is_dir():  # checked before the read: the user's path, not a bug
+        raise UsageError(f"{output}: the folder {output.parent} does not exist")
+    if output.exists() and not force:
+        raise UsageError(f"{output}: exists; pass --force to overwrite it")
     runs = read([path], format=format, runs=run, regex=regex, aliases=parse_aliases(alias))
-    convert_run(runs, output)
+    convert_run(runs, output, overwrite=force)
     n = sum(r.frame.height for r in runs)
     typer.echo(f"wrote {n:,} values from {len(runs)} run(s) to {output}")
     return 0
