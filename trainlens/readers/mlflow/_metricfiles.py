@@ -227,8 +227,8 @@ def _repair(path: str, df: pl.DataFrame) -> tuple[pl.DataFrame, list[DataIssue]]
         drop = pl.Series(bad, dtype=pl.UInt32())
         # the row index in the dtype of ``drop`` (is_in between Int64 and UInt32 is a
         # supertype cast that polars deprecates)
-        rows = pl.int_range(df.height, eager=True, dtype=pl.UInt32)
-        fixed = fixed.filter(~rows.is_in(drop.implode()))
+        index = pl.int_range(df.height, eager=True, dtype=pl.UInt32)
+        fixed = fixed.filter(~index.is_in(drop.implode()))
     issues: list[DataIssue] = []
     truncated = bool(bad) and bad[-1] == len(lines) - 1 and not data.endswith(b"\n")
     if truncated:
