@@ -29,8 +29,8 @@ def _run_file(path: Path, nan_at: int | None = 150) -> Path:
     ("args", "says"),
     [
         (["--select", "GRAD0001", "--fail-on", "warning"], "did you mean 'GRAD001'"),
-        (["--select", "FOO"], "'FOO' is neither a finding code nor a family"),
-        (["--ignore", "NAN01"], "'NAN01' is neither"),
+        (["--select", "FOO"], "'FOO' is not a finding code, a family or a detector"),
+        (["--ignore", "NAN01"], "'NAN01' is not a finding code"),
         (["--gpu", "h1000"], "unknown GPU 'h1000'"),
     ],
 )
@@ -59,14 +59,14 @@ def test_a_family_and_a_code_in_any_case_still_select(
 def test_gate_select_typo_is_not_green(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _run_file(tmp_path / "run.jsonl")
     assert main(["gate", str(path), "--select", "FOO", "--fail-on", "info"]) == 2
-    assert "'FOO' is neither" in capsys.readouterr().err
+    assert "'FOO' is not a finding code" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
     ("table", "says"),
     [
         ('select = ["GRAD0001"]', "did you mean 'GRAD001'"),
-        ('ignore = ["LOSS9"]', "'LOSS9' is neither"),
+        ('ignore = ["LOSS9"]', "'LOSS9' is not a finding code"),
         ("[tool.trainlens.severity]\nGRAD0001 = 'error'", "unknown finding code 'GRAD0001'"),
         ("[tool.trainlens.detectors.grad_spike]\nz = 3", "did you mean 'grad_spikes'"),
     ],
@@ -136,3 +136,9 @@ def test_convert_names_the_users_path_and_does_not_overwrite(
     assert out.read_text() == "keep me\n"
     assert main(["convert", str(path), "-o", str(out), "--force"]) == 0
     assert out.read_text().startswith("step,metric,value")
+
+
+def test_a_detector_name_selects(tmp_path: Path) -> None:
+    path = _run_file(tmp_path / "run.jsonl")
+    assert main(["analyze", str(path), "--select", "nonfinite", "--fail-on", "error"]) == 1
+    assert main(["analyze", str(path), "--ignore", "nonfinite", "--fail-on", "error"]) == 0

@@ -22,6 +22,7 @@ import functools
 import importlib
 import pkgutil
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -177,23 +178,26 @@ def validate_config(cfg: Config) -> None:
             hint = did_you_mean(code.upper(), all_codes)
             raise ConfigError(f"unknown finding code {code!r} in [tool.trainlens.severity]{hint}")
         Severity.parse(sev)
-    check_selectors(cfg.select, "select", all_codes)
-    check_selectors(cfg.ignore, "ignore", all_codes)
+    check_selectors(cfg.select, "select", all_codes, names)
+    check_selectors(cfg.ignore, "ignore", all_codes, names)
 
 
-def check_selectors(entries: list[str], what: str, codes: set[str]) -> None:
-    """Each ``select`` / ``ignore`` entry names a finding code (``GRAD001``) or a family
-    (``GRAD``). Entries match codes by prefix, so a typo (``GRAD0001``) matched nothing and
-    ``--select GRAD0001 --fail-on warning`` passed every run: an entry that names no code
-    and no family is the user's mistake, never a quiet pass."""
+def check_selectors(
+    entries: list[str], what: str, codes: set[str], detectors: Iterable[str] = ()
+) -> None:
+    """Each ``select`` / ``ignore`` entry names a finding code (``GRAD001``), a family
+    (``GRAD``) or a detector (``grad_spikes``). Entries match codes by prefix, so a typo
+    (``GRAD0001``) matched nothing and ``--select GRAD0001 --fail-on warning`` passed every
+    run: an entry that names none of these is the user's mistake, never a quiet pass."""
     families = {code.rstrip("0123456789") for code in codes}
+    known = codes | families | {d.upper() for d in detectors}
     for entry in entries:
-        name = entry.upper()
-        if name in codes or name in families:
+        if entry.upper() in known:
             continue
-        hint = did_you_mean(name, sorted(codes | families))
+        hint = did_you_mean(entry.upper(), sorted(known))
         raise ConfigError(
-            f"{what}: {entry!r} is neither a finding code nor a family (e.g. GRAD001, GRAD){hint}"
+            f"{what}: {entry!r} is not a finding code, a family or a detector "
+            f"(e.g. GRAD001, GRAD, grad_spikes){hint}"
         )
 
 
