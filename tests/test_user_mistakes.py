@@ -142,3 +142,26 @@ def test_a_detector_name_selects(tmp_path: Path) -> None:
     path = _run_file(tmp_path / "run.jsonl")
     assert main(["analyze", str(path), "--select", "nonfinite", "--fail-on", "error"]) == 1
     assert main(["analyze", str(path), "--ignore", "nonfinite", "--fail-on", "error"]) == 0
+
+
+def test_version_short_help_and_completion(capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import trainlens
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"trainlens {trainlens.__version__}"
+    assert main(["-h"]) == 0
+    assert "--version" in capsys.readouterr().out
+    assert main(["analyze", "-h"]) == 0
+    assert "--select" in capsys.readouterr().out
+    # completion as an installed shell asks for it: the console script completes commands
+    env = {**os.environ, "_TRAINLENS_COMPLETE": "complete_bash"}
+    env.update(COMP_WORDS="trainlens ana", COMP_CWORD="1")
+    code = "from trainlens.cli.app import app; app(prog_name='trainlens')"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split() == ["analyze"]
