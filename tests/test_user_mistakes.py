@@ -165,3 +165,18 @@ def test_version_short_help_and_completion(capsys: pytest.CaptureFixture[str]) -
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.stdout.split() == ["analyze"]
+
+
+def test_help_shows_no_python_types(capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    from trainlens.cli.app import app
+
+    commands = [c.name or c.callback.__name__ for c in app.registered_commands if c.callback]
+    assert "analyze" in commands and "gate" in commands
+    for name in commands:
+        assert main([str(name), "--help"]) == 0
+        text = capsys.readouterr().out
+        assert not re.search(r"<(str|int|float|path|list\[[^>]*\])>|\{[a-z_]+\}", text), name
+    assert main(["analyze", "--help"]) == 0
+    assert "Usage: trainlens analyze [OPTIONS] PATHS..." in capsys.readouterr().out

@@ -2,7 +2,48 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+import typer.core
+
+
+def _plain_metavars() -> None:
+    """Help in the convention of click and ruff (``--gpu GPU``, ``PATHS...``), not typer's
+    Python types (``--gpu <str>``, ``--select <list[str]>``, ``{paths}...``), which read as
+    code to a user. typer has no setting for it; these three methods are where it writes
+    them (typer 0.2x), and tests/test_user_mistakes.py fails if a typer release moves them."""
+    core = typer.core
+
+    def option_metavar(self: Any, ctx: Any) -> str | None:
+        if self.metavar is not None:
+            return str(self.metavar)
+        return (self.name or "value").upper()
+
+    def argument_metavar(self: Any, ctx: Any) -> str | None:
+        return None  # the name column already says it
+
+    def argument_name(self: Any) -> str:
+        name = str(self.metavar or (self.name or "value").upper())
+        if self.nargs != 1:
+            name += "..."
+        return name if self.required else f"[{name}]"
+
+    def argument_column(self: Any) -> str:
+        name = str(self.metavar or (self.name or "value").upper())
+        return name + "..." if self.nargs != 1 else name
+
+    if hasattr(core.TyperOption, "display_type_rich"):
+        core.TyperOption.display_type_rich = option_metavar  # type: ignore[method-assign]
+    if hasattr(core.TyperArgument, "display_type_rich"):
+        core.TyperArgument.display_type_rich = argument_metavar  # type: ignore[method-assign]
+    if hasattr(core.TyperArgument, "_usage_display_name"):
+        core.TyperArgument._usage_display_name = argument_name  # type: ignore[method-assign]
+    if hasattr(core.TyperArgument, "_rich_display_name"):
+        core.TyperArgument._rich_display_name = argument_column  # type: ignore[method-assign]
+
+
+_plain_metavars()
 
 app = typer.Typer(
     name="trainlens",
