@@ -180,3 +180,29 @@ def test_help_shows_no_python_types(capsys: pytest.CaptureFixture[str]) -> None:
         assert not re.search(r"<(str|int|float|path|list\[[^>]*\])>|\{[a-z_]+\}", text), name
     assert main(["analyze", "--help"]) == 0
     assert "Usage: trainlens analyze [OPTIONS] PATHS..." in capsys.readouterr().out
+
+
+def test_reader_and_format_each_have_one_meaning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _run_file(tmp_path / "run.jsonl", nan_at=None)
+    assert main(["analyze", str(path), "--reader", "jsonl", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["format"] == "jsonl"
+    # --format names the output, as in gate
+    assert main(["analyze", str(path), "--format", "json"]) == 0
+    assert "runs" in json.loads(capsys.readouterr().out)
+    # the old reader spelling still reads, with a note that says what to write instead
+    assert main(["analyze", str(path), "--format", "jsonl"]) == 0
+    assert "use --reader jsonl" in capsys.readouterr().err
+    assert main(["analyze", str(path), "--format", "xml"]) == 2
+    assert "--reader" in capsys.readouterr().err
+    assert main(["analyze", str(path), "--reader", "jsonl", "--format", "csv"]) == 2
+
+
+def test_report_has_a_default_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _run_file(tmp_path / "run.jsonl", nan_at=None)
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(path)]) == 0
+    assert (tmp_path / "trainlens-report" / "report.html").is_file()

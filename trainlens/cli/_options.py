@@ -15,20 +15,53 @@ PathsArg = Annotated[
         help="Run files or directories (JSONL, CSV, TensorBoard, MLflow, ...).", show_default=False
     ),
 ]
+# spelled out, not read from readers.FORMATS: that would import polars for --help (a test
+# keeps the two lists the same)
+READERS_HELP = (
+    "Force a reader: jsonl, csv, parquet, tensorboard, mlflow, hf-trainer, keras-history, "
+    "text, wandb-run."
+)
+ReaderOpt = Annotated[
+    str | None,
+    typer.Option("--reader", help=READERS_HELP, show_default=False),
+]
+# ``--format`` / ``-f`` named the input reader in analyze, report, convert and watch but the
+# output in gate: one flag, two meanings. ``--reader`` is the input now; ``--format`` here
+# is kept, hidden, as a deprecated spelling of it (and in analyze, text/json choose the
+# output, as in gate).
 FormatOpt = Annotated[
     str | None,
-    typer.Option(
-        "--format",
-        "-f",
-        # spelled out, not read from readers.FORMATS: that would import polars for --help
-        # (a test keeps the two lists the same)
-        help=(
-            "Force a reader: jsonl, csv, parquet, tensorboard, mlflow, hf-trainer, keras-history, "
-            "text, wandb-run."
-        ),
-        show_default=False,
-    ),
+    typer.Option("--format", "-f", help=READERS_HELP, show_default=False, hidden=True),
 ]
+
+
+def reader_choice(
+    reader: str | None, legacy: str | None, outputs: tuple[str, ...] = ()
+) -> tuple[str | None, str | None]:
+    """``(reader, output)`` from ``--reader`` and the deprecated ``--format``: an output
+    name (``outputs``) chooses the output; a reader name is the reader, with a note that
+    the spelling is deprecated; anything else is exit 2 naming both meanings."""
+    if legacy is None:
+        return reader, None
+    if legacy in outputs:
+        return reader, legacy
+    from trainlens.readers import FORMATS
+
+    if legacy in FORMATS:
+        if reader is not None and reader != legacy:
+            raise UsageError(f"--reader {reader} and --format {legacy} disagree; give --reader")
+        typer.echo(
+            f"trainlens: note: --format {legacy} for the reader is deprecated; use "
+            f"--reader {legacy}",
+            err=True,
+        )
+        return legacy, None
+    wanted = f"the output is one of {', '.join(outputs)}; " if outputs else ""
+    raise UsageError(
+        f"unknown format {legacy!r}: {wanted}the input reader is --reader ({', '.join(FORMATS)})"
+    )
+
+
 RunOpt = Annotated[
     list[str] | None,
     typer.Option(

@@ -13,18 +13,20 @@ from trainlens.cli._options import (
     FormatOpt,
     IgnoreOpt,
     PathsArg,
+    ReaderOpt,
     RegexOpt,
     RunOpt,
     SelectOpt,
     parse_aliases,
     parse_schedule,
+    reader_choice,
 )
 from trainlens.cli.app import app
 from trainlens.core.errors import UsageError
 from trainlens.core.findings import fail_rank
 
-# FormatOpt stays importable from here (tests read its help text)
-__all__ = ["FormatOpt", "analyze", "convert"]
+# FormatOpt and ReaderOpt stay importable from here (tests read their help text)
+__all__ = ["FormatOpt", "ReaderOpt", "analyze", "convert"]
 
 
 def _model_overrides(params: str | None, gpu: str | None, gpus: int | None) -> dict[str, Any]:
@@ -51,6 +53,7 @@ def _model_overrides(params: str | None, gpu: str | None, gpus: int | None) -> d
 def analyze(
     paths: PathsArg,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    reader: ReaderOpt = None,
     format: FormatOpt = None,
     run: RunOpt = None,
     regex: RegexOpt = None,
@@ -120,6 +123,8 @@ def analyze(
     from trainlens.api import analyze as analyze_paths
     from trainlens.core.config import load_config
 
+    reader, output_format = reader_choice(reader, format, outputs=("text", "json"))
+    json_out = json_out or output_format == "json"
     cfg = load_config(config)
     if schedule:
         cfg.schedule = parse_schedule(schedule)
@@ -134,7 +139,7 @@ def analyze(
     cfg.model = {**cfg.model, **_model_overrides(params, gpu, gpus)}
     threshold = fail_rank(fail_on or cfg.fail_on or "none")  # checked before the read
 
-    analyses = analyze_paths(paths, config=cfg, format=format, runs=run, regex=regex)
+    analyses = analyze_paths(paths, config=cfg, format=reader, runs=run, regex=regex)
     if json_out:
         from trainlens.formatters.json import render as render_json
 
@@ -170,6 +175,7 @@ def convert(
             show_default=False,
         ),
     ],
+    reader: ReaderOpt = None,
     format: FormatOpt = None,
     run: RunOpt = None,
     regex: RegexOpt = None,
@@ -186,7 +192,8 @@ def convert(
         raise UsageError(f"{output}: the folder {output.parent} does not exist")
     if output.exists() and not force:
         raise UsageError(f"{output}: exists; pass --force to overwrite it")
-    runs = read([path], format=format, runs=run, regex=regex, aliases=parse_aliases(alias))
+    reader, _ = reader_choice(reader, format)
+    runs = read([path], format=reader, runs=run, regex=regex, aliases=parse_aliases(alias))
     convert_run(runs, output, overwrite=force)
     n = sum(r.frame.height for r in runs)
     typer.echo(f"wrote {n:,} values from {len(runs)} run(s) to {output}")

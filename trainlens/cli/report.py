@@ -12,10 +12,12 @@ from trainlens.cli._options import (
     ConfigOpt,
     FormatOpt,
     PathsArg,
+    ReaderOpt,
     RegexOpt,
     RunOpt,
     parse_aliases,
     parse_schedule,
+    reader_choice,
 )
 from trainlens.cli.app import app
 
@@ -29,9 +31,9 @@ def report(
             "--output",
             "-o",
             help="Directory to write report.html, report.md and one PNG and SVG per panel into.",
-            show_default=False,
         ),
-    ],
+    ] = Path("trainlens-report"),
+    reader: ReaderOpt = None,
     format: FormatOpt = None,
     run: RunOpt = None,
     regex: RegexOpt = None,
@@ -64,12 +66,13 @@ def report(
     from trainlens.report import write_report
     from trainlens.report.options import report_smoothing
 
+    reader, _ = reader_choice(reader, format)
     cfg = load_config(config)
     alpha = report_smoothing(smooth, cfg.report, str(cfg.path) if cfg.path else "config")
     if schedule:
         cfg.schedule = parse_schedule(schedule)
     cfg.aliases = {**cfg.aliases, **parse_aliases(alias)}
-    analyses = analyze_paths(paths, config=cfg, format=format, runs=run, regex=regex)
+    analyses = analyze_paths(paths, config=cfg, format=reader, runs=run, regex=regex)
     written = write_report(analyses, output, smoothing=alpha)
     n = sum(len(a.findings) for a in analyses)
     typer.echo(f"report: {written} ({len(analyses)} run(s), {n} finding(s))")

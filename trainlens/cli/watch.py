@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from trainlens.cli._options import IgnoreOpt, SelectOpt
+from trainlens.cli._options import FormatOpt, IgnoreOpt, ReaderOpt, SelectOpt, reader_choice
 from trainlens.cli.app import app
 
 
@@ -30,15 +30,8 @@ def watch(
             show_default=False,
         ),
     ] = None,
-    fmt: Annotated[
-        str | None,
-        typer.Option(
-            "--format",
-            "-f",
-            help="Force a reader (jsonl, csv, tensorboard, ...).",
-            show_default=False,
-        ),
-    ] = None,
+    reader: ReaderOpt = None,
+    fmt: FormatOpt = None,
     json_out: Annotated[
         bool, typer.Option("--json", help="One JSON object per event on stdout.")
     ] = False,
@@ -118,8 +111,9 @@ def watch(
     from trainlens.watch.settings import WatchSettings
     from trainlens.watch.sinks import build_sink
 
-    if fmt is not None and fmt not in FORMATS:
-        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    reader, _ = reader_choice(reader, fmt)
+    if reader is not None and reader not in FORMATS:
+        raise UsageError(f"--reader must be one of {', '.join(FORMATS)}, not {reader!r}")
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise UsageError(f"{missing[0]}: no such file or directory")
@@ -143,7 +137,7 @@ def watch(
             config=cfg,
             settings=settings,
             sink=sink,
-            format=fmt,
+            format=reader,
             options=ReadOptions(aliases=AliasTable(cfg.aliases)),
             once=once,
             until_idle=until_idle,
