@@ -13,14 +13,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+
 from trainlens.core.errors import UsageError
+from trainlens.core.sanitize import xml
 from trainlens.report.panels import DPI, DrawnFinding, Figures, Panel, build_figures, style
 
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
 
 
+def _plain_text(figure: Figure) -> None:
+    """Every text of the figure (titles, legends, labels, notes: names from the input) in
+    the XML rule: matplotlib writes each text into the SVG as it is, in a comment, so an
+    ESC or a NUL in a metric name would make the file invalid XML; the PNG then shows the
+    same visible escapes."""
+    for text in figure.findobj(Text):
+        shown = text.get_text()
+        safe = xml(shown)
+        if safe != shown:
+            text.set_text(safe)
+
+
 def _save(panel: Panel, out_dir: Path) -> bytes:
+    _plain_text(panel.figure)
     buf = io.BytesIO()
     panel.figure.savefig(buf, format="png", dpi=DPI)
     png = buf.getvalue()
