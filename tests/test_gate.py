@@ -496,7 +496,10 @@ def test_markdown_and_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert code == 1 and out == ""
     assert "3 runs: 2 passed, 1 failed" in err
     text = target.read_text()
-    assert "| <code>nan\\_divergence</code> | ❌ fail | NAN001 non-finite-value \\(steps 400–600\\) |" in text
+    assert (
+        "| <code>nan\\_divergence</code> | ❌ fail | NAN001 non-finite-value \\(steps 400–600\\) |"
+        in text
+    )
 
 
 # ---- the fixture runs -----------------------------------------------------------------------

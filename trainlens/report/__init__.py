@@ -25,15 +25,20 @@ if TYPE_CHECKING:
 
 
 def _plain_text(figure: Figure) -> None:
-    """Every text of the figure (titles, legends, labels, notes: names from the input) in
-    the XML rule: matplotlib writes each text into the SVG as it is, in a comment, so an
-    ESC or a NUL in a metric name would make the file invalid XML; the PNG then shows the
-    same visible escapes."""
-    for text in figure.findobj(Text):
-        shown = text.get_text()
-        safe = xml(shown)
-        if safe != shown:
-            text.set_text(safe)
+    """Every text and gid of the figure in the XML rule, the guard at the one place the
+    files are written. matplotlib writes each text into the SVG as it is (in a comment)
+    and each gid as an ``id``; both hold names from the input (titles, legends, notes,
+    ``series-<run>-<metric>``), so an ESC or a NUL in a metric name would make the file
+    invalid XML. Labels already pass through ``mpl_text`` (the same rule, before layout);
+    this catches any other."""
+    for artist in figure.findobj():
+        gid = artist.get_gid()
+        if gid is not None and xml(gid) != gid:
+            artist.set_gid(xml(gid))
+        if isinstance(artist, Text):
+            shown = artist.get_text()
+            if xml(shown) != shown:
+                artist.set_text(xml(shown))
 
 
 def _save(panel: Panel, out_dir: Path) -> bytes:
