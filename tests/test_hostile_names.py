@@ -467,3 +467,38 @@ def test_a_name_with_nothing_to_escape_is_kept_as_it_is() -> None:
     assert markdown("a*b_c") == r"a\*b\_c" and markdown("<b>&") == "&lt;b&gt;&amp;"
     assert terminal("a\tb\r\nc\x1b\x85\u2028") == "a\\tb\\r\\nc\\x1b\\x85\\u2028"
     assert xml("\ufffe") == "\\ufffe"
+
+
+def test_the_live_view_shows_names_escaped() -> None:
+    """rich draws the view with its own ESC codes on a terminal; none may come from a name."""
+    from rich.console import Console
+
+    from trainlens.core.findings import Finding, Severity
+    from trainlens.watch.events import WatchEvent
+    from trainlens.watch.sinks.view import LiveView
+
+    stream = io.StringIO()
+    console = Console(file=stream, width=200, force_terminal=True, color_system="standard")
+    view = LiveView(console=console, events=len(HOSTILE))
+    for name in HOSTILE.values():
+        f = Finding("NAN001", "non-finite-value", Severity.WARNING, name, 4, 4, f"{name} is NaN")
+        view.emit(WatchEvent("finding-opened", name, "x.jsonl", 0.0, 4, f.message, f, "warning"))
+    view.close()
+    drawn = stream.getvalue()
+    assert "\x1b]" not in drawn and "\x1b[8m" not in drawn  # no title change, no hidden text
+    assert re.search("[\x00\x07\x0b\r\u202e\ud800]", drawn) is None
+    assert "\\x1b]0;pwned\\x07" in drawn and "\\u202eevil" in drawn
+
+
+def test_an_unreadable_input_is_named_on_one_line(tmp_path: Path) -> None:
+    """The error names the file, whose folder's name is hostile: still one stderr line."""
+    bad = tmp_path / FOLDERS["forged-error"] / "metrics.jsonl"
+    bad.parent.mkdir()
+    bad.write_bytes(b"\x00\x01 not a metrics file\n")
+    for argv in (["analyze", str(bad)], ["gate", str(bad), "-f", "github", "-j", "1"]):
+        code, out, err = _capture(argv)
+        assert code == 2, (argv, out, err)
+        for line in (out + err).splitlines():
+            assert not line.startswith("b::error"), line
+            assert not line.startswith("::") or ANNOTATION.match(line), line
+        assert terminal(FOLDERS["forged-error"]) in err
