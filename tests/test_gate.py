@@ -481,7 +481,7 @@ def test_github_annotations(
     # the Markdown summary is appended for the job page
     text = summary.read_text()
     assert text.startswith("earlier step\n## ❌ trainlens gate: 2 runs: 1 passed, 1 failed")
-    assert "| `ok` | ✅ pass |" in text and "**NAN001** non-finite-value" in text
+    assert "| <code>ok</code> | ✅ pass |" in text and "**NAN001** non-finite-value" in text
 
 
 def test_github_escaping() -> None:
@@ -496,7 +496,10 @@ def test_markdown_and_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert code == 1 and out == ""
     assert "3 runs: 2 passed, 1 failed" in err
     text = target.read_text()
-    assert "| `nan_divergence` | ❌ fail | NAN001 non-finite-value (steps 400–600) |" in text
+    assert (
+        "| <code>nan\\_divergence</code> | ❌ fail | NAN001 non-finite-value \\(steps 400–600\\) |"
+        in text
+    )
 
 
 # ---- the fixture runs -----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from trainlens.cli import report as _report  # noqa: F401
 from trainlens.cli import watch as _watch  # noqa: F401
 from trainlens.cli.app import app
 from trainlens.core.errors import TrainlensError
+from trainlens.core.sanitize import terminal
 
 
 def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # anything the library did not turn into a TrainlensError
         if _debug_wanted(debug_flag):
             raise
-        typer.echo(internal_error_message(exc), err=True)
+        typer.echo(terminal(internal_error_message(exc)), err=True)
         return 2
 
 
@@ -102,7 +103,9 @@ def _run(args: list[str]) -> int:
     try:
         result = app(args=args, prog_name="trainlens", standalone_mode=False)
     except TrainlensError as exc:
-        typer.echo(f"trainlens: error: {exc}", err=True)
+        # the message names files and records of the input: one line, no control codes
+        # (GitHub Actions reads workflow commands from stderr too)
+        typer.echo(terminal(f"trainlens: error: {exc}"), err=True)
         return exc.exit_code
     except _ABORTS:
         typer.echo("trainlens: aborted", err=True)
@@ -119,7 +122,7 @@ def _run(args: list[str]) -> int:
         # the machine said no (a file not readable, a folder where a file should be):
         # the user's to fix, not a bug
         where = f"{exc.filename}: " if exc.filename else ""
-        typer.echo(f"trainlens: error: {where}{exc.strerror or exc}", err=True)
+        typer.echo(terminal(f"trainlens: error: {where}{exc.strerror or exc}"), err=True)
         return 2
     except SystemExit as exc:
         # typer turns a closed pipe (``| head``) into exit 1; it is not an error here

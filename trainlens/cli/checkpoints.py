@@ -81,6 +81,7 @@ def checkpoints(
 
 def _text(inv: Inventory, found: list[Finding], *, verbose: bool) -> str:
     from trainlens.checkpoints.findings import bytes_text, clock
+    from trainlens.core.sanitize import terminal_lines
     from trainlens.formatters.text import finding_lines
 
     lines = [f"checkpoints under {inv.root}: {len(inv.checkpoints)}"]
@@ -106,4 +107,5 @@ def _text(inv: Inventory, found: list[Finding], *, verbose: bool) -> str:
     lines.append("")
     lines.append(f"findings ({len(found)})" if found else "findings    none")
     lines.extend(finding_lines(found, verbose=verbose))
-    return "\n".join(lines) + "\n"
+    # checkpoint, member and pointer names come from the folder: one terminal line each
+    return terminal_lines(lines) + "\n"

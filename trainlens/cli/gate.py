@@ -114,6 +114,7 @@ def gate(
     from trainlens.core.config import load_config
     from trainlens.core.errors import UsageError
     from trainlens.core.findings import fail_rank
+    from trainlens.core.sanitize import terminal
     from trainlens.formatters.gate import output_format as checked_format
     from trainlens.formatters.gate import render
     from trainlens.gate import gate as run_gate
@@ -162,5 +163,5 @@ def gate(
             typer.echo(f"trainlens: cannot write $GITHUB_STEP_SUMMARY ({exc.strerror})", err=True)
     if not allow_unreadable:
         for r in result.unreadable:
-            typer.echo(f"trainlens: error: {r.error}", err=True)
+            typer.echo(terminal(f"trainlens: error: {r.error}"), err=True)
     return result.exit_code(exit_zero=exit_zero)

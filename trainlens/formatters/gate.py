@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from trainlens.core.sanitize import terminal, terminal_lines
 from trainlens.formatters.json import json_safe
 from trainlens.gate.result import FAIL, UNREADABLE, GateResult, RunReport
 
@@ -43,9 +44,10 @@ def render_text(result: GateResult) -> str:
                 str(c["acknowledged"]),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    shown = [[terminal(cell) for cell in row] for row in rows]  # widths of what is shown
+    widths = [max(len(row[i]) for row in shown) for i in range(3)]
     lines = []
-    for row in rows:
+    for row in shown:
         head = "  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=False))
         tail = "".join(cell.rjust(5) for cell in row[3:])
         lines.append(f"{head} {tail}".rstrip())
@@ -74,9 +76,10 @@ def render_text(result: GateResult) -> str:
         details.append(
             f"note: acknowledgement of {a['code']} for {', '.join(a['runs'])} matched no finding"
         )
-    out = "\n".join(lines)
+    # run names, sources and messages come from the input: one terminal line each
+    out = terminal_lines(lines)
     if details:
-        out += "\n\n" + "\n".join(details)
+        out += "\n\n" + terminal_lines(details)
     verdict = "PASS" if result.verdict == "pass" else "FAIL"
     return out + f"\n\ngate {verdict}: {result.headline()}\n"
 

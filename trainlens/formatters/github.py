@@ -5,7 +5,9 @@
 Severity picks the command (error, warning, notice); an acknowledged finding is a
 notice. Escaping follows GitHub's workflow-command rules (as in @actions/core): in the
 message ``%``, CR and LF become ``%25``, ``%0D``, ``%0A``; in property values ``:`` and
-``,`` also become ``%3A`` and ``%2C``. The Markdown summary for ``$GITHUB_STEP_SUMMARY``
+``,`` also become ``%3A`` and ``%2C``; any other control character from the input (ESC,
+NUL, bidi overrides…) is shown escaped (:func:`trainlens.core.sanitize.terminal`), as
+the runner's log would otherwise act on it. The Markdown summary for ``$GITHUB_STEP_SUMMARY``
 comes from :mod:`trainlens.formatters.markdown`.
 """
 
@@ -13,18 +15,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trainlens.core.sanitize import github_data, github_property, terminal
+
 if TYPE_CHECKING:
     from trainlens.gate.result import GateFinding, GateResult
 
 LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
 
 
-def escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+# the rules live in core.sanitize with the other outputs'; these names stay importable
+escape_data = github_data
+escape_property = github_property
 
 
 def command(level: str, message: str, *, file: str, title: str, line: int = 1) -> str:
@@ -56,5 +57,5 @@ def render_github(result: GateResult) -> str:
             entries.append((rank, annotation(r.name, r.source, g)))
     lines = [line for _, line in sorted(entries, key=lambda e: e[0])]
     verdict = "passed" if result.verdict == "pass" else "failed"
-    lines.append(f"trainlens gate {verdict}: {result.headline()}")
+    lines.append(terminal(f"trainlens gate {verdict}: {result.headline()}"))
     return "\n".join(lines) + "\n"

@@ -13,26 +13,39 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
+from trainlens.core.sanitize import xml
+
 if TYPE_CHECKING:
     from trainlens.gate.result import GateResult, RunReport
 
 
 def _suite(r: RunReport, allow_unreadable: bool) -> ET.Element:
-    suite = ET.Element("testsuite", name=r.name, file=r.source)
+    # every string from the input goes through ``xml`` (ElementTree escapes & < > and
+    # quotes, but writes an ESC or a NUL as it is: a CI parser then rejects the report)
+    suite = ET.Element("testsuite", name=xml(r.name), file=xml(r.source))
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     if r.verdict == "unreadable":
-        case = ET.SubElement(suite, "testcase", name="read", classname=r.name, file=r.source)
+        case = ET.SubElement(
+            suite, "testcase", name="read", classname=xml(r.name), file=xml(r.source)
+        )
         counts["tests"] += 1
         if allow_unreadable:
-            ET.SubElement(case, "skipped", message=f"unreadable: {r.error}")
+            ET.SubElement(case, "skipped", message=xml(f"unreadable: {r.error}"))
             counts["skipped"] += 1
         else:
-            err = ET.SubElement(case, "error", message=r.error or "unreadable", type="unreadable")
-            err.text = r.error
+            err = ET.SubElement(
+                case, "error", message=xml(r.error or "unreadable"), type="unreadable"
+            )
+            err.text = xml(r.error) if r.error is not None else None
             counts["errors"] += 1
     for check in r.checks:
         case = ET.SubElement(
-            suite, "testcase", name=check.name, classname=r.name, file=r.source, time="0"
+            suite,
+            "testcase",
+            name=xml(check.name),
+            classname=xml(r.name),
+            file=xml(r.source),
+            time="0",
         )
         counts["tests"] += 1
         mine = [g for g in r.findings if g.check == check.name]
@@ -42,19 +55,20 @@ def _suite(r: RunReport, allow_unreadable: bool) -> ET.Element:
             fail = ET.SubElement(
                 case,
                 "failure",
-                message=f"{first.code} {first.name}: {first.message}",
-                type=first.code,
+                message=xml(f"{first.code} {first.name}: {first.message}"),
+                type=xml(first.code),
             )
-            fail.text = "\n".join(g.line() for g in failing)
+            fail.text = "\n".join(xml(g.line()) for g in failing)
             counts["failures"] += 1
         elif check.status == "skipped":
-            ET.SubElement(case, "skipped", message=check.detail)
+            ET.SubElement(case, "skipped", message=xml(check.detail))
             counts["skipped"] += 1
         quiet = [g for g in mine if not g.fails]
         if quiet:
             out = ET.SubElement(case, "system-out")
             out.text = "\n".join(
-                (f"acknowledged ({g.reason}): " if g.acknowledged else "") + g.line() for g in quiet
+                xml((f"acknowledged ({g.reason}): " if g.acknowledged else "") + g.line())
+                for g in quiet
             )
     for key, value in counts.items():
         suite.set(key, str(value))

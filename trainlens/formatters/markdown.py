@@ -1,9 +1,16 @@
 """``trainlens gate --format markdown``: the verdict as a Markdown table (also written to
-``$GITHUB_STEP_SUMMARY`` under ``--format github``)."""
+``$GITHUB_STEP_SUMMARY`` under ``--format github``).
+
+Every string from the input goes through :func:`trainlens.core.sanitize.markdown`: GitHub
+renders the summary, so an unescaped ``![x](url)`` in a metric name would be an image
+fetched from anywhere, a ``<`` raw HTML. Run names are shown as ``<code>`` rather than a
+backtick code span, in which no escape works and a backtick in the name would end it."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from trainlens.core.sanitize import markdown
 
 if TYPE_CHECKING:
     from trainlens.gate.result import GateResult
@@ -12,7 +19,11 @@ ICONS = {"pass": "✅ pass", "fail": "❌ fail", "unreadable": "⚠️ unreadabl
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return markdown(text)
+
+
+def _code(text: str) -> str:
+    return f"<code>{markdown(text)}</code>"
 
 
 def render_markdown(result: GateResult) -> str:
@@ -26,7 +37,7 @@ def render_markdown(result: GateResult) -> str:
     for r in result.reports:
         c = r.counts()
         lines.append(
-            f"| `{_cell(r.name)}` | {ICONS.get(r.verdict, r.verdict)} | {_cell(r.worst_text(80))} "
+            f"| {_code(r.name)} | {ICONS.get(r.verdict, r.verdict)} | {_cell(r.worst_text(80))} "
             f"| {c['error']} | {c['warning']} | {c['acknowledged']} |"
         )
     failing = [r for r in result.reports if r.failing or r.verdict == "unreadable"]
@@ -34,9 +45,9 @@ def render_markdown(result: GateResult) -> str:
         lines += ["", "### What failed", ""]
         for r in failing:
             if r.verdict == "unreadable":
-                lines.append(f"- `{_cell(r.name)}`: unreadable: {_cell(r.error or '')}")
+                lines.append(f"- {_code(r.name)}: unreadable: {_cell(r.error or '')}")
                 continue
-            lines.append(f"- `{_cell(r.name)}` (`{_cell(r.source)}`)")
+            lines.append(f"- {_code(r.name)} ({_code(r.source)})")
             for g in r.failing:
                 f = g.finding
                 where = f.where
@@ -51,7 +62,7 @@ def render_markdown(result: GateResult) -> str:
         for r, g in acked:
             where = g.finding.where
             lines.append(
-                f"- `{_cell(r.name)}` **{g.finding.code}**"
+                f"- {_code(r.name)} **{g.finding.code}**"
                 + (f" ({where})" if where else "")
                 + f": {_cell(g.reason or '')}"
             )

@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainlens.core.sanitize import terminal_lines
+
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
     from trainlens.core.findings import Finding
@@ -170,7 +172,9 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
             if verbose:
                 for name in absent:
                     lines.append(f"              {name}: {a.skipped[name]}")
-    return "\n".join(lines)
+    # names, paths and messages hold text from the input: each line stays one line of
+    # plain text (no ESC sequence, no newline that starts a forged ``::error`` line)
+    return terminal_lines(lines)
 
 
 def finding_lines(findings: Sequence[Finding], *, verbose: bool = False) -> list[str]:

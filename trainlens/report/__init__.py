@@ -13,14 +13,36 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from matplotlib.figure import Figure
+from matplotlib.text import Text
+
 from trainlens.core.errors import UsageError
+from trainlens.core.sanitize import xml
 from trainlens.report.panels import DPI, DrawnFinding, Figures, Panel, build_figures, style
 
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
 
 
+def _plain_text(figure: Figure) -> None:
+    """Every text and gid of the figure in the XML rule, the guard at the one place the
+    files are written. matplotlib writes each text into the SVG as it is (in a comment)
+    and each gid as an ``id``; both hold names from the input (titles, legends, notes,
+    ``series-<run>-<metric>``), so an ESC or a NUL in a metric name would make the file
+    invalid XML. Labels already pass through ``mpl_text`` (the same rule, before layout);
+    this catches any other."""
+    for artist in figure.findobj():
+        gid = artist.get_gid()
+        if gid is not None and xml(gid) != gid:
+            artist.set_gid(xml(gid))
+        if isinstance(artist, Text):
+            shown = artist.get_text()
+            if xml(shown) != shown:
+                artist.set_text(xml(shown))
+
+
 def _save(panel: Panel, out_dir: Path) -> bytes:
+    _plain_text(panel.figure)
     buf = io.BytesIO()
     panel.figure.savefig(buf, format="png", dpi=DPI)
     png = buf.getvalue()

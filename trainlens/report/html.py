@@ -1,8 +1,10 @@
 """report.html: one self-contained page (plots embedded, no network, no JavaScript).
 
 Every string that comes from the input — run names, paths, metric names, messages,
-evidence — goes through :func:`esc` (``html.escape`` with quotes), so a metric named
-``<script>…`` is shown as text. Only names this module makes up (panel keys, anchors)
+evidence — goes through :func:`esc` (``html.escape`` with quotes, after
+:func:`trainlens.core.sanitize.terminal`), so a metric named ``<script>…`` is shown as
+text and one holding a bidi override (U+202E) or an ESC shows it escaped, not reordered
+or invisible. Only names this module makes up (panel keys, anchors)
 are used unescaped, and they are built from fixed identifiers and integers.
 """
 
@@ -13,6 +15,7 @@ import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainlens.core.sanitize import terminal
 from trainlens.formatters.text import duration_text, number_text
 from trainlens.report.panels import Figures, Panel, summary_mfu
 
@@ -67,7 +70,7 @@ ul.plain { padding-left: 18px; }
 
 
 def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    return html.escape(terminal(value), quote=True)
 
 
 def _number(x: Any, digits: int = 4) -> str:

@@ -14,20 +14,20 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from trainlens.core.sanitize import markdown
 from trainlens.report.html import summary_rows
 from trainlens.report.panels import Figures
 
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
 
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _TAG = re.compile(r"<[^>]+>")
 
 
 def md(text: object) -> str:
-    """Literal text in Markdown (and in a table cell)."""
-    s = " ".join(str(text).split())
-    return _MD_SPECIAL.sub(r"\\\1", html.escape(s, quote=False))
+    """Literal text in Markdown (and in a table cell): the Markdown rule of
+    :mod:`trainlens.core.sanitize`, shared with ``gate --format markdown``."""
+    return markdown(text)
 
 
 def _cell_from_html(fragment: str) -> str:

@@ -11,6 +11,8 @@ from typing import Any
 
 import matplotlib
 
+from trainlens.core.sanitize import xml
+
 DPI = 100
 
 STYLE: dict[str, Any] = {
@@ -124,8 +126,10 @@ def style() -> Iterator[None]:
 
 
 def mpl_text(text: str) -> str:
-    """Literal text for matplotlib (a ``$`` would start mathtext)."""
-    return text.replace("$", r"\$")
+    """Literal text for matplotlib: a ``$`` would start mathtext, and a control code from
+    the input would be a missing glyph in the PNG and invalid XML in the SVG (the XML rule
+    of :mod:`trainlens.core.sanitize` shows it escaped)."""
+    return xml(text).replace("$", r"\$")
 
 
 def short(text: str, limit: int = 48) -> str:

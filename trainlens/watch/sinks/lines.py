@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from trainlens.core.sanitize import terminal
 from trainlens.formatters.json import json_safe
 from trainlens.watch.events import WatchEvent
 
@@ -17,7 +18,8 @@ class LineSink:
         self.stream = stream or sys.stdout
 
     def emit(self, event: WatchEvent) -> None:
-        print(event.line(), file=self.stream, flush=True)
+        # run names and messages come from the input: one line, no control codes
+        print(terminal(event.line()), file=self.stream, flush=True)
 
     def update(self, state: Any) -> None:
         pass

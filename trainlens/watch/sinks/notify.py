@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from trainlens.core.findings import Severity
+from trainlens.core.sanitize import terminal, terminal_lines
 from trainlens.watch.events import WatchEvent
 
 #: The events worth telling a person about (a closed finding or a read note is not).
@@ -46,18 +47,20 @@ def redacted(url: str) -> str:
 
 
 def message_of(events: list[WatchEvent]) -> tuple[str, str, str]:
-    """(title, body, worst severity) of one message for one or more events."""
+    """(title, body, worst severity) of one message for one or more events. Run names and
+    messages come from the input: each line of the message is one plain-text line (no
+    control codes for a chat client or a mail reader to act on, no forged lines)."""
     worst = max((Severity.parse(e.severity or "info") for e in events), key=lambda s: s.rank)
     first = events[0]
     if len(events) == 1:
         code = f"{first.code} " if first.code else ""
         title = f"trainlens: {first.severity} {code}in {first.run}"
         step = f" (last step {first.step})" if first.step is not None else ""
-        return title, f"{first.message}{step}", worst.value
+        return terminal(title), terminal(f"{first.message}{step}"), worst.value
     runs = sorted({e.run for e in events})
     title = f"trainlens: {len(events)} alerts in {', '.join(runs)}"
     lines = [f"- {e.severity} {e.code or e.kind} {e.run}: {e.message}" for e in events]
-    return title, "\n".join(lines), worst.value
+    return terminal(title), terminal_lines(lines), worst.value
 
 
 @dataclass
@@ -161,17 +164,21 @@ class ExecSink:
         from trainlens.formatters.json import json_safe
 
         env = dict(os.environ)
+        # values, never code: the shell does not expand a variable's value, so the input
+        # cannot inject a command; ``terminal`` keeps them printable when the command echoes
+        # them, and a NUL or a lone surrogate would stop Popen altogether (ValueError,
+        # UnicodeEncodeError). The JSON is ASCII (json.dumps escapes the rest).
         env.update(
             TRAINLENS_EVENT=event.kind,
-            TRAINLENS_RUN=event.run,
-            TRAINLENS_SOURCE=event.source,
-            TRAINLENS_CODE=event.code or "",
+            TRAINLENS_RUN=terminal(event.run),
+            TRAINLENS_SOURCE=terminal(event.source),
+            TRAINLENS_CODE=terminal(event.code or ""),
             TRAINLENS_SEVERITY=event.severity or "",
             TRAINLENS_STEP="" if event.step is None else str(event.step),
-            TRAINLENS_MESSAGE=event.message,
+            TRAINLENS_MESSAGE=terminal(event.message),
             TRAINLENS_EVENT_JSON=json.dumps(json_safe(event.to_dict()), allow_nan=False),
         )
-        what = f"{event.code or event.kind} in {event.run}"
+        what = terminal(f"{event.code or event.kind} in {event.run}")
         try:
             proc = subprocess.Popen(self.command, shell=True, env=env, stdin=subprocess.DEVNULL)
         except OSError as exc:

@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from trainlens.core.sanitize import terminal
 from trainlens.watch.events import WatchEvent
 from trainlens.watch.settings import parse_host_port
 
@@ -65,10 +66,13 @@ class _Collector:
         open_ = GaugeMetricFamily(
             f"{PREFIX}_open_findings", "Findings open now", labels=["run", "severity"]
         )
+        # label values come from the input; prometheus_client escapes what the exposition
+        # format needs (backslash, quote, newline), and ``terminal`` keeps the rest
+        # printable for the dashboards and alert messages that show them
         for live in runs:
-            name = live.name
+            name = terminal(live.name)
             for m, v in list(live.last_values.items()):
-                metric.add_metric([name, m], float(v) if v is not None else math.nan)
+                metric.add_metric([name, terminal(m)], float(v) if v is not None else math.nan)
             if live.last_step is not None:
                 last_step.add_metric([name], live.last_step)
             rate = live.steps_per_sec()
@@ -85,12 +89,12 @@ class _Collector:
             f"{PREFIX}_findings", "Findings opened", labels=["run", "code", "severity"]
         )
         for (run, code, sev), n in sorted(opened.items()):
-            findings.add_metric([run, code, sev], n)
+            findings.add_metric([terminal(run), code, sev], n)
         warnings = CounterMetricFamily(
             f"{PREFIX}_early_warnings", "Early warnings announced", labels=["run"]
         )
         for run, n in sorted(early.items()):
-            warnings.add_metric([run], n)
+            warnings.add_metric([terminal(run)], n)
         total = CounterMetricFamily(f"{PREFIX}_events", "Events announced")
         total.add_metric([], events)
         yield from (metric, last_step, sps, since, stalled, open_, findings, warnings, total)

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from typing import Any
 
+from trainlens.core.sanitize import terminal
 from trainlens.watch.events import WatchEvent
 
 #: The minimum dashboard's metrics, in the order shown.
@@ -97,7 +98,8 @@ class LiveView:
         for live in runs:
             since = live.seconds_since_record()
             rate = live.steps_per_sec()
-            line = Text(f"{live.name}", "bold")
+            # rich strips only some control codes (not ESC sequences' tails, not bidi)
+            line = Text(terminal(live.name), "bold")
             line.append(f"  step {live.last_step if live.last_step is not None else '—'}")
             line.append(f"  {_num(rate)} steps/s" if rate is not None else "  — steps/s")
             if since is not None:
@@ -120,6 +122,6 @@ class LiveView:
             for e in self.events:
                 when = time.strftime("%H:%M:%S", time.localtime(e.time))
                 t = Text(f"{when} ")
-                t.append(e.line(), STYLE.get(e.severity or "", ""))
+                t.append(terminal(e.line()), STYLE.get(e.severity or "", ""))
                 parts.append(t)
         return Group(*parts)
