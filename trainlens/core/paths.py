@@ -29,7 +29,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["OutsideTree", "confine", "confined", "is_inside"]
+__all__ = ["OutsideTree", "confine", "confined", "is_inside", "link_leads_out"]
 
 #: what a special file is, in the words a message uses
 _SPECIAL = (
@@ -92,3 +92,14 @@ def confined(base: str | os.PathLike[str], named: str | os.PathLike[str]) -> Pat
         return confine(base, named)
     except OutsideTree:
         return None
+
+
+def link_leads_out(base: str | os.PathLike[str], path: str | os.PathLike[str]) -> str | None:
+    """For ``path``, an entry listed under ``base``: why it may not be read (a symlink
+    that leads out of ``base``, a special file), or None. Only links and special files
+    cost a system call: a regular entry of a real folder under ``base`` is inside it."""
+    try:
+        confine(base, os.path.relpath(os.fspath(path), os.fspath(base)))
+    except OutsideTree as exc:
+        return exc.reason
+    return None
