@@ -12,7 +12,9 @@ strings to strings. Any break is one problem naming the tensor, never a crash.
 Bounded cost, measured on a 92 MB header of 865,000 one-element tensors (the largest a
 reader accepts is 100 MB): before this check 8.9 s and 754 MB peak RSS (8.2× the
 header: a dict, two lists and their ints per tensor); now each tensor entry is folded
-into one small tuple as it is parsed (``object_pairs_hook``), see :func:`read_header`.
+into one small tuple as it is parsed (``object_pairs_hook``, :func:`_entry`): 405 MB
+(4.4×), against 693 MB for a bare ``json.loads`` of the same header in the same run,
+at 1.4× its time (``bench/safetensors_header.py``; a loaded 2-core box, 24 s vs 17 s).
 A header nested deeper than the format's three levels (``{name: {"shape": [...]}}``)
 is refused before :mod:`json` sees it: 200,000 levels would be a RecursionError.
 """
