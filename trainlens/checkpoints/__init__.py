@@ -22,6 +22,7 @@ from trainlens.checkpoints._model import Checkpoint, Inventory, Pointer, Problem
 from trainlens.checkpoints.findings import CODES, Params, RunSteps, findings
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.findings import Finding
+from trainlens.core.paths import OutsideTree, confine
 
 __all__ = [
     "CODES",
@@ -64,6 +65,11 @@ def _pointer(path: str, kind: str, inv: Inventory) -> Pointer:
     with open(path, "rb") as fh:
         target = fh.read(256).decode("utf-8", "replace").strip()
     folder = os.path.dirname(path)
+    try:  # a pointer names a folder beside it: one elsewhere is not followed (CKPT010)
+        if target:
+            confine(folder, target)
+    except OutsideTree as exc:
+        return Pointer(path=path, kind=kind, target=target, resolved=None, refused=exc.reason)
     candidates = [os.path.join(folder, target)]
     if kind == "megatron" and target.isdigit():
         candidates.insert(0, os.path.join(folder, f"iter_{int(target):07d}"))

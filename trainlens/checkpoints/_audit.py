@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TypeVar
 
 from trainlens.checkpoints import _layouts as L
@@ -16,27 +16,13 @@ from trainlens.checkpoints._files import (
     audit_safetensors,
 )
 from trainlens.checkpoints._model import Checkpoint, Problem
+from trainlens.checkpoints._named import inside, listing
 from trainlens.checkpoints._pickles import scan
 
 _T = TypeVar("_T")
 
 #: a checkpoint folder with more files than this is audited on its first ones (a note says so)
 MAX_FILES = 20_000
-
-
-def _files(folder: str) -> Iterator[str]:
-    """Every regular file under ``folder`` (relative paths, sorted, symlinks not followed)."""
-    out: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
-        for name in sorted(filenames):
-            full = os.path.join(dirpath, name)
-            if os.path.isfile(full) and not os.path.islink(full):
-                out.append(os.path.relpath(full, folder))
-                if len(out) >= MAX_FILES:
-                    yield from out
-                    return
-    yield from out
 
 
 class _Auditor:
@@ -85,7 +71,7 @@ class _Auditor:
             weight_map = doc["weight_map"]
             if not isinstance(weight_map, dict):
                 raise TypeError("weight_map is not an object")
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             self.ckpt.problems.append(Problem("corrupt", rel, f"index does not parse ({exc})"))
             return set()
         folder = os.path.dirname(rel)
@@ -95,6 +81,8 @@ class _Auditor:
         covered = set()
         for shard, tensors in sorted(by_shard.items()):
             srel = os.path.join(folder, shard)
+            if not inside(self.ckpt.problems, self.base, srel, os.path.basename(rel)):
+                continue
             covered.add(os.path.normpath(srel))
             if not os.path.isfile(os.path.join(self.base, srel)):
                 msg = f"shard named by {os.path.basename(rel)} ({len(tensors)} tensors) is missing"
@@ -133,6 +121,8 @@ class _Auditor:
         for name, end in sorted(need.items()):
             srel = os.path.join(folder, name)
             spath = os.path.join(self.base, srel)
+            if not inside(self.ckpt.problems, self.base, srel, os.path.basename(rel)):
+                continue
             if not os.path.isfile(spath):
                 self.ckpt.problems.append(Problem("missing", srel, "storage file is missing"))
             elif os.path.getsize(spath) < end:
@@ -193,7 +183,8 @@ def audit_folder(path: str, kind: str, step: int | None, budget: int = CRC_BUDGE
     format here knows, its ``latest`` pointer if it has one, and its optimizer state."""
     ckpt = Checkpoint(path=path, kind=kind, step=step, wall_time=None, size=0)
     auditor = _Auditor(ckpt, path, budget)
-    files = list(_files(path))
+    files, links_out = listing(path, MAX_FILES)
+    ckpt.problems.extend(links_out)
     if len(files) >= MAX_FILES:
         ckpt.notes.append(f"over {MAX_FILES} files: only the first {MAX_FILES} audited")
     for rel in files:
@@ -250,7 +241,10 @@ def _inner_pointer(ckpt: Checkpoint, folder: str, rel: str) -> None:
     """HF + DeepSpeed write ``checkpoint-N/latest`` naming ``global_stepN`` inside it."""
     with open(os.path.join(folder, rel), "rb") as fh:
         target = fh.read(256).decode("utf-8", "replace").strip()
-    where = os.path.join(folder, os.path.dirname(rel), target)
+    named = os.path.join(os.path.dirname(rel), target)
+    if target and not inside(ckpt.problems, folder, named, os.path.basename(rel)):
+        return
+    where = os.path.join(folder, named)
     if target and not os.path.exists(where) and target != "release":
         msg = f"names {target!r}, which is not there"
         ckpt.problems.append(Problem("missing", rel, msg))
@@ -261,7 +255,7 @@ def _trainer_state(ckpt: Checkpoint, folder: str, rel: str) -> None:
         with open(os.path.join(folder, rel), "rb") as fh:
             state = json.loads(fh.read(PICKLE_BUDGET))
         step = state.get("global_step")
-    except (ValueError, AttributeError) as exc:
+    except (ValueError, AttributeError, RecursionError) as exc:
         ckpt.problems.append(Problem("corrupt", rel, f"not valid JSON ({exc})"))
         return
     if isinstance(step, int) and ckpt.step is not None and step != ckpt.step:

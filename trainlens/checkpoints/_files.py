@@ -15,47 +15,25 @@ Bounded work, whatever the file's size:
 - a pickle is walked opcode by opcode up to :data:`PICKLE_BUDGET` (64 MiB; a torch zip's
   ``data.pkl`` holds only the object tree, the tensors live in other members, so real
   ones are kilobytes to a few MiB);
-- a safetensors header is at most 100 MB (the safetensors library's own limit), read once.
+- a safetensors header is at most 100 MB (the safetensors library's own limit), read once
+  and checked as :mod:`trainlens.checkpoints._safetensors` says.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 import zipfile
 from dataclasses import dataclass, field
 
 from trainlens.checkpoints._model import Problem
 from trainlens.checkpoints._pickles import PickleScan, scan
+from trainlens.checkpoints._safetensors import Bad, read_header
 
 CRC_BUDGET = 2 * 2**30
 PICKLE_BUDGET = 64 * 2**20
-SAFETENSORS_HEADER_MAX = 100_000_000
 _CHUNK = 2**20
 _ZIP_MAGIC = b"PK\x03\x04"
 _PICKLE_PROTO = 0x80  # protocol 2+ pickles start with PROTO
-
-#: bytes per element of each safetensors dtype (the format's spec)
-DTYPE_BYTES = {
-    "BOOL": 1,
-    "U8": 1,
-    "I8": 1,
-    "F8_E5M2": 1,
-    "F8_E4M3": 1,
-    "F8_E8M0": 1,
-    "I16": 2,
-    "U16": 2,
-    "F16": 2,
-    "BF16": 2,
-    "I32": 4,
-    "U32": 4,
-    "F32": 4,
-    "I64": 8,
-    "U64": 8,
-    "F64": 8,
-    "C64": 8,
-}
 
 
 @dataclass
@@ -187,70 +165,19 @@ def _check_crcs(
 
 def audit_safetensors(path: str, rel: str) -> FileAudit:
     """The header parses, every tensor's byte range matches its dtype and shape, the ranges
-    tile the data without holes, and the file is exactly as long as the header says."""
+    tile the data without holes, and the file is exactly as long as the header says
+    (:mod:`trainlens.checkpoints._safetensors`)."""
     out = FileAudit()
-    size = os.path.getsize(path)
     with open(path, "rb") as fh:
-        raw = fh.read(8)
-        if len(raw) < 8:
-            out.problem("truncated", rel, f"{size} B, shorter than the 8-byte header length")
+        size = os.fstat(fh.fileno()).st_size
+        try:
+            n, data_len, out.tensors = read_header(fh, size)
+        except Bad as exc:
+            out.problem(exc.status, rel, exc.message)
             return out
-        (n,) = struct.unpack("<Q", raw)
-        if n > SAFETENSORS_HEADER_MAX:
-            out.problem("corrupt", rel, f"header length {n} B is not plausible (max 100 MB)")
-            return out
-        if 8 + n > size:
-            out.problem("truncated", rel, f"{size} B, shorter than its {n} B header")
-            return out
-        blob = fh.read(n)
-    try:
-        header = json.loads(blob)
-        if not isinstance(header, dict):
-            raise ValueError("not a JSON object")
-    except ValueError as exc:
-        out.problem("corrupt", rel, f"header is not valid JSON ({exc})")
-        return out
-    data_end = _tensor_ranges(header, rel, out)
-    if data_end is None:
-        return out
-    want = 8 + n + data_end
+    want = 8 + n + data_len
     if size < want:
         out.problem("truncated", rel, f"{size:,} B but its header needs {want:,} B")
     elif size > want:
         out.problem("corrupt", rel, f"{size - want:,} B past the last tensor its header names")
     return out
-
-
-def _tensor_ranges(header: dict[str, object], rel: str, out: FileAudit) -> int | None:
-    spans: list[tuple[int, int, str]] = []
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = meta["dtype"]  # type: ignore[index]
-            shape = [int(d) for d in meta["shape"]]  # type: ignore[index]
-            begin, end = (int(x) for x in meta["data_offsets"])  # type: ignore[index]
-        except (KeyError, TypeError, ValueError):
-            out.problem("corrupt", rel, f"tensor {name}: header entry is malformed")
-            return None
-        count = 1
-        for d in shape:
-            count *= d
-        width = DTYPE_BYTES.get(str(dtype))
-        if width is not None and end - begin != count * width:
-            out.problem(
-                "corrupt",
-                rel,
-                f"tensor {name}: {end - begin} B for {dtype} {shape} ({count * width} B)",
-            )
-            return None
-        spans.append((begin, end, name))
-        out.tensors[name] = end - begin
-    spans.sort()
-    at = 0
-    for begin, end, name in spans:
-        if begin != at:
-            out.problem("corrupt", rel, f"tensor {name}: starts at {begin}, expected {at}")
-            return None
-        at = end
-    return at

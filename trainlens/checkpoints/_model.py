@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: integrity states, worst first: code that would run on load beats damage, damage beats
-#: a missing piece (a checkpoint with both is reported by the worst)
-STATUSES = ("unsafe", "corrupt", "truncated", "missing", "unreadable", "ok")
+#: a missing piece (a checkpoint with both is reported by the worst); ``outside``: a file
+#: of it names a path outside it (or a link leads out), which a loader would read
+STATUSES = ("unsafe", "outside", "corrupt", "truncated", "missing", "unreadable", "ok")
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ class Pointer:
     kind: str
     target: str  # as written in the file
     resolved: str | None  # the checkpoint path it names, None when nothing matches
+    #: why the target was not followed (it leads outside the pointer's folder), or None
+    refused: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +95,7 @@ class Pointer:
             "kind": self.kind,
             "target": self.target,
             "resolved": self.resolved,
+            "refused": self.refused,
         }
 
 

@@ -9,6 +9,7 @@
 | CKPT005 | checkpoint-size-drift | warning |
 | CKPT006 | checkpoint-save-stall | info · warning (needs the run's wall times) |
 | CKPT007 | code-running-pickle | error |
+| CKPT010 | path-outside-checkpoint | error |
 
 Every finding that advises going back names the newest intact checkpoint before its
 step ("go back to checkpoint-600, saved 12:03, intact"). Thresholds and their reasons:
@@ -36,6 +37,8 @@ CODES = {
     "CKPT005": "checkpoint-size-drift",
     "CKPT006": "checkpoint-save-stall",
     "CKPT007": "code-running-pickle",
+    # CKPT008 and CKPT009 are the gate's (trainlens.core.codes)
+    "CKPT010": "path-outside-checkpoint",
 }
 
 
@@ -111,7 +114,7 @@ def findings(
 ) -> list[Finding]:
     """Every CKPT finding about this inventory, by step."""
     p = params or Params()
-    out = _broken(inv) + _pointers(inv)
+    out = _broken(inv) + _pointers(inv) + _outside(inv)
     for group in _by_kind(inv).values():
         out += _cadence(inv, group, p) + _size_drift(inv, group, p)
     if run is not None:
@@ -124,7 +127,7 @@ def _broken(inv: Inventory) -> list[Finding]:
     out = []
     for c in inv.checkpoints:
         unsafe = [pr for pr in c.problems if pr.status == "unsafe"]
-        damage = [pr for pr in c.problems if pr.status != "unsafe"]
+        damage = [pr for pr in c.problems if pr.status not in ("unsafe", "outside")]
         if unsafe:
             msg = (
                 f"{c.name}: {unsafe[0].text()}; do not load it (not even with torch.load), "
@@ -165,6 +168,8 @@ def _restart_path(inv: Inventory, step: int | None) -> str | None:
 def _pointers(inv: Inventory) -> list[Finding]:
     out = []
     for ptr in inv.pointers:
+        if ptr.refused is not None:  # CKPT010's
+            continue
         target = inv.by_path(ptr.resolved) if ptr.resolved else None
         if ptr.resolved is not None and (target is None or target.intact):
             continue
@@ -186,6 +191,30 @@ def _pointers(inv: Inventory) -> list[Finding]:
                 restart_from=_restart_path(inv, None),
             )
         )
+    return out
+
+
+def _outside(inv: Inventory) -> list[Finding]:
+    """A checkpoint whose files name paths outside it (or hold a link leading out), and a
+    pointer naming a folder outside its own: none of it was opened, and a loader that
+    follows the name reads whatever file is there."""
+    out = []
+    for c in inv.checkpoints:
+        names = [pr for pr in c.problems if pr.status == "outside"]
+        if names:
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            msg = (
+                f"{c.name}: {names[0].text()}{more}; do not load it (a loader reads what the "
+                "name leads to), find who wrote it"
+            )
+            out.append(_finding("CKPT010", "error", msg, c.step, path=c.path, files=_texts(names)))
+    for ptr in inv.pointers:
+        if ptr.refused is not None:
+            msg = (
+                f"{ptr.path} names {ptr.target!r}, which {ptr.refused}; not followed: a resume "
+                f"that follows it loads from elsewhere; {advice(inv, None)} and rewrite the pointer"
+            )
+            out.append(_finding("CKPT010", "error", msg, None, pointer=ptr.path, target=ptr.target))
     return out
 
 

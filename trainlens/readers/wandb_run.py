@@ -46,8 +46,10 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.frame import strictly_increasing
+from trainlens.core.paths import link_leads_out
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _wandb_log as wl
+from trainlens.readers._outside import links_out, outside_note
 from trainlens.readers._wandb_compiled import Compiled, from_compiled
 from trainlens.readers.base import ReadOptions, readable_runs
 
@@ -62,6 +64,7 @@ RUN_DIR = re.compile(r"^(?:offline-)?run-(?P<date>\d{8}_\d{6})-(?P<rest>.+)$")
 COLLISION = re.compile(r"-(\d+)$")
 LOG_GLOB = "*.wandb"
 SYSTEM_PREFIX = "system/"
+_INSIDE = "a run's files are read inside its folder"
 MAX_THREADS = 4  # the compiled lane's, for one log
 THREAD_BYTES = 16 << 20  # a smaller log is read in one thread
 ROW_SCHEMA = {
@@ -94,8 +97,12 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def _logs_in(folder: Path) -> list[Path]:
+    """The ``.wandb`` logs in ``folder``; a link leading out of it is not one (the SDK
+    writes no links there)."""
     try:
-        return sorted(p for p in folder.glob(LOG_GLOB) if p.is_file())
+        logs = folder.glob(LOG_GLOB)
+        out = (p for p in logs if not p.is_symlink() or link_leads_out(folder, p) is None)
+        return sorted(p for p in out if p.is_file())  # (is_file follows a link: after)
     except OSError:
         return []
 
@@ -486,24 +493,21 @@ def _marks(history: pl.DataFrame) -> pl.DataFrame:
     return marks.with_columns(wall.set_sorted())
 
 
-def _summary(source: Path) -> dict[str, Any] | None:
+def _run_file(source: Path, name: str, issues: list[DataIssue]) -> dict[str, Any] | None:
+    """The JSON object in the run folder's ``files/<name>`` (``wandb-summary.json``; the
+    SDK's record of the machine, ``wandb-metadata.json``), or None. A link there leading
+    out of the run folder (the SDK writes the file itself) is not read, and said so."""
     folder = source if source.is_dir() else source.parent
-    path = folder / "files" / "wandb-summary.json"
+    path = folder / "files" / name
+    why = link_leads_out(folder, path) if path.is_symlink() else None
+    if why is not None:
+        issues.append(outside_note(path, why, _INSIDE))
+        return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def _run_metadata(source: Path) -> dict[str, Any]:
-    """``files/wandb-metadata.json`` (the SDK's record of the run's machine), or {}."""
-    folder = source if source.is_dir() else source.parent
-    try:
-        data = json.loads((folder / "files" / "wandb-metadata.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _machine(meta: dict[str, Any]) -> dict[str, Any]:
@@ -539,7 +543,9 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     frame, blocks = _frame(log)
     if frame.is_empty():
         raise UnreadableInputError(f"{source}: no metrics found in {records} W&B records")
-    meta = _run_metadata(source)
+    meta = _run_file(source, "wandb-metadata.json", log.issues) or {}
+    if source.is_dir():  # the logs left out by _logs_in, said once
+        log.issues += [outside_note(p, why, _INSIDE) for p, why in links_out(source, LOG_GLOB)]
     display = meta.get("display_name")
     name = log.info.get("name") or (display if isinstance(display, str) else None)
     name = name or log.info.get("run_id")
@@ -550,7 +556,7 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     config = {k: v for k, v in log.config.items() if k != "_wandb"}
     if config:
         metadata["params"] = config
-    summary = _summary(source)
+    summary = _run_file(source, "wandb-summary.json", log.issues)
     if summary is not None:
         metadata["summary"] = summary
     run = build_run(

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from trainlens.core.errors import UnreadableInputError
+from trainlens.core.paths import link_leads_out
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.core.yamlio import RefusedFile, read_yaml
+from trainlens.readers._outside import outside_note
 from trainlens.readers.base import ReadOptions
 from trainlens.readers.mlflow._metricfiles import parse_metric_files
 from trainlens.readers.mlflow._runs import (
@@ -39,6 +41,8 @@ _METRIC_LINE = re.compile(rb"^\s*-?\d+ \S+( -?\d+)?( \S+ \S+)?\s*$")
 
 def _meta_head_says(path: Path, *keys: bytes) -> bool:
     meta = path / "meta.yaml"
+    if meta.is_symlink() and link_leads_out(path, meta) is not None:
+        return False  # MLflow writes no links: one leading out is not read
     if not meta.is_file():
         return False
     head = read_head(meta)
@@ -54,7 +58,10 @@ def is_run_dir(path: Path) -> bool:
     # no meta.yaml (a copied run folder): the metric files must look like MLflow's
     for root, _dirs, files in os.walk(metrics):
         if files:
-            line = read_head(Path(root) / sorted(files)[0], 256).split(b"\n", 1)[0]
+            first = Path(root) / sorted(files)[0]
+            if first.is_symlink() and link_leads_out(metrics, first) is not None:
+                return False
+            line = read_head(first, 256).split(b"\n", 1)[0]
             return _METRIC_LINE.match(line) is not None
     return False
 
@@ -76,20 +83,32 @@ def looks_like_file_store(path: Path) -> bool:
     return False
 
 
-def _subdirs(path: Path) -> Iterator[Path]:
+def _subdirs(path: Path, outside: list[DataIssue] | None = None) -> Iterator[Path]:
+    """The folders in ``path``; a symlink leading out of it is not followed (MLflow
+    writes none), and said so in ``outside`` when given."""
     try:
         entries = sorted(os.scandir(path), key=lambda e: e.name)
     except OSError:
         return
     for e in entries:
+        if e.is_symlink():
+            why = link_leads_out(path, e.path)
+            if why is not None:
+                if outside is not None:
+                    outside.append(_outside_note(e.path, why))
+                continue
         if e.is_dir():
             yield Path(e.path)
+
+
+def _outside_note(path: str, why: str) -> DataIssue:
+    return outside_note(path, why, "a store's runs are read inside the folder named")
 
 
 def read_file_store(path: Path, opts: ReadOptions) -> list[Run]:
     runs = select_runs(_discover(path), opts, path)
     for r in runs:
-        r.files = _metric_files(Path(r.source))
+        r.files = _metric_files(Path(r.source), r.issues)
     with_metrics = [r for r in runs if r.files]
     if not with_metrics:
         raise no_metrics(path, runs)
@@ -137,11 +156,14 @@ def _discover(path: Path) -> list[RunInfo]:
         exp_issues: list[DataIssue] = []
         exp = _read_meta(parent, exp_issues) if _is_experiment_dir(parent) else {}
         return [_run_from_dir(path, exp, exp_issues)]
+    outside: list[DataIssue] = []
     if _is_experiment_dir(path):
         exp_dirs = [path]
     else:
         exp_dirs = [
-            d for d in _subdirs(path) if d.name not in _NOT_EXPERIMENTS and _is_experiment_dir(d)
+            d
+            for d in _subdirs(path, outside)
+            if d.name not in _NOT_EXPERIMENTS and _is_experiment_dir(d)
         ]
         if not exp_dirs:
             raise UnreadableInputError(
@@ -150,9 +172,9 @@ def _discover(path: Path) -> list[RunInfo]:
             )
     runs: list[RunInfo] = []
     for exp_dir in exp_dirs:
-        exp_issues = []
+        exp_issues = list(outside)  # a folder refused is said on every run read
         exp = _read_meta(exp_dir, exp_issues)
-        for d in _subdirs(exp_dir):
+        for d in list(_subdirs(exp_dir, exp_issues)):  # every refusal noted before a run
             if d.name not in _NOT_RUNS and is_run_dir(d):
                 runs.append(_run_from_dir(d, exp, exp_issues))
     runs.sort(key=run_order)
@@ -165,8 +187,8 @@ def _run_from_dir(
     issues = list(exp_issues)
     meta = _read_meta(run_dir, issues)
     run_id = str(meta.get("run_id") or meta.get("run_uuid") or run_dir.name)
-    tags = _read_kv_dir(run_dir / "tags")
-    params = _read_kv_dir(run_dir / "params")
+    tags = _read_kv_dir(run_dir / "tags", issues)
+    params = _read_kv_dir(run_dir / "params", issues)
     name = meta.get("run_name") or tags.get("mlflow.runName") or None
     exp_id = meta.get("experiment_id", exp.get("experiment_id"))
     return RunInfo(
@@ -188,22 +210,26 @@ def _run_from_dir(
     )
 
 
-def _read_kv_dir(folder: Path) -> dict[str, str]:
+def _read_kv_dir(folder: Path, issues: list[DataIssue]) -> dict[str, str]:
     """params/ or tags/: one file per key (a '/' in the key is a sub-folder)."""
     out: dict[str, str] = {}
-    if not folder.is_dir():
+    if not folder.is_dir() or folder.is_symlink():
         return out
     for root, _dirs, files in os.walk(folder):
         for name in files:
             full = os.path.join(root, name)
+            if os.path.islink(full) and (why := link_leads_out(folder, full)) is not None:
+                issues.append(_outside_note(full, why))
+                continue
             key = os.path.relpath(full, folder).replace(os.sep, "/")
             with open(full, "rb") as fh:
                 out[key] = fh.read().decode("utf-8", errors="replace")
     return dict(sorted(out.items()))
 
 
-def _metric_files(run_dir: Path) -> list[tuple[str, str, int]]:
-    """(metric name, path, size) of every metric file of a run, sorted by name."""
+def _metric_files(run_dir: Path, issues: list[DataIssue]) -> list[tuple[str, str, int]]:
+    """(metric name, path, size) of every metric file of a run, sorted by name; a link
+    leading out of the run's folder is not read, and said so in ``issues``."""
     folder = run_dir / "metrics"
     out: list[tuple[str, str, int]] = []
     if not folder.is_dir():
@@ -213,7 +239,9 @@ def _metric_files(run_dir: Path) -> list[tuple[str, str, int]]:
     while stack:
         with os.scandir(stack.pop()) as it:
             for e in it:
-                if e.is_dir():
+                if e.is_symlink() and (why := link_leads_out(run_dir, e.path)) is not None:
+                    issues.append(_outside_note(e.path, why))
+                elif e.is_dir(follow_symlinks=False):  # a linked folder could loop
                     stack.append(e.path)
                 elif e.is_file():
                     out.append((e.path[base:].replace(os.sep, "/"), e.path, e.stat().st_size))
@@ -225,6 +253,10 @@ def _read_meta(folder: Path, issues: list[DataIssue] | None = None) -> dict[str,
     """A run's or experiment's meta.yaml as a dict ({} when absent or refused: the run is
     still read from its metric files, and a refusal is noted in ``issues``)."""
     path = folder / "meta.yaml"
+    if path.is_symlink() and (why := link_leads_out(folder, path)) is not None:
+        if issues is not None:
+            issues.append(_outside_note(str(path), why))
+        return {}
     if not path.is_file():
         return {}
     try:
