@@ -268,6 +268,25 @@ def _without_unbalanced_quotes(
 
 
 def _polars_csv(source: Path | io.BytesIO, delim: str) -> pl.DataFrame:
+    df = _polars_csv_inferred(source, delim)
+    key = find_key(df.columns, STEP_KEYS)
+    if key is not None and df.schema[key] == pl.Float64:
+        # a step column with a fraction in it: read again as text, parsed exactly later
+        # (as floats, a step 2**63-1 became 2**63 and 2**53+1 became 2**53)
+        if isinstance(source, io.BytesIO):
+            source.seek(0)
+        df = pl.read_csv(
+            source,
+            separator=delim,
+            infer_schema_length=10_000,
+            null_values=[""],
+            truncate_ragged_lines=True,
+            schema_overrides={key: pl.String},
+        )
+    return df
+
+
+def _polars_csv_inferred(source: Path | io.BytesIO, delim: str) -> pl.DataFrame:
     try:
         return pl.read_csv(
             source,
