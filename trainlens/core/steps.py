@@ -136,7 +136,7 @@ def bad_step_note(
     *,
     source: str,
     unit: str,
-    where: Sequence[int],
+    where: Sequence[int | str],
     n_values: int,
     n_records: int,
     reasons: Counter[str],

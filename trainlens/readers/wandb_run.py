@@ -44,6 +44,7 @@ from typing import Any
 
 import polars as pl
 
+from trainlens.core import steps
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.frame import strictly_increasing
 from trainlens.core.run import DataIssue, Run, build_run
@@ -147,6 +148,7 @@ class _Log:
     skipped: Counter[str] = field(default_factory=Counter)
     issues: list[DataIssue] = field(default_factory=list)
     last_step: int = -1
+    bad_steps: list[tuple[int, int, str]] = field(default_factory=list)  # rec, values, why
     recs: list[int] = field(default_factory=list)  # the record each exact-path row came from
     rec: int = 0  # the record being decoded (its place in the run: file, byte offset)
     fast: list[pl.DataFrame] = field(default_factory=list)  # rec, step, metric, value, wall
@@ -190,13 +192,28 @@ def _item_value(buf: bytes | memoryview, fs: list[tuple[int, int, int, int]]) ->
     return None
 
 
+def _item_text(buf: bytes | memoryview, fs: list[tuple[int, int, int, int]]) -> object:
+    """An item's value as written: value_json's text, else the number (for the step,
+    which must not go through a float: 2**63-1 would become 2**63)."""
+    for n, w, a, b in fs:
+        if n == I_VALUE_JSON and w == 2:
+            return _text(buf, a, b)
+        if n in (I_INT, I_BOOL) and w == 0:
+            return a - (1 << 64) if a >= 1 << 63 else a
+    return _item_value(buf, fs)
+
+
 def _history(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
     row: dict[str, float] = {}
+    raw_step: object = None
     step_num: int | None = None
     for n, w, x, y in wl.fields(buf, a, b):
         if n == H_ITEM and w == 2:
             fs = wl.fields(buf, x, y)
             key = _item_key(buf, fs)
+            if key == "_step":
+                raw_step = _item_text(buf, fs)
+                continue
             value = _item_value(buf, fs)
             if value is None:
                 log.skipped[key] += 1
@@ -204,12 +221,16 @@ def _history(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
                 row[key] = value
         elif n == H_STEP and w == 2:
             step_num = next((v for f, ww, v, _ in wl.fields(buf, x, y) if f == 1 and ww == 0), 0)
-    raw_step = row.pop("_step", None)
-    step = int(raw_step) if raw_step is not None and math.isfinite(raw_step) else step_num
-    if step is None:
-        step = log.last_step + 1
     wall = row.pop("_timestamp", None)
     row.pop("_runtime", None)
+    # W&B's `_step`, else the history record's step field, else the one after the last
+    # (a record of another writer); one that is no step skips the record, counted
+    given = raw_step if raw_step is not None else step_num
+    step = log.last_step + 1 if given is None else steps.step_of(given, negative=False)
+    if isinstance(step, str):
+        if row:
+            log.bad_steps.append((log.rec, len(row), step))
+        return
     log.last_step = step
     for key, value in row.items():
         log.recs.append(log.rec)
@@ -315,6 +336,7 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
             _record(log, data, 0, len(data))
         except (ValueError, IndexError, struct.error):
             bad += 1
+    _note_bad_steps(log, path, base)
     if bad:
         log.issues.append(
             DataIssue(
@@ -325,6 +347,25 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
             )
         )
     return count
+
+
+def _note_bad_steps(log: _Log, path: Path, base: int) -> None:
+    """One note for this file's history records skipped for a ``_step`` that is no step."""
+    mine = [(rec - base, n, why) for rec, n, why in log.bad_steps if rec >> 40 == base >> 40]
+    if not mine:
+        return
+    mine.sort()
+    log.issues.append(
+        steps.bad_step_note(
+            source=str(path),
+            unit="record",
+            where=[f"at byte {at}" for at, _, _ in mine[:100]],
+            n_values=sum(n for _, n, _ in mine),
+            n_records=len(mine),
+            reasons=Counter(why for _, _, why in mine),
+            key="_step",
+        )
+    )
 
 
 def _scan_compiled(path: Path) -> tuple[Any, ...] | str:
