@@ -119,7 +119,7 @@ def steps_of(column: pl.Series, *, negative: bool = True) -> tuple[pl.Series, pl
         .to_series()
         .alias(name)
     )
-    why = why.set(column.is_null(), None)  # type: ignore[arg-type]
+    why = why.set(column.is_null(), None)
     return _negatives(step, why, negative)
 
 
@@ -129,7 +129,7 @@ def _negatives(step: pl.Series, why: pl.Series, negative: bool) -> tuple[pl.Seri
     below = (step < 0).fill_null(False)
     if not below.any():
         return step, why
-    return step.set(below, None), why.set(below, NEGATIVE)  # type: ignore[arg-type]
+    return step.set(below, None), why.set(below, NEGATIVE)
 
 
 def bad_step_note(

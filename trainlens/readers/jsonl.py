@@ -439,7 +439,7 @@ def _read_sampled(source: bytes | Path, sample: bytes, newlines: int, colons: in
     step_key = find_key(sampled.columns, STEP_KEYS)
     # every number column as Float64 (wide_to_long makes them so anyway), so an integer
     # sample followed by a fraction is not an error; the step keeps its integer type
-    schema = {
+    schema: dict[str, pl.DataType | type[pl.DataType]] = {
         c: (pl.Float64 if dt == pl.Int64 and c != step_key else dt)
         for c, dt in sampled.schema.items()
     }

@@ -32,7 +32,6 @@ byte offset; every sound record is kept (see :mod:`trainlens.readers._wandb_log`
 from __future__ import annotations
 
 import json
-import math
 import mmap
 import os
 import re
