@@ -485,7 +485,7 @@ def history_fast(
     nan_text &= arr[a0 + 2] == ord("N")
     unparsed = np.isnan(values) & ~nan_text
     slow[owner[fast[unparsed]]] = True
-    names = [k.decode("utf-8", "replace") for k in keys]
+    names = wl.unique_names([wl.text(k) for k in keys])
     own = {OWN[k]: i for i, k in enumerate(names) if k in OWN}
     step = np.full(n, np.nan)
     wall = np.full(n, np.nan)

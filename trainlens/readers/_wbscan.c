@@ -589,7 +589,10 @@ static PyObject *names_list(Keys *k) {
     PyObject *list = PyList_New((Py_ssize_t)k->n);
     Name *names = (Name *)k->names.data;
     for (size_t c = 0; list && c < k->n; c++) {
-        PyObject *s = PyUnicode_DecodeUTF8((const char *)names[c].key, names[c].len, "replace");
+        /* (bytes that are no UTF-8 as \\xNN escapes, as the other lanes: two keys that differ
+         * only there stay two metrics, where "replace" made them one name twice) */
+        PyObject *s =
+            PyUnicode_DecodeUTF8((const char *)names[c].key, names[c].len, "backslashreplace");
         if (!s) {
             Py_CLEAR(list);
             break;

@@ -541,10 +541,21 @@ def _big_int(v: int) -> float:
         return math.inf if v > 0 else -math.inf
 
 
+def _escaped(text: str) -> str:
+    """``text`` itself, or with its lone surrogates (JSON's ``"\\ud800"``, which no UTF-8
+    holds and polars refuses) as the escape text ``\\ud800``: two keys that differ only
+    there stay two metrics."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _flat(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
     for k, v in obj.items():
-        key = f"{prefix}{k}"
+        key = _escaped(f"{prefix}{k}")
         if isinstance(v, dict):
             out.update(_flat(v, key + "/"))
         elif key.lower() in _STEP_KEYS_LOWER and not isinstance(v, (str, type(None))):
@@ -556,5 +567,5 @@ def _flat(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
         elif isinstance(v, (int, float)) or v is None:
             out[key] = v
         else:
-            out[key] = str(v)
+            out[key] = _escaped(str(v))
     return out

@@ -155,7 +155,7 @@ class _Log:
 
 
 def _text(buf: bytes | memoryview, a: int, b: int) -> str:
-    return bytes(buf[a:b]).decode("utf-8", "replace")
+    return wl.text(bytes(buf[a:b]))
 
 
 def _item_key(buf: bytes | memoryview, fs: list[tuple[int, int, int, int]]) -> str:
