@@ -49,6 +49,7 @@ from trainlens.core.frame import strictly_increasing
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _wandb_log as wl
 from trainlens.readers._wandb_compiled import Compiled, from_compiled
+from trainlens.readers._wandb_meta import machine_of, run_metadata, summary_of
 from trainlens.readers.base import ReadOptions, readable_runs
 
 try:
@@ -526,39 +527,6 @@ def _marks(history: pl.DataFrame) -> pl.DataFrame:
     return marks.with_columns(wall.set_sorted())
 
 
-def _summary(source: Path) -> dict[str, Any] | None:
-    folder = source if source.is_dir() else source.parent
-    path = folder / "files" / "wandb-summary.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _run_metadata(source: Path) -> dict[str, Any]:
-    """``files/wandb-metadata.json`` (the SDK's record of the run's machine), or {}."""
-    folder = source if source.is_dir() else source.parent
-    try:
-        data = json.loads((folder / "files" / "wandb-metadata.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _machine(meta: dict[str, Any]) -> dict[str, Any]:
-    """The GPU model and count W&B recorded for the run's machine (``gpu``, ``gpu_count``):
-    the TDP estimate's hardware when the config names none. The count is that machine's
-    GPUs, not a multi-node job's world size."""
-    out: dict[str, Any] = {}
-    gpu, count = meta.get("gpu"), meta.get("gpu_count")
-    if isinstance(gpu, str) and gpu.strip():
-        out["gpu"] = gpu.strip()
-    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-        out["n_gpus"] = count
-    return out
-
-
 def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     log = _Log()
     records = 0
@@ -579,18 +547,18 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     frame, blocks = _frame(log)
     if frame.is_empty():
         raise UnreadableInputError(f"{source}: no metrics found in {records} W&B records")
-    meta = _run_metadata(source)
+    meta = run_metadata(source)
     display = meta.get("display_name")
     name = log.info.get("name") or (display if isinstance(display, str) else None)
     name = name or log.info.get("run_id")
     metadata: dict[str, Any] = {"wandb": dict(log.info), "files": [str(f) for f in files]}
-    machine = _machine(meta)
+    machine = machine_of(meta)
     if machine:
         metadata["machine"] = machine
     config = {k: v for k, v in log.config.items() if k != "_wandb"}
     if config:
         metadata["params"] = config
-    summary = _summary(source)
+    summary = summary_of(source)
     if summary is not None:
         metadata["summary"] = summary
     run = build_run(
