@@ -353,12 +353,12 @@ def test_accounting_mlflow(mlflow_db: Path) -> None:
 
 def test_accounting_hf_trainer_state(tmp_path: Path) -> None:
     history = [{"step": s, "loss": 1.0, "learning_rate": 1e-3} for s in range(1, 21)]
-    history += [{"step": 2.5, "loss": 1.0}, {"step": -3, "loss": 1.0}, {"loss": 2.0}]
+    history += [{"step": 2.5, "loss": 7.0}, {"step": -3, "loss": 7.0}, {"loss": 7.0}]
     path = tmp_path / "trainer_state.json"
     path.write_text(json.dumps({"global_step": 20, "log_history": history}))
     (run,) = read_runs(path)
     assert run.frame.height + _skipped(run) == 43
-    assert 2 not in run.frame.get_column("step").to_list()  # 2.5 is not rounded to 2
+    assert 7.0 not in run.frame.get_column("value").to_list()  # 2.5 is not rounded to 2
 
 
 def test_accounting_text_log(tmp_path: Path) -> None:
