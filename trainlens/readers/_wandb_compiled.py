@@ -20,6 +20,8 @@ from typing import Any
 
 import polars as pl
 
+from trainlens.readers._wandb_log import unique_names
+
 
 @dataclass
 class Compiled:
@@ -71,6 +73,7 @@ def from_compiled(
     """The columns of ``_wbscan.scan`` appended to ``out`` (when it decoded any history
     value); the records left to the exact decoder, and how many records were read."""
     keys, values, rows, mark_step_c, mark_wall_c, mark_rec_c, exact = scanned
+    keys = unique_names(keys)
     mark_step = pl.Series(mark_step_c).alias("step")
     mark_wall = pl.Series(mark_wall_c).alias("wall_time")
     mark_rec = pl.Series(mark_rec_c).alias("rec")

@@ -40,6 +40,7 @@ MAX_VALUE = 40  # longer JSON values too (a float64 takes at most 24 characters)
 _PRIME = np.uint64(0x100000001B3)
 _NUMERIC_START = np.zeros(256, dtype=bool)
 _NUMERIC_START[list(b"-0123456789NI")] = True
+_CSV_FRAMING = np.frombuffer(b',"\n\r', dtype=np.uint8)
 
 
 @dataclass
@@ -256,6 +257,15 @@ def parse_numbers(arr: np.ndarray, a: np.ndarray, lens: np.ndarray) -> np.ndarra
     width = nwords * 8
     cols = np.arange(width)
     mat = np.stack([u64_at(arr, a + 8 * w) for w in range(nwords)], axis=1).view(np.uint8)
+    # a value holding a separator, quote or line break would split or join CSV rows (and
+    # the read fail: "1,2" in a damaged log ended the read); it is made a text no float
+    # parses, so the exact decoder judges it
+    inside = cols[None, :] < lens[:, None]
+    framing = (np.isin(mat[:, :width], _CSV_FRAMING) & inside).any(axis=1)
+    if framing.any():
+        lens = lens.copy()
+        mat[framing, 0] = ord("x")
+        lens[framing] = 1
     mat[np.arange(n), lens] = ord("\n")
     text = mat[cols[None, :] <= lens[:, None]].tobytes()
     try:
@@ -469,9 +479,13 @@ def history_fast(
     codes, keys = intern(arr, ka[fast], kl[fast])
     slow[owner[fast[codes < 0]]] = True
     values = parse_numbers(arr, va[fast], vl[fast])
-    unparsed = np.isnan(values) & (arr[va[fast]] != ord("N"))
+    # (NaN from a value that is not the text NaN — "Nope", "1,2" — is no NaN: exact path)
+    a0 = va[fast]
+    nan_text = (vl[fast] == 3) & (arr[a0] == ord("N")) & (arr[a0 + 1] == ord("a"))
+    nan_text &= arr[a0 + 2] == ord("N")
+    unparsed = np.isnan(values) & ~nan_text
     slow[owner[fast[unparsed]]] = True
-    names = [k.decode("utf-8", "replace") for k in keys]
+    names = wl.unique_names([wl.text(k) for k in keys])
     own = {OWN[k]: i for i, k in enumerate(names) if k in OWN}
     step = np.full(n, np.nan)
     wall = np.full(n, np.nan)
@@ -481,7 +495,11 @@ def history_fast(
     if "wall" in own:
         at = codes == own["wall"]
         wall[owner[fast[at]]] = values[at]
-    slow |= ~np.isfinite(step)
+    # a step the exact decoder must judge (trainlens.core.steps): none, not a whole number,
+    # below 0 (W&B never writes one), or past 2**53 (where the float may not be the integer
+    # its text says)
+    with np.errstate(invalid="ignore"):
+        slow |= ~((step >= 0) & (step <= 2.0**53) & (step == np.floor(step)))
     keep = ~slow[owner[fast]] & ~np.isin(codes, list(own.values()))
     rows = owner[fast[keep]]
     code = codes[keep]

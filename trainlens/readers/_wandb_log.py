@@ -45,6 +45,29 @@ class Damage:
     records: int = 0
 
 
+def text(raw: bytes) -> str:
+    """A protobuf string as text: bytes that are no UTF-8 (a lone surrogate's, say) become
+    ``\\xNN`` escapes. Every lane names keys so; "replace" made two keys that differ
+    only in such bytes one name, and the read failed on it (two metrics of one name)."""
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """``names`` with a repeat (a key whose escaped text is another key's literal text)
+    made ``name#2``, ``name#3``…: each decoded key stays its own metric."""
+    if len(set(names)) == len(names):
+        return names
+    seen: set[str] = set()
+    out = []
+    for name in names:
+        new, k = name, 2
+        while new in seen:
+            new, k = f"{name}#{k}", k + 1
+        seen.add(new)
+        out.append(new)
+    return out
+
+
 def has_magic(head: bytes) -> bool:
     return head[: len(MAGIC)] == MAGIC
 

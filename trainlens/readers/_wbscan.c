@@ -368,7 +368,10 @@ static int history(Out *o, const uint8_t *p, const uint8_t *end, int64_t rec) {
         o->items[n].value = d;
         n++;
     }
-    if (!has_step || !isfinite(step) || step != floor(step) || fabs(step) > 9.0e18) return 0;
+    /* a step the exact decoder must judge (trainlens.core.steps): not a whole number, below
+     * 0 (W&B never writes one), or past 2^53, where the double may not be the integer the
+     * text says */
+    if (!has_step || !(step >= 0 && step <= 9007199254740992.0) || step != floor(step)) return 0;
     int64_t s = (int64_t)step;
     if (cols_for(o, o->keys.n) < 0) return -1;
     for (size_t i = 0; i < n; i++)
@@ -586,7 +589,10 @@ static PyObject *names_list(Keys *k) {
     PyObject *list = PyList_New((Py_ssize_t)k->n);
     Name *names = (Name *)k->names.data;
     for (size_t c = 0; list && c < k->n; c++) {
-        PyObject *s = PyUnicode_DecodeUTF8((const char *)names[c].key, names[c].len, "replace");
+        /* (bytes that are no UTF-8 as \\xNN escapes, as the other lanes: two keys that differ
+         * only there stay two metrics, where "replace" made them one name twice) */
+        PyObject *s =
+            PyUnicode_DecodeUTF8((const char *)names[c].key, names[c].len, "backslashreplace");
         if (!s) {
             Py_CLEAR(list);
             break;

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import polars as pl
 
 from trainlens.core.run import DataIssue
+from trainlens.core.steps import bad_step_note, steps_of
 
 STEP_KEYS = (
     "step",
@@ -83,7 +85,8 @@ def wide_to_long(
         df = df.with_columns((pl.col("_line") - 1).alias("_step"))
         step_key = "_step"
     else:
-        df = df.with_columns(_int_steps(df.get_column(step_key)).alias("_step_int"))
+        step, why = _int_steps(df.get_column(step_key))
+        df = df.with_columns(step.alias("_step_int"), why.alias("_step_why"))
         step_key = "_step_int"
 
     if time_key is not None and not _scalar_type(df.schema[time_key]):
@@ -100,7 +103,7 @@ def wide_to_long(
     else:
         df = df.with_columns(pl.lit(None, dtype=pl.Float64).alias("_wall"))
 
-    skip = {step_key, time_key, original_step_key, "_line", "_wall"}
+    skip = {step_key, time_key, original_step_key, "_line", "_wall", "_step_why"}
     metric_cols = [c for c in df.columns if c not in skip]
     casts: list[pl.Series] = []
     dropped: list[str] = []
@@ -225,32 +228,18 @@ def enum_runs(names: list[str], counts: list[int]) -> pl.Series:
     return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
 
 
-# the largest whole float below 2**63: a step must fit the frame's Int64
-_STEP_LIMIT = float(2**63 - 1024)
-_INTEGER_TYPES = (pl.Int64, pl.Int32, pl.Int16, pl.Int8, pl.UInt32, pl.UInt16, pl.UInt8)
-
-
 def _scalar_type(dtype: pl.DataType) -> bool:
     """A column polars can cast to a number cell by cell: not a list or an object."""
     return dtype.is_numeric() or dtype in (pl.String, pl.Boolean, pl.Null)
 
 
-def _int_steps(step: pl.Series) -> pl.Series:
-    """The step column as Int64; null where there is no usable step: missing, not a
-    number, NaN, infinite, or beyond Int64 (a 20-digit step). Those rows are reported
-    by :func:`_stepless_rows`; a fractional step is rounded (an epoch-like 1.0)."""
-    if step.dtype in _INTEGER_TYPES:
-        return step.cast(pl.Int64)
-    if step.dtype == pl.Boolean or not _scalar_type(step.dtype):
-        # true/false are not steps (nor 1 and 0); nor is a list ([3]) or an object
-        return pl.Series(step.name, [None] * step.len(), dtype=pl.Int64)
-    as_float = step.cast(pl.Float64, strict=False)
-    usable = as_float.is_finite() & (as_float.abs() <= _STEP_LIMIT)
-    return (
-        pl.select(pl.when(usable).then(as_float.round(0)).otherwise(None).cast(pl.Int64))
-        .to_series()
-        .alias(step.name)
-    )
+def _int_steps(step: pl.Series) -> tuple[pl.Series, pl.Series]:
+    """The step column as Int64, null where there is no usable step, and why not
+    (:func:`trainlens.core.steps.steps_of`: a fractional step is no step, never rounded).
+    Those rows are reported by :func:`_stepless_rows`."""
+    if not _scalar_type(step.dtype):  # a list ([3]) or an object: no step
+        return steps_of(pl.Series(step.name, [True] * step.len()).set(step.is_null(), None))
+    return steps_of(step)
 
 
 def _stepless_rows(
@@ -275,20 +264,19 @@ def _stepless_rows(
     if n_values == 0:
         return []
     lines = df.get_column("_line").filter(missing).filter(has_values)
-    n_lines = lines.len()
-    shown = lines.head(5).to_list()
+    reasons: Counter[str] = Counter()
+    if "_step_why" in df.columns:
+        why = df.get_column("_step_why").filter(missing).filter(has_values)
+        reasons.update(why.fill_null("missing").to_list())
     return [
-        DataIssue(
-            kind="bad-step",
+        bad_step_note(
             source=source,
-            location=f"{unit} {shown[0]}",
-            message=(
-                f"{n_values} value(s) on {n_lines} {unit}(s) without a usable step (missing, "
-                "not a number, or not a whole number within 64 bits) were skipped "
-                f"({unit}s {', '.join(map(str, shown))}{'…' if n_lines > len(shown) else ''})"
-            ),
-            count=n_values,
-            details={unit + "s": lines.head(100).to_list(), "values": n_values, "key": raw_key},
+            unit=unit,
+            where=lines.head(100).to_list(),
+            n_values=n_values,
+            n_records=lines.len(),
+            reasons=reasons,
+            key=raw_key,
         )
     ]
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from trainlens.core import steps
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, too_deep_containers
@@ -88,15 +89,13 @@ def _load(state_path: Path) -> tuple[Any, list[DataIssue]]:
 
 
 def _whole_step(raw: object) -> int | None:
-    """A log_history step as an int: None when missing, not a number, NaN, infinite,
-    or beyond Int64 (the frame's step type); a float step is rounded."""
+    """A log_history step as an int: None when it is none (missing, not a number, NaN, a
+    fraction — never rounded —, negative: HF's global_step counts from 0 —, or beyond
+    Int64); see :mod:`trainlens.core.steps`."""
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
         return None
-    if isinstance(raw, float):
-        if not math.isfinite(raw):
-            return None
-        raw = round(raw)
-    return raw if -(2**63) <= raw < 2**63 else None
+    step = steps.step_of(raw, negative=False)
+    return step if isinstance(step, int) else None
 
 
 def _as_float(value: object) -> float | None:

@@ -201,6 +201,21 @@ def _drop_deep_lines(data: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
     return b"\n".join(lines), [issue]
 
 
+def _ndjson(data: bytes) -> pl.DataFrame:
+    """``data`` read by polars, every line's step exact: a step column that mixes integers
+    and fractions comes out Float64, where 2**63-1 became 2**63 (and was reported as no
+    step) and 2**53+1 became 2**53; it is then read again as the numbers' text, which
+    :func:`trainlens.core.steps.steps_of` parses exactly. (Once more only then: a whole
+    second parse, for the rare file whose steps are not all integers.)"""
+    df = pl.read_ndjson(io.BytesIO(data), infer_schema_length=None)
+    key = find_key(df.columns, STEP_KEYS)
+    if key is not None and df.schema[key] == pl.Float64:
+        df = pl.read_ndjson(
+            io.BytesIO(data), infer_schema_length=None, schema_overrides={key: pl.String}
+        )
+    return df
+
+
 def _parse(
     body: bytes, source: str, *, fast: bool = True
 ) -> tuple[pl.DataFrame | None, pl.Series, list[DataIssue]]:
@@ -215,11 +230,11 @@ def _parse(
     has_blank = body.startswith(b"\n") or b"\n\n" in body or b"\n\r\n" in body
     if not has_blank:
         try:
-            df = pl.read_ndjson(io.BytesIO(_swap_nonfinite(body)), infer_schema_length=None)
+            df = _ndjson(_swap_nonfinite(body))
             repeating = lines_repeating_a_key(body, df, large=len(body) >= FAST_MIN_BYTES)
             if repeating:  # rare: those lines rewritten, the whole read again
                 body, issues = last_key_wins(body, repeating, source)
-                df = pl.read_ndjson(io.BytesIO(_swap_nonfinite(body)), infer_schema_length=None)
+                df = _ndjson(_swap_nonfinite(body))
             df = _first_appearance_order(df, lambda row: _nth_line(body, row))
             lines = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
             return df, lines, issues
@@ -281,7 +296,7 @@ def _parse(
     if not good:
         return None, lines, issues
     try:
-        df = pl.read_ndjson(io.BytesIO(b"\n".join(good)), infer_schema_length=None)
+        df = _ndjson(b"\n".join(good))
     except Exception:
         # lines valid JSON one by one but not together (e.g. a key's type changes from
         # object to number): fall back to Python objects, flattened by hand
@@ -424,10 +439,12 @@ def _read_sampled(source: bytes | Path, sample: bytes, newlines: int, colons: in
     step_key = find_key(sampled.columns, STEP_KEYS)
     # every number column as Float64 (wide_to_long makes them so anyway), so an integer
     # sample followed by a fraction is not an error; the step keeps its integer type
-    schema = {
+    schema: dict[str, pl.DataType | type[pl.DataType]] = {
         c: (pl.Float64 if dt == pl.Int64 and c != step_key else dt)
         for c, dt in sampled.schema.items()
     }
+    if step_key is not None and schema[step_key] == pl.Float64:
+        schema[step_key] = pl.String  # (the numbers' text: exact, see _ndjson)
     try:
         df = pl.read_ndjson(source, schema=schema)
     except Exception:
@@ -524,18 +541,31 @@ def _big_int(v: int) -> float:
         return math.inf if v > 0 else -math.inf
 
 
+def _escaped(text: str) -> str:
+    """``text`` itself, or with its lone surrogates (JSON's ``"\\ud800"``, which no UTF-8
+    holds and polars refuses) as the escape text ``\\ud800``: two keys that differ only
+    there stay two metrics."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _flat(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
     out: dict[str, object] = {}
     for k, v in obj.items():
-        key = f"{prefix}{k}"
+        key = _escaped(f"{prefix}{k}")
         if isinstance(v, dict):
             out.update(_flat(v, key + "/"))
-        elif isinstance(v, bool) and key.lower() in _STEP_KEYS_LOWER:
-            out[key] = None  # true is no step (polars would make it 1 beside integers)
+        elif key.lower() in _STEP_KEYS_LOWER and not isinstance(v, (str, type(None))):
+            # a step as its text, parsed exactly later (polars would make true 1 beside
+            # integers, and an integer beyond 64 bits a float)
+            out[key] = json.dumps(v)
         elif isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
             out[key] = _big_int(v)  # polars builds no column from a 128-bit integer
         elif isinstance(v, (int, float)) or v is None:
             out[key] = v
         else:
-            out[key] = str(v)
+            out[key] = _escaped(str(v))
     return out

@@ -32,10 +32,8 @@ byte offset; every sound record is kept (see :mod:`trainlens.readers._wandb_log`
 from __future__ import annotations
 
 import json
-import math
 import mmap
 import os
-import re
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,13 +42,14 @@ from typing import Any
 
 import polars as pl
 
+from trainlens.core import steps
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.frame import strictly_increasing
-from trainlens.core.paths import link_leads_out
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _wandb_log as wl
 from trainlens.readers._outside import links_out, outside_note
 from trainlens.readers._wandb_compiled import Compiled, from_compiled
+from trainlens.readers._wandb_meta import LOG_GLOB, groups, logs_in, machine_of, run_dirs, run_file
 from trainlens.readers.base import ReadOptions, readable_runs
 
 try:
@@ -59,10 +58,7 @@ except ImportError:  # not compiled at install: the numpy lane reads every file
     _wbscan = None  # type: ignore[assignment]
 
 FORMAT = "wandb-run"
-RUN_DIR = re.compile(r"^(?:offline-)?run-(?P<date>\d{8}_\d{6})-(?P<rest>.+)$")
 # W&B names a folder started in the same second as another of the same id `…-<id>-1`
-COLLISION = re.compile(r"-(\d+)$")
-LOG_GLOB = "*.wandb"
 SYSTEM_PREFIX = "system/"
 _INSIDE = "a run's files are read inside its folder"
 MAX_THREADS = 4  # the compiled lane's, for one log
@@ -89,52 +85,8 @@ def sniff(path: Path, head: bytes) -> bool:
     """A ``.wandb`` transaction log (its magic), a run folder holding one, or a folder of
     run folders."""
     if path.is_dir():
-        return bool(_logs_in(path) or _run_dirs(path))
+        return bool(logs_in(path) or run_dirs(path))
     return wl.has_magic(head)
-
-
-# ---- layout --------------------------------------------------------------------------------
-
-
-def _logs_in(folder: Path) -> list[Path]:
-    """The ``.wandb`` logs in ``folder``; a link leading out of it is not one (the SDK
-    writes no links there)."""
-    try:
-        logs = folder.glob(LOG_GLOB)
-        out = (p for p in logs if not p.is_symlink() or link_leads_out(folder, p) is None)
-        return sorted(p for p in out if p.is_file())  # (is_file follows a link: after)
-    except OSError:
-        return []
-
-
-def _run_dirs(folder: Path) -> list[Path]:
-    """The run folders directly in ``folder`` (not ``latest-run``, a link to one)."""
-    try:
-        subs = [p for p in folder.iterdir() if RUN_DIR.match(p.name) and not p.is_symlink()]
-    except OSError:
-        return []
-    return sorted((p for p in subs if p.is_dir() and _logs_in(p)), key=_dir_order)
-
-
-def _dir_order(p: Path) -> tuple[str, int, str]:
-    m = RUN_DIR.match(p.name)
-    if not m:
-        return ("", 0, p.name)
-    again = COLLISION.search(m.group("rest"))
-    return (m.group("date"), int(again.group(1)) if again else 0, p.name)
-
-
-def _groups(path: Path) -> list[tuple[Path, list[Path]]]:
-    """(source, log files in order) for each run at ``path``."""
-    if path.is_file():
-        return [(path, [path])]
-    logs = _logs_in(path)
-    if logs:
-        return [(path, logs)]
-    by_id: dict[str, list[Path]] = {}
-    for d in _run_dirs(path):  # (the run id from the log's name: run-<id>.wandb)
-        by_id.setdefault(_logs_in(d)[0].stem, []).append(d)
-    return [(dirs[-1], [f for d in dirs for f in _logs_in(d)]) for dirs in by_id.values()]
 
 
 # ---- decoding ------------------------------------------------------------------------------
@@ -154,6 +106,7 @@ class _Log:
     skipped: Counter[str] = field(default_factory=Counter)
     issues: list[DataIssue] = field(default_factory=list)
     last_step: int = -1
+    bad_steps: list[tuple[int, int, str]] = field(default_factory=list)  # rec, values, why
     recs: list[int] = field(default_factory=list)  # the record each exact-path row came from
     rec: int = 0  # the record being decoded (its place in the run: file, byte offset)
     fast: list[pl.DataFrame] = field(default_factory=list)  # rec, step, metric, value, wall
@@ -161,7 +114,7 @@ class _Log:
 
 
 def _text(buf: bytes | memoryview, a: int, b: int) -> str:
-    return bytes(buf[a:b]).decode("utf-8", "replace")
+    return wl.text(bytes(buf[a:b]))
 
 
 def _item_key(buf: bytes | memoryview, fs: list[tuple[int, int, int, int]]) -> str:
@@ -197,13 +150,28 @@ def _item_value(buf: bytes | memoryview, fs: list[tuple[int, int, int, int]]) ->
     return None
 
 
+def _item_text(buf: bytes | memoryview, fs: list[tuple[int, int, int, int]]) -> object:
+    """An item's value as written: value_json's text, else the number (for the step,
+    which must not go through a float: 2**63-1 would become 2**63)."""
+    for n, w, a, b in fs:
+        if n == I_VALUE_JSON and w == 2:
+            return _text(buf, a, b)
+        if n in (I_INT, I_BOOL) and w == 0:
+            return a - (1 << 64) if a >= 1 << 63 else a
+    return _item_value(buf, fs)
+
+
 def _history(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
     row: dict[str, float] = {}
+    raw_step: object = None
     step_num: int | None = None
     for n, w, x, y in wl.fields(buf, a, b):
         if n == H_ITEM and w == 2:
             fs = wl.fields(buf, x, y)
             key = _item_key(buf, fs)
+            if key == "_step":
+                raw_step = _item_text(buf, fs)
+                continue
             value = _item_value(buf, fs)
             if value is None:
                 log.skipped[key] += 1
@@ -211,12 +179,16 @@ def _history(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
                 row[key] = value
         elif n == H_STEP and w == 2:
             step_num = next((v for f, ww, v, _ in wl.fields(buf, x, y) if f == 1 and ww == 0), 0)
-    raw_step = row.pop("_step", None)
-    step = int(raw_step) if raw_step is not None and math.isfinite(raw_step) else step_num
-    if step is None:
-        step = log.last_step + 1
     wall = row.pop("_timestamp", None)
     row.pop("_runtime", None)
+    # W&B's `_step`, else the history record's step field, else the one after the last
+    # (a record of another writer); one that is no step skips the record, counted
+    given = raw_step if raw_step is not None else step_num
+    step = log.last_step + 1 if given is None else steps.step_of(given, negative=False)
+    if isinstance(step, str):
+        if row:
+            log.bad_steps.append((log.rec, len(row), step))
+        return
     log.last_step = step
     for key, value in row.items():
         log.recs.append(log.rec)
@@ -322,6 +294,7 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
             _record(log, data, 0, len(data))
         except (ValueError, IndexError, struct.error):
             bad += 1
+    _note_bad_steps(log, path, base)
     if bad:
         log.issues.append(
             DataIssue(
@@ -332,6 +305,25 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
             )
         )
     return count
+
+
+def _note_bad_steps(log: _Log, path: Path, base: int) -> None:
+    """One note for this file's history records skipped for a ``_step`` that is no step."""
+    mine = [(rec - base, n, why) for rec, n, why in log.bad_steps if rec >> 40 == base >> 40]
+    if not mine:
+        return
+    mine.sort()
+    log.issues.append(
+        steps.bad_step_note(
+            source=str(path),
+            unit="record",
+            where=[f"at byte {at}" for at, _, _ in mine[:100]],
+            n_values=sum(n for _, n, _ in mine),
+            n_records=len(mine),
+            reasons=Counter(why for _, _, why in mine),
+            key="_step",
+        )
+    )
 
 
 def _scan_compiled(path: Path) -> tuple[Any, ...] | str:
@@ -493,36 +485,6 @@ def _marks(history: pl.DataFrame) -> pl.DataFrame:
     return marks.with_columns(wall.set_sorted())
 
 
-def _run_file(source: Path, name: str, issues: list[DataIssue]) -> dict[str, Any] | None:
-    """The JSON object in the run folder's ``files/<name>`` (``wandb-summary.json``; the
-    SDK's record of the machine, ``wandb-metadata.json``), or None. A link there leading
-    out of the run folder (the SDK writes the file itself) is not read, and said so."""
-    folder = source if source.is_dir() else source.parent
-    path = folder / "files" / name
-    why = link_leads_out(folder, path) if path.is_symlink() else None
-    if why is not None:
-        issues.append(outside_note(path, why, _INSIDE))
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _machine(meta: dict[str, Any]) -> dict[str, Any]:
-    """The GPU model and count W&B recorded for the run's machine (``gpu``, ``gpu_count``):
-    the TDP estimate's hardware when the config names none. The count is that machine's
-    GPUs, not a multi-node job's world size."""
-    out: dict[str, Any] = {}
-    gpu, count = meta.get("gpu"), meta.get("gpu_count")
-    if isinstance(gpu, str) and gpu.strip():
-        out["gpu"] = gpu.strip()
-    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-        out["n_gpus"] = count
-    return out
-
-
 def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     log = _Log()
     records = 0
@@ -543,20 +505,20 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     frame, blocks = _frame(log)
     if frame.is_empty():
         raise UnreadableInputError(f"{source}: no metrics found in {records} W&B records")
-    meta = _run_file(source, "wandb-metadata.json", log.issues) or {}
-    if source.is_dir():  # the logs left out by _logs_in, said once
+    meta = run_file(source, "wandb-metadata.json", log.issues, _INSIDE) or {}
+    if source.is_dir():  # the logs left out by logs_in, said once
         log.issues += [outside_note(p, why, _INSIDE) for p, why in links_out(source, LOG_GLOB)]
     display = meta.get("display_name")
     name = log.info.get("name") or (display if isinstance(display, str) else None)
     name = name or log.info.get("run_id")
     metadata: dict[str, Any] = {"wandb": dict(log.info), "files": [str(f) for f in files]}
-    machine = _machine(meta)
+    machine = machine_of(meta)
     if machine:
         metadata["machine"] = machine
     config = {k: v for k, v in log.config.items() if k != "_wandb"}
     if config:
         metadata["params"] = config
-    summary = _run_file(source, "wandb-summary.json", log.issues)
+    summary = run_file(source, "wandb-summary.json", log.issues, _INSIDE)
     if summary is not None:
         metadata["summary"] = summary
     run = build_run(
@@ -582,16 +544,16 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
 
 
 def read(path: Path, opts: ReadOptions) -> list[Run]:
-    groups = _groups(path)
-    if not groups:
+    found = groups(path)
+    if not found:
         raise UnreadableInputError(f"{path}: no W&B run (run-<id>.wandb) found")
     runs: list[Run] = []
     errors: list[UnreadableInputError] = []
-    for source, files in groups:
+    for source, files in found:
         try:
             runs.append(_read_group(source, files, opts))
         except UnreadableInputError as exc:
-            if len(groups) == 1:
+            if len(found) == 1:
                 raise
             errors.append(exc)
     return readable_runs(path, runs, errors)

@@ -62,7 +62,8 @@ def sniff(path: Path, head: bytes) -> bool:
         if path.is_dir():
             return is_export_dir(path) or looks_like_file_store(path)
         says = _sniff.mlflow_file(path, head)
-        return sqlite_has_metrics(path) if says is None else says
+        # (a SQLite file that cannot be looked into is the reader's to explain)
+        return sqlite_has_metrics(path) is not False if says is None else says
     except OSError:
         return False
 

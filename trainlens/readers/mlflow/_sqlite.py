@@ -39,9 +39,9 @@ _EXACT_IN_FLOAT = float(2**53)
 _FETCH_ROWS = 1 << 20  # SQLite rows per fetch: bounds the Python tuples alive at once
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def _connect(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
     uri = path.resolve().as_uri() + "?mode=ro"
-    return sqlite3.connect(uri, uri=True)
+    return sqlite3.connect(uri, uri=True, timeout=timeout)
 
 
 def _tables(con: sqlite3.Connection) -> set[str]:
@@ -52,15 +52,23 @@ def _columns(con: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
 
 
-def sqlite_has_metrics(path: Path) -> bool:
+# sniffing waits this long for a lock (a writer's commit takes milliseconds); the reader
+# then waits sqlite's usual 5 s before it says the database is locked
+_SNIFF_TIMEOUT = 0.2
+
+
+def sqlite_has_metrics(path: Path) -> bool | None:
+    """Whether the SQLite database has MLflow's ``metrics`` table; None when it cannot be
+    told (locked, truncated, malformed): the reader then says what is wrong with it, not
+    "not a format trainlens knows"."""
     try:
-        con = _connect(path)
+        con = _connect(path, timeout=_SNIFF_TIMEOUT)
     except sqlite3.Error:
-        return False
+        return None
     try:
         return "metrics" in _tables(con)
     except sqlite3.Error:
-        return False
+        return None
     finally:
         con.close()
 
@@ -73,9 +81,28 @@ def read_sqlite(path: Path, opts: ReadOptions) -> list[Run]:
     try:
         return _read_sqlite_con(con, path, opts)
     except sqlite3.DatabaseError as exc:
-        raise UnreadableInputError(f"{path}: cannot read the MLflow database: {exc}") from None
+        raise UnreadableInputError(
+            f"{path}: cannot read the MLflow database: {exc}{_cut_short(path)}"
+        ) from None
     finally:
         con.close()
+
+
+def _cut_short(path: Path) -> str:
+    """ "; the file is cut short (n of m bytes)" when the header's page size and count
+    (bytes 16-17 and 28-31 of every SQLite file) say it should be longer, else ""."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            head = fh.read(32)
+    except OSError:
+        return ""
+    if len(head) < 32:
+        return f"; the file is cut short ({size} bytes, not even a header)"
+    page = int.from_bytes(head[16:18], "big")
+    page = 65536 if page == 1 else page  # (the header's way of writing 65536)
+    want = page * int.from_bytes(head[28:32], "big")
+    return f"; the file is cut short ({size} of {want} bytes)" if 0 < size < want else ""
 
 
 def _read_sqlite_con(con: sqlite3.Connection, path: Path, opts: ReadOptions) -> list[Run]:
