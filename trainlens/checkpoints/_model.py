@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: integrity states, worst first: code that would run on load beats damage, damage beats
-#: a missing piece (a checkpoint with both is reported by the worst)
-STATUSES = ("unsafe", "corrupt", "truncated", "missing", "unreadable", "ok")
+#: a missing piece (a checkpoint with both is reported by the worst); ``over-budget``: its
+#: pickles were not all read (the audit's budget ran out), so it is not known to be safe
+STATUSES = ("unsafe", "over-budget", "corrupt", "truncated", "missing", "unreadable", "ok")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,61 @@
+"""One budget for reading a checkpoint's pickles: bytes, opcodes, memo entries, seconds.
+
+Shared by every pickle of one checkpoint (each member of a zip, each file of a folder),
+so a checkpoint of many members cannot multiply it; a fresh one for the next checkpoint.
+When any part runs out the walk stops where it is, the checkpoint is reported as not
+audited (CKPT010) and the audit goes on to the next checkpoint.
+
+The defaults rest on real files and on the walk's measured speed (about 0.35 µs an
+opcode on one core of the test machine, see bench/pickle_walk.py): a torch ``data.pkl``
+costs about 25 opcodes and 8 memo entries a tensor (a 150-tensor GPT-2 state dict: 4,100
+opcodes), so 4 million opcodes is some 160,000 tensors — over twice the largest
+checkpoints seen (a 47,000-tensor mixture-of-experts model and its optimizer) — and
+takes about 1.5 s to walk; a pickle that needs more is a memo or opcode bomb (a 64 MiB
+member of MEMOIZE opcodes holds 67 million), or is not a checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PickleBudget:
+    #: pickle bytes read (a torch ``data.pkl`` holds the object tree only: KBs to MBs;
+    #: tensors live in other members)
+    bytes: int = 256 * 2**20
+    #: opcodes walked
+    opcodes: int = 4_000_000
+    #: memo entries kept (the walk keeps one slot each: 8 B for a dense memo)
+    memo: int = 2_000_000
+    #: wall-clock seconds (a slow disk or a loaded machine; the other limits come first
+    #: on any file the walk reads at its usual speed)
+    seconds: float = 20.0
+
+
+@dataclass
+class Spend:
+    """What one checkpoint has used of its budget, and the first limit it ran into."""
+
+    budget: PickleBudget = field(default_factory=PickleBudget)
+    bytes: int = 0
+    opcodes: int = 0
+    memo: int = 0
+    started: float = field(default_factory=time.monotonic)
+    spent: str | None = None  # e.g. "4,000,000 opcodes"
+    where: str | None = None  # the file (and member) the walk was in when it ran out
+
+    def message(self) -> str:
+        return (
+            f"the audit stopped at {self.spent}, this checkpoint's budget for its pickles: "
+            "the rest is not read, so it is not known to be safe to load"
+        )
+
+    def out_of_time(self) -> bool:
+        if time.monotonic() - self.started > self.budget.seconds:
+            self.spent = f"{self.budget.seconds:g} s"
+        return self.spent is not None
+
+    def bytes_left(self) -> int:
+        return max(0, self.budget.bytes - self.bytes)
