@@ -5,13 +5,12 @@ so a checkpoint of many members cannot multiply it; a fresh one for the next che
 When any part runs out the walk stops where it is, the checkpoint is reported as not
 audited (CKPT010) and the audit goes on to the next checkpoint.
 
-The defaults rest on real files and on the walk's measured speed (about 0.35 µs an
-opcode on one core of the test machine, see bench/pickle_walk.py): a torch ``data.pkl``
-costs about 25 opcodes and 8 memo entries a tensor (a 150-tensor GPT-2 state dict: 4,100
-opcodes), so 4 million opcodes is some 160,000 tensors — over twice the largest
-checkpoints seen (a 47,000-tensor mixture-of-experts model and its optimizer) — and
-takes about 1.5 s to walk; a pickle that needs more is a memo or opcode bomb (a 64 MiB
-member of MEMOIZE opcodes holds 67 million), or is not a checkpoint.
+The defaults rest on real files and on the walk's measured cost (about 0.4 µs of CPU an
+opcode, bench/pickle_walk.py): a torch ``data.pkl`` costs 25-30 opcodes and 8 memo
+entries a tensor (a 3,000-tensor state dict: 90,017 opcodes, 24,006 memo entries), so
+4 million opcodes is over 130,000 tensors in one checkpoint and about 1.6 s of CPU; a
+pickle that needs more is a memo or opcode bomb (a 64 MiB member of MEMOIZE holds 67
+million) or is no checkpoint. Measured on such bombs: docs/checkpoints.md.
 """
 
 from __future__ import annotations
