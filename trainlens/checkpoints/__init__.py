@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from trainlens.checkpoints._audit import audit_file, audit_folder
+from trainlens.checkpoints._budget import PickleBudget
 from trainlens.checkpoints._discover import MAX_ENTRIES, find
 from trainlens.checkpoints._files import CRC_BUDGET
 from trainlens.checkpoints._model import Checkpoint, Inventory, Pointer, Problem
@@ -30,6 +31,7 @@ __all__ = [
     "Checkpoint",
     "Inventory",
     "Params",
+    "PickleBudget",
     "Pointer",
     "Problem",
     "RunSteps",
@@ -39,11 +41,18 @@ __all__ = [
 ]
 
 
-def inventory(path: str | os.PathLike[str], *, crc_budget: int = CRC_BUDGET) -> Inventory:
+def inventory(
+    path: str | os.PathLike[str],
+    *,
+    crc_budget: int = CRC_BUDGET,
+    pickle_budget: PickleBudget | None = None,
+) -> Inventory:
     """Every checkpoint under ``path`` (a folder) or beside it (a run file), audited.
 
     ``crc_budget``: bytes of zip members read per checkpoint for CRC checks (the rest is
-    checked for structure only, with a note)."""
+    checked for structure only, with a note). ``pickle_budget``: what walking one
+    checkpoint's pickles may cost (bytes, opcodes, memo entries, seconds); a checkpoint
+    that needs more is ``over-budget`` (CKPT011) and the next one is audited afresh."""
     p = os.fspath(path)
     if not os.path.exists(p):
         raise UnreadableInputError(f"{p}: no such file or folder")
@@ -52,9 +61,9 @@ def inventory(path: str | os.PathLike[str], *, crc_budget: int = CRC_BUDGET) -> 
     if found.truncated:
         inv.notes.append(f"more than {MAX_ENTRIES} entries under {root}: searched in part")
     for fpath, kind, step in found.folders:
-        inv.checkpoints.append(audit_folder(fpath, kind, step, crc_budget))
+        inv.checkpoints.append(audit_folder(fpath, kind, step, crc_budget, pickle_budget))
     for fpath, kind, step in found.files:
-        inv.checkpoints.append(audit_file(fpath, kind, step, crc_budget))
+        inv.checkpoints.append(audit_file(fpath, kind, step, crc_budget, pickle_budget))
     inv.checkpoints.sort(key=lambda c: (c.step is None, c.step or 0, c.path))
     for ppath, kind in found.pointers:
         inv.pointers.append(_pointer(ppath, kind, inv))
@@ -101,12 +110,13 @@ def audit(
     *,
     params: Params | None = None,
     crc_budget: int = CRC_BUDGET,
+    pickle_budget: PickleBudget | None = None,
     with_run: bool = True,
     run_path: str | os.PathLike[str] | None = None,
 ) -> tuple[Inventory, list[Finding], RunSteps | None]:
     """:func:`inventory` and its CKPT findings; the run at ``run_path`` (default: ``path``,
     when it is one) adds the findings that need its steps."""
-    inv = inventory(path, crc_budget=crc_budget)
+    inv = inventory(path, crc_budget=crc_budget, pickle_budget=pickle_budget)
     if run_path is not None and not os.path.exists(run_path):
         raise UnreadableInputError(f"{os.fspath(run_path)}: no such file or folder")
     # no checkpoint, nothing to judge against the run (and reading it costs seconds)

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from collections.abc import Callable
 from typing import TypeVar
 
 from trainlens.checkpoints import _layouts as L
+from trainlens.checkpoints._budget import PickleBudget, Spend
 from trainlens.checkpoints._files import (
     CRC_BUDGET,
-    PICKLE_BUDGET,
+    JSON_MAX,
     FileAudit,
     audit_pickled,
     audit_safetensors,
+    budget_problem,
 )
 from trainlens.checkpoints._model import Checkpoint, Problem
 from trainlens.checkpoints._named import inside, listing
@@ -26,12 +29,16 @@ MAX_FILES = 20_000
 
 
 class _Auditor:
-    """Collects the problems of one checkpoint's files, sharing one CRC budget."""
+    """Collects the problems of one checkpoint's files, sharing one CRC budget and one
+    pickle budget."""
 
-    def __init__(self, ckpt: Checkpoint, base: str, budget: int) -> None:
+    def __init__(
+        self, ckpt: Checkpoint, base: str, budget: int, pickle_budget: PickleBudget
+    ) -> None:
         self.ckpt = ckpt
         self.base = base  # folder the relative names are relative to
         self.budget = budget
+        self.spend = Spend(pickle_budget)
         self.strings: set[str] = set()
         self.ints: dict[str, int] = {}
 
@@ -55,7 +62,7 @@ class _Auditor:
             return default
 
     def pickled(self, rel: str) -> None:
-        self.add(audit_pickled(os.path.join(self.base, rel), rel, self.budget))
+        self.add(audit_pickled(os.path.join(self.base, rel), rel, self.spend, self.budget))
 
     def safetensors(self, rel: str) -> FileAudit:
         audit = audit_safetensors(os.path.join(self.base, rel), rel)
@@ -67,7 +74,7 @@ class _Auditor:
         Returns the shard names (relative), audited here and not again."""
         try:
             with open(os.path.join(self.base, rel), "rb") as fh:
-                doc = json.loads(fh.read(PICKLE_BUDGET))
+                doc = json.loads(fh.read(JSON_MAX))
             weight_map = doc["weight_map"]
             if not isinstance(weight_map, dict):
                 raise TypeError("weight_map is not an object")
@@ -102,13 +109,18 @@ class _Auditor:
         names each storage file with an offset and length; each must exist and be long
         enough."""
         path = os.path.join(self.base, rel)
+        audit = FileAudit()
         with open(path, "rb") as fh:
-            data = fh.read(PICKLE_BUDGET)
-        found = scan(data, ref_suffix=".distcp")
-        audit = FileAudit(pickles=[found])
-        if found.unsafe:
-            calls = ", ".join(found.unsafe[:3])
-            audit.problem("unsafe", rel, f"loading it would call {calls} (not loaded)")
+            if os.fstat(fh.fileno()).st_size == 0:
+                found = scan(b"", spend=self.spend)
+            else:
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    found = scan(data, ref_suffix=".distcp", spend=self.spend)
+        audit.pickles.append(found)
+        verdict = found.verdict()
+        if verdict:
+            audit.problem("unsafe", rel, verdict)
+        budget_problem(self.spend, rel, audit)
         if found.error is not None:
             status = "truncated" if "STOP" in found.error else "corrupt"
             audit.problem(status, rel, f"the metadata pickle does not parse: {found.error}")
@@ -135,12 +147,18 @@ def _stat(path: str) -> tuple[int, float]:
     return st.st_size, st.st_mtime
 
 
-def audit_file(path: str, kind: str, step: int | None, budget: int = CRC_BUDGET) -> Checkpoint:
+def audit_file(
+    path: str,
+    kind: str,
+    step: int | None,
+    budget: int = CRC_BUDGET,
+    pickle_budget: PickleBudget | None = None,
+) -> Checkpoint:
     """A one-file checkpoint: torch ``.pt``/``.pth``, Lightning ``.ckpt``, ``.safetensors``."""
     size, mtime = _stat(path)
     ckpt = Checkpoint(path=path, kind=kind, step=step, wall_time=mtime, size=size)
     base, rel = os.path.split(path)
-    auditor = _Auditor(ckpt, base, budget)
+    auditor = _Auditor(ckpt, base, budget, pickle_budget or PickleBudget())
     if path.endswith(L.INDEX):
         covered: set[str] = auditor.guard(auditor.index, rel, set())
         for shard in covered:
@@ -178,11 +196,17 @@ def _has_optimizer_key(strings: set[str]) -> bool:
     return any(k in strings for k in L.OPTIMIZER_KEYS)
 
 
-def audit_folder(path: str, kind: str, step: int | None, budget: int = CRC_BUDGET) -> Checkpoint:
+def audit_folder(
+    path: str,
+    kind: str,
+    step: int | None,
+    budget: int = CRC_BUDGET,
+    pickle_budget: PickleBudget | None = None,
+) -> Checkpoint:
     """A folder checkpoint (HF, Megatron, DeepSpeed, DCP): every file it holds that a
     format here knows, its ``latest`` pointer if it has one, and its optimizer state."""
     ckpt = Checkpoint(path=path, kind=kind, step=step, wall_time=None, size=0)
-    auditor = _Auditor(ckpt, path, budget)
+    auditor = _Auditor(ckpt, path, budget, pickle_budget or PickleBudget())
     files, links_out = listing(path, MAX_FILES)
     ckpt.problems.extend(links_out)
     if len(files) >= MAX_FILES:
@@ -253,7 +277,7 @@ def _inner_pointer(ckpt: Checkpoint, folder: str, rel: str) -> None:
 def _trainer_state(ckpt: Checkpoint, folder: str, rel: str) -> None:
     try:
         with open(os.path.join(folder, rel), "rb") as fh:
-            state = json.loads(fh.read(PICKLE_BUDGET))
+            state = json.loads(fh.read(JSON_MAX))
         step = state.get("global_step")
     except (ValueError, AttributeError, RecursionError) as exc:
         ckpt.problems.append(Problem("corrupt", rel, f"not valid JSON ({exc})"))

@@ -12,25 +12,30 @@ Bounded work, whatever the file's size:
   chunk), up to a byte budget per checkpoint (:data:`CRC_BUDGET`, 2 GiB: a few seconds
   of disk); members past the budget are named in a note, not read. A 50 GB checkpoint is
   therefore audited for structure in full and for bit rot up to the budget;
-- a pickle is walked opcode by opcode up to :data:`PICKLE_BUDGET` (64 MiB; a torch zip's
-  ``data.pkl`` holds only the object tree, the tensors live in other members, so real
-  ones are kilobytes to a few MiB);
+- a pickle is walked opcode by opcode on one budget for the whole checkpoint (bytes,
+  opcodes, memo entries, seconds: :class:`~trainlens.checkpoints._budget.PickleBudget`);
+  a raw pickle file is mapped, not read, so a tensor's bytes inside it are skipped
+  without being loaded; when the budget runs out the checkpoint is ``over-budget``;
 - a safetensors header is at most 100 MB (the safetensors library's own limit), read once
   and checked as :mod:`trainlens.checkpoints._safetensors` says.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import zipfile
 from dataclasses import dataclass, field
 
+from trainlens.checkpoints._budget import Spend
 from trainlens.checkpoints._model import Problem
 from trainlens.checkpoints._pickles import PickleScan, scan
 from trainlens.checkpoints._safetensors import Bad, read_header
 
 CRC_BUDGET = 2 * 2**30
-PICKLE_BUDGET = 64 * 2**20
+#: a JSON file in a checkpoint (an index, trainer_state.json) is read up to this
+JSON_MAX = 64 * 2**20
+SAFETENSORS_HEADER_MAX = 100_000_000
 _CHUNK = 2**20
 _ZIP_MAGIC = b"PK\x03\x04"
 _PICKLE_PROTO = 0x80  # protocol 2+ pickles start with PROTO
@@ -54,19 +59,20 @@ class FileAudit:
         return out
 
 
-def audit_pickled(path: str, rel: str, budget: int = CRC_BUDGET) -> FileAudit:
+def audit_pickled(path: str, rel: str, spend: Spend, budget: int = CRC_BUDGET) -> FileAudit:
     """A file torch.save or pickle wrote: a zip archive (torch >= 1.6) or a raw pickle."""
     out = FileAudit()
     with open(path, "rb") as fh:
         head = fh.read(4)
-    if head == _ZIP_MAGIC:
-        _audit_zip(path, rel, budget, out)
-    elif not head:
-        out.problem("truncated", rel, "empty file")
-    else:
-        with open(path, "rb") as fh:
-            data = fh.read(PICKLE_BUDGET)
-        _scan_pickles(data, rel, out, whole=os.path.getsize(path) <= PICKLE_BUDGET)
+        if head == _ZIP_MAGIC:
+            _audit_zip(path, rel, budget, out, spend)
+        elif not head:
+            out.problem("truncated", rel, "empty file")
+        elif spend.spent is not None:
+            out.notes.append(f"{rel}: not scanned (the checkpoint's pickle budget is spent)")
+        else:  # mapped: pages are read as the walk reaches them, a skipped payload never
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                _scan_pickles(data, rel, out, spend)
     return out
 
 
@@ -76,30 +82,35 @@ def audit_pickled(path: str, rel: str, budget: int = CRC_BUDGET) -> FileAudit:
 _MAX_PICKLES = 5
 
 
-def _scan_pickles(data: bytes, rel: str, out: FileAudit, *, whole: bool) -> None:
+def _scan_pickles(data: bytes | mmap.mmap, rel: str, out: FileAudit, spend: Spend) -> None:
     """The pickles at the start of a raw file (protocol 0 to 5), opcodes only."""
-    found = scan(data)
+    found = scan(data, spend=spend)
     scans = [found]
-    while found.error is None and len(scans) < _MAX_PICKLES and found.end < len(data):
+    while found.error is None and len(scans) < _MAX_PICKLES and 0 < found.end < len(data):
         if data[found.end] != _PICKLE_PROTO:
             break  # the legacy format's raw tensor bytes
-        found = scan(data, start=found.end)
+        found = scan(data, start=found.end, spend=spend)
         scans.append(found)
     out.pickles.extend(scans)
-    calls = [g for s in scans for g in s.unsafe]
-    if calls:
-        out.problem("unsafe", rel, f"loading it would call {', '.join(calls[:3])} (not loaded)")
+    verdicts = [v for v in (s.verdict() for s in scans) if v]
+    if verdicts:
+        out.problem("unsafe", rel, verdicts[0])
+    budget_problem(spend, rel, out)
     first = scans[0]
     if first.error is not None:  # a later pickle's error may be tensor bytes: not judged
-        if whole:
-            status = "truncated" if "STOP" in first.error else "corrupt"
-            what = "the pickle" if rel.endswith(".pkl") else "not a zip archive, and a pickle that"
-            out.problem(status, rel, f"{what} does not parse: {first.error}")
-        else:
-            out.notes.append(f"{rel}: pickle over {PICKLE_BUDGET >> 20} MiB, scanned in part")
+        status = "truncated" if "STOP" in first.error else "corrupt"
+        what = "the pickle" if rel.endswith(".pkl") else "not a zip archive, and a pickle that"
+        out.problem(status, rel, f"{what} does not parse: {first.error}")
 
 
-def _audit_zip(path: str, rel: str, budget: int, out: FileAudit) -> None:
+def budget_problem(spend: Spend, rel: str, out: FileAudit) -> None:
+    """The checkpoint's pickle budget ran out in ``rel``: said once, where it happened."""
+    if spend.spent is not None and spend.where is None:
+        spend.where = rel
+        out.problem("over-budget", rel, spend.message())
+
+
+def _audit_zip(path: str, rel: str, budget: int, out: FileAudit, spend: Spend) -> None:
     size = os.path.getsize(path)
     try:
         zf = zipfile.ZipFile(path)
@@ -121,31 +132,48 @@ def _audit_zip(path: str, rel: str, budget: int, out: FileAudit) -> None:
                     "truncated", rel, f"member {info.filename} ends past the file's end ({size} B)"
                 )
                 return
-        pickles = [i for i in infos if i.filename.endswith(".pkl")]
-        for info in pickles:
-            _member_pickle(zf, info, rel, out)  # zf.read checks its CRC too
-        small = [i for i in pickles if i.file_size <= PICKLE_BUDGET]
-        _check_crcs(zf, [i for i in infos if i not in small], rel, budget, out)
+        read = [
+            i
+            for i in infos
+            if i.filename.endswith(".pkl") and _member_pickle(zf, i, rel, out, spend)
+        ]
+        if spend.spent is not None:  # a bomb: reading its other members adds nothing
+            out.notes.append(f"{rel}: CRCs not checked (the checkpoint's pickle budget is spent)")
+            return
+        _check_crcs(zf, [i for i in infos if i not in read], rel, budget, out, spend)
 
 
-def _member_pickle(zf: zipfile.ZipFile, info: zipfile.ZipInfo, rel: str, out: FileAudit) -> None:
-    if info.file_size > PICKLE_BUDGET:
-        out.notes.append(f"{rel}: {info.filename} over {PICKLE_BUDGET >> 20} MiB, not scanned")
-        return
+def _member_pickle(
+    zf: zipfile.ZipFile, info: zipfile.ZipInfo, rel: str, out: FileAudit, spend: Spend
+) -> bool:
+    """Scan one ``*.pkl`` member whole (zf.read checks its CRC too); False when the budget
+    left it unread."""
+    where = f"{rel}:{info.filename}"
+    if spend.spent is None and info.file_size > spend.bytes_left():
+        spend.spent = f"{spend.budget.bytes:,} bytes"
+    if spend.spent is not None or spend.out_of_time():
+        budget_problem(spend, where, out)
+        return False
     try:
         data = zf.read(info)
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         out.problem("corrupt", rel, f"member {info.filename}: {exc}")
-        return
-    _scan_pickles(data, f"{rel}:{info.filename}", out, whole=True)
+        return True
+    _scan_pickles(data, where, out, spend)
+    return True
 
 
 def _check_crcs(
-    zf: zipfile.ZipFile, infos: list[zipfile.ZipInfo], rel: str, budget: int, out: FileAudit
+    zf: zipfile.ZipFile,
+    infos: list[zipfile.ZipInfo],
+    rel: str,
+    budget: int,
+    out: FileAudit,
+    spend: Spend,
 ) -> None:
     unread: list[str] = []
     for info in infos:
-        if out.crc_bytes + info.file_size > budget:
+        if out.crc_bytes + info.file_size > budget or spend.out_of_time():
             unread.append(info.filename)
             continue
         try:

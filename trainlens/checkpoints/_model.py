@@ -7,8 +7,19 @@ from typing import Any
 
 #: integrity states, worst first: code that would run on load beats damage, damage beats
 #: a missing piece (a checkpoint with both is reported by the worst); ``outside``: a file
-#: of it names a path outside it (or a link leads out), which a loader would read
-STATUSES = ("unsafe", "outside", "corrupt", "truncated", "missing", "unreadable", "ok")
+#: of it names a path outside it (or a link leads out), which a loader would read;
+#: ``over-budget``: its pickles were not all read (the audit's budget ran out), so it is
+#: not known to be safe
+STATUSES = (
+    "unsafe",
+    "outside",
+    "over-budget",
+    "corrupt",
+    "truncated",
+    "missing",
+    "unreadable",
+    "ok",
+)
 
 
 @dataclass(frozen=True)

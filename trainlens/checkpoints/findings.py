@@ -10,6 +10,7 @@
 | CKPT006 | checkpoint-save-stall | info · warning (needs the run's wall times) |
 | CKPT007 | code-running-pickle | error |
 | CKPT010 | path-outside-checkpoint | error |
+| CKPT011 | checkpoint-audit-over-budget | error |
 
 Every finding that advises going back names the newest intact checkpoint before its
 step ("go back to checkpoint-600, saved 12:03, intact"). Thresholds and their reasons:
@@ -39,6 +40,7 @@ CODES = {
     "CKPT007": "code-running-pickle",
     # CKPT008 and CKPT009 are the gate's (trainlens.core.codes)
     "CKPT010": "path-outside-checkpoint",
+    "CKPT011": "checkpoint-audit-over-budget",
 }
 
 
@@ -127,13 +129,21 @@ def _broken(inv: Inventory) -> list[Finding]:
     out = []
     for c in inv.checkpoints:
         unsafe = [pr for pr in c.problems if pr.status == "unsafe"]
-        damage = [pr for pr in c.problems if pr.status not in ("unsafe", "outside")]
+        unread = [pr for pr in c.problems if pr.status == "over-budget"]
+        damage = [pr for pr in c.problems if pr.status not in ("unsafe", "outside", "over-budget")]
         if unsafe:
             msg = (
                 f"{c.name}: {unsafe[0].text()}; do not load it (not even with torch.load), "
                 "find who wrote it"
             )
             out.append(_finding("CKPT007", "error", msg, c.step, path=c.path, files=_texts(unsafe)))
+        if unread:
+            msg = (
+                f"{c.name}: {unread[0].text()}; a real checkpoint's pickles are far smaller "
+                "(a memo or opcode bomb makes a load take gigabytes), so do not load it "
+                "until you know who wrote it"
+            )
+            out.append(_finding("CKPT011", "error", msg, c.step, path=c.path, files=_texts(unread)))
         if damage:
             first = damage[0].message if damage[0].file == c.name else damage[0].text()
             msg = (

@@ -87,7 +87,7 @@ def _text(inv: Inventory, found: list[Finding], *, verbose: bool) -> str:
     lines = [f"checkpoints under {inv.root}: {len(inv.checkpoints)}"]
     if inv.checkpoints:
         lines.append(
-            f"  {'step':>9}  {'saved':<16}  {'size':>9}  {'kind':<19}  {'integrity':<9}  "
+            f"  {'step':>9}  {'saved':<16}  {'size':>9}  {'kind':<19}  {'integrity':<11}  "
             "optim  name"
         )
     for c in inv.checkpoints:
@@ -95,7 +95,7 @@ def _text(inv: Inventory, found: list[Finding], *, verbose: bool) -> str:
         optim = {True: "yes", False: "no", None: "-"}[c.optimizer]
         lines.append(
             f"  {step:>9}  {clock(c.wall_time):<16}  {bytes_text(c.size):>9}  {c.kind:<19}  "
-            f"{c.status:<9}  {optim:<5}  {c.name}"
+            f"{c.status:<11}  {optim:<5}  {c.name}"
         )
         lines.extend(f"{'':13}{p.status}: {p.text()}" for p in c.problems)
         if verbose:
