@@ -120,7 +120,7 @@ def write_hf_trainer(path: Path, mb: float) -> None:
     """A trainer_state.json as transformers writes it (indent 2, sorted keys)."""
     from transformers import TrainerState
 
-    steps = int(mb * MB / 163)  # bytes per train entry in that layout (eval every 100 more)
+    steps = int(mb * MB / 140)  # bytes per train entry in that layout (with 1 eval in 100)
     rng = np.random.default_rng(0)
     loss = (2.0 + 3.0 / (1 + np.arange(steps) / 1000) + rng.normal(0, 0.02, steps)).round(4)
     norm = np.abs(rng.normal(1.0, 0.2, steps)).round(6)
