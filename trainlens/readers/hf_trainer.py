@@ -141,8 +141,8 @@ def _in_pieces(data: bytes) -> tuple[dict[str, Any], _Columns] | None:
         if cut < 0:
             return state, columns
         sep = _SEPARATOR.match(data, stop)
-        if sep is None:
-            return None
+        if sep is None:  # (the cut was after the last entry, or not after an entry)
+            return (state, columns) if not data[stop : end - 1].strip() else None
         pos = sep.end()
 
 
