@@ -177,6 +177,13 @@ def canonicalize(
             blocks = Blocks(frame, starts, [canonical[c] for c in block_codes])
         return frame, [], canonical_to_raw, blocks
     position = next((c for c in ("_line", "_order") if c in df.columns), None)
+    if position is None and codes is not None and not contiguous and _non_decreasing(step):
+        # no step goes back, so no restart: only a metric logged twice at one step
+        # (HF's epoch in its train and eval entries) is left to find, without
+        # mark_restarts' windows (1M-entry trainer state: 0.28 GB of them, bench/memory.py)
+        dups = _repeated_steps(out, codes)
+        issues = _duplicate_issues(dups, source) if dups.height else []
+        return out.with_columns(superseded.alias("superseded")), issues, canonical_to_raw, None
     if position is not None:  # back to the order of writing
         out = out.with_columns(df.get_column(position)).sort(position, maintain_order=True)
         if position == "_order":
@@ -207,6 +214,37 @@ def _steps_increase(
         return False
     key = (step - lo) * n_codes + codes.cast(pl.Int64)
     return strictly_increasing(key) or key.n_unique() == n
+
+
+def _non_decreasing(step: pl.Series) -> bool:
+    n = step.len()
+    return not step.null_count() and bool((step.slice(1, n - 1) >= step.slice(0, n - 1)).all())
+
+
+def _repeated_steps(out: pl.DataFrame, codes: pl.Series) -> pl.DataFrame:
+    """The rows of ``out`` (steps non-decreasing) whose metric was logged at the same
+    step just before with another value: what mark_restarts' ``_dup`` finds there.
+    Sorted by (step, metric, row), each metric's values at one step lie side by side."""
+    same = (pl.col("step") == pl.col("step").shift(1)) & (
+        pl.col("_code") == pl.col("_code").shift(1)
+    )
+    pairs = (
+        pl.DataFrame(
+            [
+                out.get_column("step"),
+                codes.cast(pl.UInt32).alias("_code"),
+                pl.int_range(0, out.height, dtype=pl.UInt32, eager=True).alias("_row"),
+            ]
+        )
+        .sort("step", "_code", "_row")
+        .select(pl.col("_row"), pl.col("_row").shift(1).alias("_before"), same.alias("_same"))
+        .filter(pl.col("_same"))
+    )
+    value = out.get_column("value")
+    now = value.gather(pairs.get_column("_row"))
+    before = value.gather(pairs.get_column("_before"))
+    rows = pairs.get_column("_row").filter(now.ne_missing(before)).sort()
+    return out[rows]
 
 
 def _metric_codes(metric: pl.Series) -> tuple[pl.Series, list[str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,11 @@ def _state_file(path: Path) -> Path | None:
     return max(checkpoints)[1] if checkpoints else None
 
 
-def _load(state_path: Path) -> tuple[Any, list[DataIssue]]:
-    """The parsed state; a part nested deeper than MAX_DEPTH (a RecursionError in
-    ``json``) is blanked to ``{}`` first, with a note, and the rest is read."""
+def _load(state_path: Path) -> tuple[Any, _Columns | None, list[DataIssue]]:
+    """The parsed state, its log_history's values when they were read in pieces (then
+    the state's log_history is empty; else None), and notes. A part nested deeper than
+    MAX_DEPTH (a RecursionError in ``json``) is blanked to ``{}`` first, with a note, and
+    the rest is read."""
     data = state_path.read_bytes()
     issues: list[DataIssue] = []
     if lines_with_many_opens(data):
@@ -82,10 +85,82 @@ def _load(state_path: Path) -> tuple[Any, list[DataIssue]]:
                 )
             )
             data = bytes(blanked)
+    pieces = _in_pieces(data)
+    if pieces is not None:
+        return pieces[0], pieces[1], issues
     try:
-        return json.loads(data), issues
+        return json.loads(data), None, issues
     except (ValueError, RecursionError) as exc:
         raise UnreadableInputError(f"{state_path}: not valid JSON ({exc})") from None
+
+
+# ---- log_history in pieces ------------------------------------------------------------------
+
+# json.loads of a whole 127 MB state held 0.85 GB of dicts and floats at once; in pieces of
+# this many bytes (~25k entries) the state is read in 0.3 GB with the bytes (bench/memory.py)
+PIECE = 4 << 20
+_HISTORY_KEY = b'"log_history"'
+_OPEN = re.compile(rb'"log_history"[ \t\r\n]*:[ \t\r\n]*\[')
+_SEPARATOR = re.compile(rb"[ \t\r\n]*,")
+_SUFFIX_MAX = 1 << 20  # the keys after log_history (HF sorts them: a few hundred bytes)
+
+
+def _in_pieces(data: bytes) -> tuple[dict[str, Any], _Columns] | None:
+    """The state without its log_history, and the log_history's values, parsed a piece
+    of entries at a time; None when that is not shown to be the same as one parse (then
+    the whole text is parsed at once).
+
+    The state with ``[]`` for its log_history must parse and hold that ``[]``, and the
+    list's text, cut after a ``}`` every PIECE bytes, must parse piece by piece with a
+    comma between pieces: a cut inside a string or a nested object leaves a piece that
+    does not parse. So the pieces are the list's entries, in order."""
+    if len(data) < 2 * PIECE or data.count(_HISTORY_KEY) != 1:
+        return None
+    opened = _OPEN.search(data)
+    if opened is None:
+        return None
+    start = opened.end()  # after the '['
+    end = _list_end(data, start)
+    if end is None:
+        return None
+    try:
+        state = json.loads(data[:start] + data[end - 1 :])
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(state, dict) or state.get("log_history") != []:
+        return None
+    columns = _Columns()
+    pos = start
+    while True:
+        cut = data.find(b"}", pos + PIECE, end - 1) if end - 1 - pos > PIECE else -1
+        stop = cut + 1 if cut >= 0 else end - 1  # (end - 1: the list's ']')
+        try:
+            entries = json.loads(b"[" + data[pos:stop] + b"]")
+        except (ValueError, RecursionError):
+            return None
+        columns.add(entries)
+        if cut < 0:
+            return state, columns
+        sep = _SEPARATOR.match(data, stop)
+        if sep is None:  # (the cut was after the last entry, or not after an entry)
+            return (state, columns) if not data[stop : end - 1].strip() else None
+        pos = sep.end()
+
+
+def _list_end(data: bytes, start: int) -> int | None:
+    """One past the ']' that closes the list opened before ``start``: the last ']' with
+    only the state's other keys after it (a candidate the pieces then prove or refute)."""
+    tail_from = max(start, len(data) - _SUFFIX_MAX)
+    at = data.rfind(b"]", tail_from)
+    for _ in range(64):  # (the keys after it hold few lists)
+        if at < 0:
+            return None
+        try:
+            json.loads(b'{"x": []' + data[at + 1 :])
+            return at + 1
+        except ValueError:
+            at = data.rfind(b"]", tail_from, at)
+    return None
 
 
 def _whole_step(raw: object) -> int | None:
@@ -107,40 +182,59 @@ def _as_float(value: object) -> float | None:
         return math.inf if value > 0 else -math.inf
 
 
-def _entries(
-    history: list[Any], source: str
-) -> tuple[list[int], list[str], list[float], list[DataIssue]]:
-    """(steps, metric names, values) of every entry with a usable step, and a note for
-    the entries without one: how many values were left out, from which entries."""
-    steps: list[int] = []
-    metrics: list[str] = []
-    values: list[float] = []
-    bad_entries: list[int] = []
-    bad_values = 0
-    for index, entry in enumerate(history):
-        if not isinstance(entry, dict):
-            bad_entries.append(index)
-            continue
-        step = _whole_step(entry.get("step"))
-        lost = 0
-        final = bool(_FINAL_KEYS & entry.keys())
-        for key, raw in entry.items():
-            value = _as_float(raw) if key != "step" else None
-            if value is None:
+class _Columns:
+    """The long frame's columns, filled entry by entry: a step (int64), a metric code
+    (uint32, names in order of first appearance) and a value (float64) per value, packed
+    (a Python list of floats held 32 bytes a value, and a list of names 8 more)."""
+
+    def __init__(self) -> None:
+        self.steps = array("q")
+        self.codes = array("I")
+        self.values = array("d")
+        self.names: dict[str, int] = {}
+        self.bad_entries: list[int] = []
+        self.bad_values = 0
+        self.seen = 0  # entries so far
+
+    def add(self, history: list[Any]) -> None:
+        names = self.names
+        for entry in history:
+            index = self.seen
+            self.seen += 1
+            if not isinstance(entry, dict):
+                self.bad_entries.append(index)
                 continue
-            if step is None:
-                lost += 1
-                continue
-            steps.append(step)
-            metrics.append(f"final/{key}" if final else key)
-            values.append(value)
-        bad_values += lost
-        if step is None and (lost or "step" in entry):
-            bad_entries.append(index)  # (an empty entry, e.g. one blanked by _load, lost nothing)
-    issues: list[DataIssue] = []
-    if bad_entries:
+            step = _whole_step(entry.get("step"))
+            lost = 0
+            final = bool(_FINAL_KEYS & entry.keys())
+            for key, raw in entry.items():
+                value = _as_float(raw) if key != "step" else None
+                if value is None:
+                    continue
+                if step is None:
+                    lost += 1
+                    continue
+                name = f"final/{key}" if final else key
+                code = names.get(name)
+                if code is None:
+                    code = names[name] = len(names)
+                self.steps.append(step)
+                self.codes.append(code)
+                self.values.append(value)
+            self.bad_values += lost
+            if step is None and (lost or "step" in entry):
+                self.bad_entries.append(
+                    index
+                )  # (an empty entry, e.g. blanked by _load, lost nothing)
+
+    def issues(self, source: str) -> list[DataIssue]:
+        """A note for the entries without a usable step: how many values were left out,
+        from which entries."""
+        bad_entries, bad_values = self.bad_entries, self.bad_values
+        if not bad_entries:
+            return []
         shown = ", ".join(map(str, bad_entries[:5])) + ("…" if len(bad_entries) > 5 else "")
-        issues.append(
+        return [
             DataIssue(
                 kind="bad-step",
                 source=source,
@@ -153,8 +247,25 @@ def _entries(
                 count=bad_values,  # (the values left out, as the other readers count)
                 details={"entries": bad_entries[:100], "values": bad_values},
             )
+        ]
+
+    def frame(self, names: list[str]) -> pl.DataFrame:
+        """(step, metric, value), ``names[code]`` each code's metric (names may repeat:
+        a renamed metric joins one of the same name)."""
+        import numpy as np
+
+        order = list(dict.fromkeys(names))  # (first appearance, as the codes are)
+        position = {n: i for i, n in enumerate(order)}
+        codes = np.frombuffer(self.codes, dtype=np.uint32)
+        if order != names:
+            codes = np.asarray([position[n] for n in names], dtype=np.uint32)[codes]
+        return pl.DataFrame(
+            [
+                pl.Series("step", np.frombuffer(self.steps, dtype=np.int64)),
+                pl.Series("metric", order, dtype=pl.Enum(order)).gather(pl.Series(codes)),
+                pl.Series("value", np.frombuffer(self.values, dtype=np.float64)),
+            ]
         )
-    return steps, metrics, values, issues
 
 
 # what an online RL fine-tune with sampled completions logs (TRL's GRPO, RLOO, Online DPO …:
@@ -200,19 +311,20 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if state_path is None:
         raise UnreadableInputError(f"{path}: no trainer_state.json found")
     source = str(state_path)
-    state, issues = _load(state_path)
-    history = state.get("log_history") if isinstance(state, dict) else None
-    if not isinstance(history, list):
-        raise UnreadableInputError(f"{state_path}: no log_history list in this trainer state")
-    steps, metrics, values, more = _entries(history, source)
-    issues.extend(more)
-    metrics = _rl_objective(metrics, source, issues)
-    if not values:
+    state, columns, issues = _load(state_path)
+    if columns is None:
+        history = state.get("log_history") if isinstance(state, dict) else None
+        if not isinstance(history, list):
+            raise UnreadableInputError(f"{state_path}: no log_history list in this trainer state")
+        columns = _Columns()
+        columns.add(history)
+        del history, state["log_history"]
+    issues.extend(columns.issues(source))
+    names = _rl_objective(list(columns.names), source, issues)
+    if not columns.values:
         raise UnreadableInputError(f"{state_path}: log_history holds no metrics")
-    long = pl.DataFrame(
-        {"step": steps, "metric": metrics, "value": values},
-        schema={"step": pl.Int64, "metric": pl.String, "value": pl.Float64},
-    )
+    long = columns.frame(names)
+    del columns
     meta: dict[str, Any] = {k: state[k] for k in _META_KEYS if k in state}
     name = run_name_for(path if path.is_dir() else state_path)
     if _CHECKPOINT.match(name):

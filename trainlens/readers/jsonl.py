@@ -34,6 +34,7 @@ import polars as pl
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _wandb
+from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
 from trainlens.readers._repeated_keys import (
     last_key_wins,
@@ -134,6 +135,8 @@ def _read_bytes(
     with path.open("rb") as fh:
         fh.seek(opts.start_offset)
         data = fh.read()
+    # (first: a list in a long line costs a parser many times its bytes, and is no metric)
+    data, tail_emptied = empty_long_lists(data)
     issues: list[DataIssue] = []
     if not data or data.isspace():  # (isspace stops at the first other byte; no copy)
         raise UnreadableInputError(f"{path}: the file is empty")
@@ -162,8 +165,8 @@ def _read_bytes(
                     source=source,
                     location=f"line {line_no}",
                     message=(
-                        f"the last line ({len(tail)} bytes) is incomplete — a run still being "
-                        "written? — and was left out"
+                        f"the last line ({len(tail) + tail_emptied} bytes) is incomplete — a "
+                        "run still being written? — and was left out"
                     ),
                 )
             )
