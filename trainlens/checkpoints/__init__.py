@@ -22,6 +22,7 @@ from trainlens.checkpoints._model import Checkpoint, Inventory, Pointer, Problem
 from trainlens.checkpoints.findings import CODES, Params, RunSteps, findings
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.findings import Finding
+from trainlens.core.paths import require_file_or_folder
 
 __all__ = [
     "CODES",
@@ -46,6 +47,7 @@ def inventory(path: str | os.PathLike[str], *, crc_budget: int = CRC_BUDGET) -> 
     p = os.fspath(path)
     if not os.path.exists(p):
         raise UnreadableInputError(f"{p}: no such file or folder")
+    require_file_or_folder(p)  # a FIFO named here would hang reading the run beside it
     root, found = find(p)
     inv = Inventory(root=root)
     if found.truncated:
@@ -103,6 +105,8 @@ def audit(
     inv = inventory(path, crc_budget=crc_budget)
     if run_path is not None and not os.path.exists(run_path):
         raise UnreadableInputError(f"{os.fspath(run_path)}: no such file or folder")
+    if run_path is not None:
+        require_file_or_folder(run_path)
     # no checkpoint, nothing to judge against the run (and reading it costs seconds)
     run = None
     if with_run and inv.checkpoints:

@@ -74,6 +74,7 @@ def render_text(result: GateResult) -> str:
         details.append(
             f"note: acknowledgement of {a['code']} for {', '.join(a['runs'])} matched no finding"
         )
+    details.extend(f"skipped: {s['message']}" for s in result.skipped)
     out = "\n".join(lines)
     if details:
         out += "\n\n" + "\n".join(details)
