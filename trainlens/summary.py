@@ -340,8 +340,11 @@ def _distinct_steps(views: Mapping[str, pl.DataFrame]) -> int:
     return int(densest.size) + (int(pl.Series(new).n_unique()) if new.size else 0)
 
 
-def _non_finite(run: Run, many: bool) -> dict[str, dict[str, int]]:
-    """metric -> count and first step of its NaN/±inf standing values."""
+def _non_finite(run: Run, many: bool | None = None) -> dict[str, dict[str, int]]:
+    """metric -> count and first step of its NaN/±inf standing values (``many``: more
+    than MANY_METRICS metrics, known to the caller)."""
+    if many is None:
+        many = len(run.metrics) > MANY_METRICS
     if many:
         if run.standing().get_column("value").is_finite().all():
             return {}

@@ -144,7 +144,7 @@ def metric_views(frame: pl.DataFrame) -> MetricViews:
 
 def block_views(frame: pl.DataFrame, starts: list[int], names: list[str]) -> MetricViews:
     cols = [frame.get_column(c) for c in frame.columns if c != "metric"]
-    ends = [*starts[1:], frame.height]
+    ends = [*starts[1:], frame.height] if starts else []
     spans = {m: (a, b - a) for m, a, b in zip(names, starts, ends, strict=True)}
     return MetricViews(cols, spans)
 
