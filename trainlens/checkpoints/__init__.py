@@ -23,7 +23,7 @@ from trainlens.checkpoints._model import Checkpoint, Inventory, Pointer, Problem
 from trainlens.checkpoints.findings import CODES, Params, RunSteps, findings
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.findings import Finding
-from trainlens.core.paths import OutsideTree, confine
+from trainlens.core.paths import OutsideTree, confine, require_file_or_folder
 
 __all__ = [
     "CODES",
@@ -56,6 +56,7 @@ def inventory(
     p = os.fspath(path)
     if not os.path.exists(p):
         raise UnreadableInputError(f"{p}: no such file or folder")
+    require_file_or_folder(p)  # a FIFO named here would hang reading the run beside it
     root, found = find(p)
     inv = Inventory(root=root)
     if found.truncated:
@@ -119,6 +120,8 @@ def audit(
     inv = inventory(path, crc_budget=crc_budget, pickle_budget=pickle_budget)
     if run_path is not None and not os.path.exists(run_path):
         raise UnreadableInputError(f"{os.fspath(run_path)}: no such file or folder")
+    if run_path is not None:
+        require_file_or_folder(run_path)
     # no checkpoint, nothing to judge against the run (and reading it costs seconds)
     run = None
     if with_run and inv.checkpoints:

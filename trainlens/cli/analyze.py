@@ -134,6 +134,9 @@ def analyze(
             from trainlens.core.errors import UsageError
 
             raise UsageError(f"--checkpoints {checkpoints}: no such file or folder")
+        from trainlens.core.paths import require_file_or_folder
+
+        require_file_or_folder(checkpoints)  # said here: the audit's errors become notes
         cfg.checkpoints = str(checkpoints)
     cfg.aliases = {**cfg.aliases, **parse_aliases(alias)}
     cfg.model = {**cfg.model, **_model_overrides(params, gpu, gpus)}

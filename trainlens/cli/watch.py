@@ -106,6 +106,7 @@ def watch(
     from trainlens.core.config import load_config
     from trainlens.core.errors import UsageError
     from trainlens.core.names import AliasTable
+    from trainlens.core.paths import require_file_or_folder
     from trainlens.readers import FORMATS, ReadOptions
     from trainlens.watch.loop import watch as run_watch
     from trainlens.watch.settings import WatchSettings
@@ -117,6 +118,8 @@ def watch(
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         raise UsageError(f"{missing[0]}: no such file or directory")
+    for p in paths:
+        require_file_or_folder(p)  # a FIFO would block its follower's first read
     if until_idle is not None and until_idle < 0:
         raise UsageError("--until-idle must be at least 0")
     cfg = load_config(config)

@@ -203,10 +203,14 @@ def _steps_increase(
         return False
     n = step.len()
     if contiguous:
-        ends = [*starts[1:], n]
-        return all(
-            strictly_increasing(step.slice(a, b - a)) for a, b in zip(starts, ends, strict=True)
-        )
+        if n < 2:
+            return True
+        # each step above the one before it, but where a block starts: one pass over the
+        # rows whatever the number of blocks (a slice per block cost 0.1 ms)
+        rises = step.slice(1, n - 1) > step.slice(0, n - 1)
+        if len(starts) > 1:
+            rises = rises.scatter([a - 1 for a in starts[1:]], True)
+        return bool(rises.all())
     if codes is None or not bool((step.slice(1, n - 1) >= step.slice(0, n - 1)).all()):
         return False
     lo, hi = int(step[0]), int(step[-1])

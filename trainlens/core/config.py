@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainlens.core.errors import ConfigError, did_you_mean
+from trainlens.core.paths import special_kind
 
 TOP_KEYS = {
     "select": "detector codes or families to run (default: all)",
@@ -146,6 +147,9 @@ def load_config(path: Path | str | None = None, *, search: bool = True) -> Confi
             return Config()
         path = found
     path = Path(path)
+    kind = special_kind(path)
+    if kind is not None:  # (is_file is False for a FIFO: it is there, but never a config)
+        raise ConfigError(f"{path} is {kind}, not a config file trainlens can read")
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
     import tomllib

@@ -8,10 +8,19 @@ Split out of trainlens/core/run.py (issue 14); :mod:`trainlens.core.run` re-expo
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+
+#: Above this many metrics, work done once per metric (a view, a polars call) is done
+#: once per frame instead (one group_by, one sort): each per-metric polars call costs
+#: 0.1-0.5 ms, so 100k metrics took minutes (a 6 MB JSONL with 100k names: > 400 s),
+#: while a grouping costs about what reading the rows did. Below it the per-metric
+#: paths stay (no grouping of a 12M-row frame of 12 metrics); both give the same
+#: numbers (tests/test_hostile_special.py compares them).
+MANY_METRICS = 512
 
 FRAME_SCHEMA: dict[str, pl.DataType] = {
     "step": pl.Int64(),
@@ -59,32 +68,85 @@ class Blocks:
     names: list[str]
 
 
-def metric_views(frame: pl.DataFrame) -> dict[str, pl.DataFrame]:
+class MetricViews(Mapping[str, pl.DataFrame]):
     """The rows of each metric (without the metric column), in frame order, keyed by
-    metric in order of first appearance.
+    metric in order of first appearance; each view is cut when first asked for.
+
+    Built eagerly, 10k views took 5 s (0.5 ms each), though a detector asks for a few of
+    them by name. ``cols`` hold each metric's rows as one block; ``spans`` give each
+    metric's block (first row, length), and a view is a zero-copy slice of the columns."""
+
+    def __init__(self, cols: list[pl.Series], spans: dict[str, tuple[int, int]]) -> None:
+        self._cols = cols
+        self._spans = spans
+        self._built: dict[str, pl.DataFrame] = {}
+
+    def __getitem__(self, metric: str) -> pl.DataFrame:
+        df = self._built.get(metric)
+        if df is None:
+            a, k = self._spans[metric]  # (KeyError for a metric not logged, as a dict)
+            # series slices, no frame operation: polars runs those through its query
+            # engine, which visits every chunk (a reader's columns can come in thousands)
+            df = self._built[metric] = pl.DataFrame([c.slice(a, k) for c in self._cols])
+        return df
+
+    def __setitem__(self, metric: str, df: pl.DataFrame) -> None:
+        """Replace a view (by a rechunked copy of it, say)."""
+        if metric not in self._spans:
+            raise KeyError(metric)
+        self._built[metric] = df
+
+    def __contains__(self, metric: object) -> bool:
+        return metric in self._spans
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._spans)
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    def with_view(self, metric: str, df: pl.DataFrame) -> MetricViews:
+        """These views and one more (a metric not among them), sharing those cut so far."""
+        out = MetricViews(self._cols, {**self._spans, metric: (0, 0)})
+        out._built = {**self._built, metric: df}  # (its span is never cut: built already)
+        return out
+
+
+def metric_views(frame: pl.DataFrame) -> MetricViews:
+    """The rows of each metric (see :class:`MetricViews`).
 
     A frame whose metrics lie in contiguous blocks (what the row-oriented readers and
-    MLflow produce) is cut into zero-copy slices; any other order is partitioned."""
-    blocks = metric_blocks(frame.get_column("metric"))
+    MLflow produce) is cut into zero-copy slices; any other order is first sorted by
+    metric, once (a stable sort: each metric's rows keep their order)."""
+    metric = frame.get_column("metric")
+    blocks = metric_blocks(metric)
     if blocks is not None:
         starts, names = blocks
         if len(set(names)) == len(names):
             return block_views(frame, starts, names)
-    parts = frame.partition_by("metric", as_dict=True, maintain_order=True)
-    return {str(key[0]): df.drop("metric") for key, df in parts.items()}
+    import numpy as np
 
-
-def block_views(
-    frame: pl.DataFrame, starts: list[int], names: list[str]
-) -> dict[str, pl.DataFrame]:
-    ends = [*starts[1:], frame.height] if starts else []
-    # series slices, no frame operation: polars runs those through its query engine,
-    # which visits every chunk (a reader's columns can come in thousands of them)
-    cols = [frame.get_column(c) for c in frame.columns if c != "metric"]
-    return {
-        name: pl.DataFrame([c.slice(a, b - a) for c in cols])
-        for name, a, b in zip(names, starts, ends, strict=True)
+    cat = metric if isinstance(metric.dtype, pl.Categorical) else metric.cast(pl.Categorical)
+    codes = cat.to_physical().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts_at = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])
+    lengths = np.diff(np.r_[starts_at, codes.size])
+    first_rows = order[starts_at]  # each metric's first row (the sort is stable)
+    names_at = metric.gather(pl.Series(first_rows)).cast(pl.String).to_list()
+    spans = {
+        str(names_at[i]): (int(starts_at[i]), int(lengths[i]))
+        for i in np.argsort(first_rows).tolist()  # in order of first appearance
     }
+    rest = frame.drop("metric")[pl.Series(order)]
+    return MetricViews([rest.get_column(c) for c in rest.columns], spans)
+
+
+def block_views(frame: pl.DataFrame, starts: list[int], names: list[str]) -> MetricViews:
+    cols = [frame.get_column(c) for c in frame.columns if c != "metric"]
+    ends = [*starts[1:], frame.height] if starts else []
+    spans = {m: (a, b - a) for m, a, b in zip(names, starts, ends, strict=True)}
+    return MetricViews(cols, spans)
 
 
 # a frame with more metric blocks than this is treated as interleaved
@@ -124,9 +186,17 @@ def strictly_increasing(s: pl.Series) -> bool:
 
 
 def runs_series(runs: list[tuple[Any, int]], dtype: pl.DataType | None = None) -> pl.Series:
-    """A series of constant runs (value, length), one chunk per run (nothing per row)."""
+    """A series of constant runs (value, length), one chunk per run (nothing per row);
+    with more than MANY_METRICS runs, one chunk of them all (a series per run cost 0.2 ms:
+    100k metrics' blocks took 40 s)."""
     dtype = dtype or pl.String()
     if not runs:
         return pl.Series("", [], dtype=dtype)
+    if len(runs) > MANY_METRICS:
+        import numpy as np
+
+        values = pl.Series([v for v, _ in runs], dtype=dtype)
+        at = np.repeat(np.arange(len(runs)), [k for _, k in runs])
+        return values.gather(pl.Series(at))
     parts = [pl.Series([v], dtype=dtype).new_from_index(0, k) for v, k in runs]
     return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]

@@ -21,6 +21,13 @@ open (or even stat) such a path:
 Not covered: a link swapped between this check and the open (the tree would have to be
 rewritten while it is read, by someone who can write into it: that writer could as well
 put the outside file's bytes into the tree).
+
+What kind of thing a path the user named is, asked before anything opens it, lives here
+too: trainlens reads regular files and folders, nothing else. A FIFO (named pipe), a
+socket or a character/block device (``/dev/zero``, ``/dev/stdin``) is refused by name:
+opening a FIFO for reading blocks until a writer comes (``analyze`` and ``checkpoints``
+hung on one for ever), and a device never ends. So the question is asked with
+``os.stat`` (``DirEntry.stat`` inside folders), which never opens the file.
 """
 
 from __future__ import annotations
@@ -29,10 +36,23 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["OutsideTree", "confine", "confined", "is_inside", "link_leads_out"]
+from trainlens.core.errors import UnreadableInputError
+
+__all__ = [
+    "OutsideTree",
+    "confine",
+    "confined",
+    "is_inside",
+    "kind_of_mode",
+    "link_leads_out",
+    "require_file_or_folder",
+    "special_file_error",
+    "special_file_sentence",
+    "special_kind",
+]
 
 #: what a special file is, in the words a message uses
-_SPECIAL = (
+_KINDS = (
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISSOCK, "a socket"),
     (stat.S_ISCHR, "a character device"),
@@ -80,9 +100,9 @@ def confine(base: str | os.PathLike[str], named: str | os.PathLike[str]) -> Path
         mode = os.stat(real).st_mode
     except OSError:  # missing, or a dangling link that stayed inside: the caller says so
         return Path(real)
-    for test, what in _SPECIAL:
-        if test(mode):
-            raise OutsideTree(text, f"is {what}, not a regular file")
+    what = kind_of_mode(mode)
+    if what is not None:
+        raise OutsideTree(text, f"is {what}, not a regular file")
     return Path(real)
 
 
@@ -103,3 +123,38 @@ def link_leads_out(base: str | os.PathLike[str], path: str | os.PathLike[str]) -
     except OutsideTree as exc:
         return exc.reason
     return None
+
+
+def kind_of_mode(mode: int) -> str | None:
+    """``"a FIFO"``, ``"a socket"``, … for a ``st_mode`` that is neither a regular file
+    nor a folder; None for those two."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def special_kind(path: str | os.PathLike[str] | os.DirEntry[str]) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a folder (a symbolic link
+    is judged by what it points to); None for a file, a folder, or a path that cannot be
+    looked at (missing, a dangling link, no permission: whoever reads it says so)."""
+    try:
+        st = path.stat() if isinstance(path, os.DirEntry) else os.stat(path)
+    except (OSError, ValueError):  # (ValueError: a NUL byte in the name)
+        return None
+    return kind_of_mode(st.st_mode)
+
+
+def special_file_sentence(path: str | os.PathLike[str], kind: str) -> str:
+    """The one sentence for a path that is no file or folder (refused or skipped)."""
+    return f"{os.fspath(path)} is {kind}, not a file or folder trainlens can read"
+
+
+def special_file_error(path: str | os.PathLike[str], kind: str) -> UnreadableInputError:
+    return UnreadableInputError(special_file_sentence(path, kind))
+
+
+def require_file_or_folder(path: str | os.PathLike[str]) -> None:
+    """Raise :class:`UnreadableInputError` when ``path`` is a FIFO, a socket or a device."""
+    kind = special_kind(path)
+    if kind is not None:
+        raise special_file_error(path, kind)

@@ -27,6 +27,7 @@ from trainlens.core.frame import (
     FRAME_SCHEMA,
     Blocks,
     DataIssue,
+    MetricViews,
     block_views,
     metric_views,
     strictly_increasing,
@@ -68,9 +69,7 @@ class Run:
     # ask for the same few series many times, and filtering a 12M-row frame each time
     # would cost more than reading it. The frame object itself is kept (not its id, which
     # a new frame may reuse once the old one is gone).
-    _views: dict[str, pl.DataFrame] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
+    _views: MetricViews | None = field(default=None, init=False, repr=False, compare=False)
     _views_of: pl.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
     _metrics: list[str] | None = field(default=None, init=False, repr=False, compare=False)
     # set by build_run when the frame holds each metric in one block (cheap views)
@@ -82,7 +81,7 @@ class Run:
     _memo_of: pl.DataFrame | None = field(default=None, init=False, repr=False, compare=False)
 
     # ---- views -------------------------------------------------------------------------
-    def _by_metric(self) -> dict[str, pl.DataFrame]:
+    def _by_metric(self) -> MetricViews:
         if self._views is None or self._views_of is not self.frame:
             b = self._blocks
             if b is not None and b.frame is self.frame:
@@ -129,7 +128,7 @@ class Run:
             self._blocks = Blocks(new, [*blocks.starts, base.height], [*blocks.names, metric])
         if views is not None:
             body = [rows.get_column(c) for c in rows.columns if c != "metric"]
-            self._views = {**views, metric: pl.DataFrame(body)}
+            self._views = views.with_view(metric, pl.DataFrame(body))
             self._views_of = new
 
     def memo(self, key: str, compute: Callable[[], _T]) -> _T:

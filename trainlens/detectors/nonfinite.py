@@ -40,6 +40,7 @@ import numpy as np
 import polars as pl
 
 from trainlens.core.findings import Finding
+from trainlens.core.frame import MANY_METRICS
 from trainlens.core.run import Run
 from trainlens.detectors.base import Context, Skip, finding
 
@@ -58,6 +59,10 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     standing = run.standing()
     if standing.height == 0:
         raise Skip("no values")
+    if len(run.metrics) > MANY_METRICS:  # a pass per view would be minutes for 100k
+        if standing.get_column("value").is_finite().all():
+            return []
+        return _grouped(run, standing, params)
     # the usual case, every value finite, decided on the per-metric views (no copy, no
     # grouping); otherwise the grouping below finds where
     views = run._by_metric()
@@ -96,9 +101,10 @@ def _grouped(run: Run, standing: pl.DataFrame, params: Params) -> list[Finding]:
         .group_by("metric")
         .agg(_per_metric())
         .filter(pl.col("n_bad") > 0)
-        .sort("first", "metric")
     )
-    return _findings(run, list(per.iter_rows(named=True)), params)
+    # sorted here as the per-view path sorts (a Categorical sorts by its codes in polars)
+    rows = sorted(per.iter_rows(named=True), key=lambda r: (r["first"], str(r["metric"])))
+    return _findings(run, rows, params)
 
 
 def _findings(run: Run, rows: list[dict[str, Any]], params: Params) -> list[Finding]:

@@ -76,6 +76,7 @@ import numpy as np
 import polars as pl
 
 from trainlens.core.findings import Finding
+from trainlens.core.frame import MANY_METRICS
 from trainlens.core.run import Run
 from trainlens.core.stats import median
 from trainlens.detectors.base import Context, Skip, finding
@@ -115,7 +116,10 @@ def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool]:
     Grouping the whole long frame (12M rows for 1M steps × 12 metrics) costs more than
     reading it; metrics logged on the same lines share steps and times, so the densest
     timed metric plus the steps only sparser metrics have (and superseded rows) give the
-    same points."""
+    same points. With many metrics, a view and a search per metric cost more than one
+    grouping: :func:`_timed_rows_grouped`."""
+    if len(run.metrics) > MANY_METRICS:
+        return _timed_rows_grouped(run), False
     timed: list[tuple[str, pl.DataFrame]] = []
     for metric in run.metrics:
         sf = run.series_frame(metric)
@@ -156,6 +160,26 @@ def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool]:
             run.frame.filter(pl.col("superseded")).select("step", "superseded", "wall_time")
         )
     return pl.concat(parts), len(parts) == 1
+
+
+def _timed_rows_grouped(run: Run) -> pl.DataFrame:
+    """What :func:`_timed_rows` gives, by grouping the frame once: each metric's last row
+    at a step (as its series has it), then the earliest of those per step. The rows
+    :func:`_timed_rows` leaves out (a later time than the densest metric's at that step)
+    never were a step's earliest, so the points :func:`_points` makes are the same."""
+    cols = ["step", "superseded", "wall_time"]
+    standing = run.standing()
+    last = standing.unique(subset=["metric", "step"], keep="last").filter(
+        pl.col("wall_time").is_finite()  # (as _points filters rows: before the minimum)
+    )
+    parts = [
+        last.group_by("step")
+        .agg(pl.col("wall_time").min())
+        .select("step", pl.lit(False).alias("superseded"), "wall_time")
+    ]
+    if run.frame.get_column("superseded").any():
+        parts.append(run.frame.filter(pl.col("superseded")).select(cols))
+    return pl.concat(parts)
 
 
 def _points(run: Run) -> tuple[np.ndarray, np.ndarray]:

@@ -76,6 +76,7 @@ def render_text(result: GateResult) -> str:
         details.append(
             f"note: acknowledgement of {a['code']} for {', '.join(a['runs'])} matched no finding"
         )
+    details.extend(f"skipped: {s['message']}" for s in result.skipped)
     # run names, sources and messages come from the input: one terminal line each
     out = terminal_lines(lines)
     if details:

@@ -66,4 +66,7 @@ def render_markdown(result: GateResult) -> str:
                 + (f" ({where})" if where else "")
                 + f": {_cell(g.reason or '')}"
             )
+    if result.skipped:
+        lines += ["", "### Skipped (not a file or folder trainlens can read)", ""]
+        lines.extend(f"- {_code(s['path'])}: {_cell(s['kind'])}" for s in result.skipped)
     return "\n".join(lines) + "\n"

@@ -17,7 +17,7 @@ from trainlens.core.config import Config, load_config
 from trainlens.core.findings import FAIL_LEVELS, fail_rank
 from trainlens.gate.baseline import Baseline
 from trainlens.gate.codes import CHECK_CODES, GATE_CODES
-from trainlens.gate.discover import Source, discover
+from trainlens.gate.discover import Skipped, Source, discover
 from trainlens.gate.result import CheckResult, GateFinding, GateResult, RunReport
 from trainlens.gate.rules import GateRules, parse_rules
 from trainlens.gate.runner import GateJob, load_baseline, run_sources
@@ -43,7 +43,8 @@ def gate(
     rules = parse_rules(cfg)
     level = (fail_on or rules.fail_on or "error").lower()
     rank = fail_rank(level)
-    sources = discover(str(p) for p in paths)
+    skipped: list[Skipped] = []
+    sources = discover((str(p) for p in paths), skipped)
     base_path = baseline if baseline is not None else rules.baseline.path
     base = load_baseline(base_path, cfg, rules) if base_path is not None else None
     job = GateJob(cfg=cfg, rules=rules, fail_rank=rank, baseline=base)
@@ -57,6 +58,7 @@ def gate(
         allow_unreadable=allow_unreadable,
         baseline=base.path if base else None,
         unused_acknowledgements=unused,
+        skipped=[s.to_dict() for s in dict.fromkeys(skipped)],  # (a path under two specs: once)
     )
 
 
@@ -71,6 +73,7 @@ __all__ = [
     "GateResult",
     "GateRules",
     "RunReport",
+    "Skipped",
     "Source",
     "discover",
     "fail_rank",

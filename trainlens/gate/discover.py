@@ -13,6 +13,9 @@
   taken only when it looks like a run.
 - globs are expanded (``**`` crosses directories); names are relative to the glob's
   fixed prefix.
+- a FIFO, socket or device found in a folder or by a glob is never opened (reading a
+  FIFO blocks): it is listed as :class:`Skipped`. One named on the command line is a
+  source, which the reader refuses (an unreadable input).
 
 A run is named by its path relative to the root it was found under, without a generic
 file name: ``runs/lr_shock/metrics.jsonl`` under ``runs`` is ``lr_shock``.
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainlens.core.errors import TrainlensError, UsageError
+from trainlens.core.paths import special_file_sentence, special_kind
 from trainlens.readers._sniff import entry_is_dir, entry_is_file, is_event_file_name
 
 SKIP_NAMES = frozenset(
@@ -62,6 +66,28 @@ class Source:
 
     path: str
     name: str
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An entry that is no file or folder trainlens reads: what it is (``a FIFO``)."""
+
+    path: str
+    kind: str
+
+    def text(self) -> str:
+        return special_file_sentence(self.path, self.kind)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "kind": self.kind, "message": self.text()}
+
+
+def _special(p: Path | os.DirEntry[str], skipped: list[Skipped] | None) -> bool:
+    """True (and ``p`` added to ``skipped``) when ``p`` is a FIFO, a socket or a device."""
+    kind = special_kind(p)
+    if kind is not None and skipped is not None:
+        skipped.append(Skipped(os.fspath(p.path if isinstance(p, os.DirEntry) else p), kind))
+    return kind is not None
 
 
 def is_glob(spec: str) -> bool:
@@ -136,9 +162,12 @@ def _first_visit(path: Path | str, visited: set[str] | None) -> bool:
     return True
 
 
-def _walk(top: Path, visited: set[str] | None = None) -> Iterator[Path]:
+def _walk(
+    top: Path, visited: set[str] | None = None, skipped: list[Skipped] | None = None
+) -> Iterator[Path]:
     """Sources under a directory that is not itself a run store, in sorted order; a
-    folder reached twice through symbolic links is walked once."""
+    folder reached twice through symbolic links is walked once; FIFOs, sockets and
+    devices go to ``skipped``."""
     if visited is None:
         visited = set()
     if not _first_visit(top, visited):
@@ -155,9 +184,12 @@ def _walk(top: Path, visited: set[str] | None = None) -> Iterator[Path]:
             if is_run_store(p):
                 yield p
             else:
-                yield from _walk(p, visited)
-        elif entry_is_file(e) and _file_is_run(p):
-            yield p
+                yield from _walk(p, visited, skipped)
+        elif entry_is_file(e):
+            if _file_is_run(p):
+                yield p
+        else:
+            _special(e, skipped)
 
 
 def _glob(spec: str) -> list[str]:
@@ -241,7 +273,7 @@ def _glob_root(spec: str) -> Path:
     return Path(*fixed) if fixed else Path(".")
 
 
-def _expand(spec: str) -> Iterator[tuple[Path, Path]]:
+def _expand(spec: str, skipped: list[Skipped] | None = None) -> Iterator[tuple[Path, Path]]:
     """(source path, root it is named under) for one command-line argument."""
     if is_glob(spec):
         root = _glob_root(spec)
@@ -257,8 +289,10 @@ def _expand(spec: str) -> Iterator[tuple[Path, Path]]:
                 if is_run_store(p):
                     yield p, root
                 else:
-                    for sub in _walk(p):
+                    for sub in _walk(p, skipped=skipped):
                         yield sub, root
+            elif _special(p, skipped):
+                continue
             elif _file_is_run(p) or (
                 explicit and not _hidden(p.name) and p.name.lower() not in SKIP_NAMES
             ):
@@ -266,9 +300,13 @@ def _expand(spec: str) -> Iterator[tuple[Path, Path]]:
         return
     p = Path(spec)
     if p.is_dir() and not is_run_store(p):
-        under = list(_walk(p))
+        here: list[Skipped] = []
+        under = list(_walk(p, skipped=here))
+        if skipped is not None:
+            skipped.extend(here)
         if not under:
-            raise UsageError(f"{spec}: no runs found in this directory")
+            hint = f"skipped: {here[0].text()}" if here else None
+            raise UsageError(f"{spec}: no runs found in this directory", hint=hint)
         for sub in under:
             yield sub, p
     else:
@@ -276,12 +314,13 @@ def _expand(spec: str) -> Iterator[tuple[Path, Path]]:
         yield p, p
 
 
-def discover(specs: Iterable[str]) -> list[Source]:
-    """Every run source under the given paths / globs, deduplicated, in a stable order."""
+def discover(specs: Iterable[str], skipped: list[Skipped] | None = None) -> list[Source]:
+    """Every run source under the given paths / globs, deduplicated, in a stable order;
+    the FIFOs, sockets and devices found on the way are added to ``skipped``."""
     seen: set[str] = set()
     found: list[tuple[Path, Path]] = []
     for spec in specs:
-        for path, root in _expand(str(spec)):
+        for path, root in _expand(str(spec), skipped):
             key = os.path.realpath(path)
             if key in seen:
                 continue

@@ -146,6 +146,9 @@ class GateResult:
     allow_unreadable: bool = False
     baseline: str | None = None
     unused_acknowledgements: list[dict[str, Any]] = field(default_factory=list)
+    #: entries found under the paths that are no file or folder (a FIFO, a socket, a
+    #: device): never opened, listed so that nothing disappears silently
+    skipped: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def failed(self) -> list[RunReport]:
@@ -195,4 +198,5 @@ class GateResult:
             "runs": [r.to_dict() for r in self.reports],
             "findings": [g.to_dict(r.name) for r in self.reports for g in r.findings],
             "unused_acknowledgements": self.unused_acknowledgements,
+            "skipped": self.skipped,
         }

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 from trainlens.core.errors import UnreadableInputError, UsageError
+from trainlens.core.paths import require_file_or_folder
 from trainlens.core.run import Run
 from trainlens.readers import _sniff
 from trainlens.readers.base import (
@@ -129,6 +130,7 @@ def _no_run_in_folder(path: Path) -> UnreadableInputError:
 
 def detect_format(path: Path) -> str:
     """The format of ``path``, sniffed from its content or layout."""
+    require_file_or_folder(path)
     if path.is_dir():
         for fmt in ("wandb-run", "mlflow", "tensorboard", "hf-trainer"):
             if _sniff.may_be(fmt, path, b"") and _module(fmt).sniff(path, b""):
@@ -177,6 +179,7 @@ def read_runs(
         path = Path(raw)
         if not path.exists():
             raise UnreadableInputError(f"{path}: no such file or directory")
+        require_file_or_folder(path)  # before anything opens it: a FIFO blocks the open
         if format is not None and format not in FORMATS:
             raise UsageError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
         runs.extend(_read_path(path, format, opts))

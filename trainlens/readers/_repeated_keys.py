@@ -79,14 +79,34 @@ def _key_count_mismatches(body: bytes, df: pl.DataFrame) -> tuple[Any, Any, list
         for hits in (nul, spaced):
             hits = hits[hits < _BLOCK] + i
             pairs -= np.bincount(np.searchsorted(newlines, hits), minlength=len(pairs))
-    terms = [t for c, dt in df.schema.items() for t in _key_terms(pl.col(c), dt)]
-    cells = df.select(pl.sum_horizontal(terms)).to_series().to_numpy()
+    cells = _cells_per_row(df)
     n = min(df.height, len(pairs))
     mismatched = np.flatnonzero(pairs[:n] != cells[:n]).tolist()
     starts = np.concatenate([[0], newlines + 1])
     ends = np.concatenate([newlines, [len(body)]])
     del arr
     return starts, ends, mismatched
+
+
+def _cells_per_row(df: pl.DataFrame) -> Any:
+    """The keys polars read from each row (a nested object's keys too). A column with no
+    null adds 1 to every row and one of nulls only nothing, both known from its null count;
+    only the others are summed. (An expression per column cost 5 s for 100k columns.)"""
+    import numpy as np
+
+    h = df.height
+    cells = np.zeros(h, dtype=np.int64)
+    nested: list[pl.Expr] = []
+    for s, k in zip(df.iter_columns(), df.null_count().row(0), strict=True):
+        if isinstance(s.dtype, pl.Struct):
+            nested.extend(_key_terms(pl.col(s.name), s.dtype))
+        elif k == 0:
+            cells += 1
+        elif k < h:
+            cells += s.is_not_null().to_numpy()
+    if nested:
+        cells += df.select(pl.sum_horizontal(nested)).to_series().to_numpy()
+    return cells
 
 
 def _has_objects_in_lists(dtype: pl.DataType) -> bool:

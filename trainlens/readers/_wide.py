@@ -7,6 +7,7 @@ from collections import Counter
 
 import polars as pl
 
+from trainlens.core.frame import MANY_METRICS
 from trainlens.core.run import DataIssue
 from trainlens.core.steps import bad_step_note, steps_of
 
@@ -213,7 +214,9 @@ def _unpivot(
 def _concat(parts: list[pl.Series], dtype: pl.DataType) -> pl.Series:
     if not parts:
         return pl.Series("", [], dtype=dtype)
-    return pl.concat(parts, rechunk=False) if len(parts) > 1 else parts[0]
+    # one copy into one chunk when the parts are many: 100k chunks made every later
+    # operation on the column visit each of them
+    return pl.concat(parts, rechunk=len(parts) > MANY_METRICS) if len(parts) > 1 else parts[0]
 
 
 def enum_runs(names: list[str], counts: list[int]) -> pl.Series:
@@ -222,6 +225,10 @@ def enum_runs(names: list[str], counts: list[int]) -> pl.Series:
     # one Series of the names, sliced per name: a new Enum Series per name copies the
     # whole category list each time (quadratic in the number of metrics)
     every = pl.Series("metric", names, dtype=pl.Enum(names))
+    if len(names) > MANY_METRICS:  # a chunk per name cost 12 µs each, a gather nothing per name
+        import numpy as np
+
+        return every.gather(pl.Series(np.repeat(np.arange(len(names)), counts)))
     parts = [every.slice(i, 1).new_from_index(0, k) for i, k in enumerate(counts)]
     if not parts:
         return every.clear()

@@ -490,9 +490,14 @@ def _first_appearance_order(df: pl.DataFrame, line_of_row: Callable[[int], bytes
         or any(isinstance(dt, (pl.Struct, pl.List)) for dt in df.schema.values())
     ):
         return df
-    first = df.select(pl.all().is_not_null().arg_max()).row(0)
-    has = df.select(pl.all().is_not_null().any()).row(0)
-    rows = [r if ok else df.height for r, ok in zip(first, has, strict=True)]
+    # from each column's null count (known without a pass): a column with no null starts
+    # at row 0, one of nulls only never; only the others are searched. An expression per
+    # column over all of them cost 8 s for 100k columns, the null counts 0.2 s
+    h = df.height
+    rows = [
+        0 if k == 0 else h if k == h else int(s.is_not_null().arg_max())  # type: ignore[arg-type]
+        for s, k in zip(df.iter_columns(), df.null_count().row(0), strict=True)
+    ]
     per_row = Counter(rows)  # (rows.count per column was quadratic in the width)
     tied_rows = {r for r, n in per_row.items() if n > 1 and r < df.height}
     position: dict[tuple[int, str], int] = {}
@@ -510,7 +515,7 @@ def _first_appearance_order(df: pl.DataFrame, line_of_row: Callable[[int], bytes
     )
     if order == list(range(df.width)):
         return df
-    return df.select([columns[j] for j in order])
+    return df[:, order]  # (by position: a select of 100k names cost 1.8 s, this 0.5 s)
 
 
 def _nth_line(body: bytes | mmap.mmap, n: int) -> bytes:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
+from trainlens.core.paths import special_kind
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.readers import _sniff
 from trainlens.readers._tbfile import FileInfo
@@ -95,7 +96,8 @@ def _event_dirs(root: Path) -> dict[Path, list[Path]]:
     found: dict[Path, list[Path]] = {}
     for d, dirs, files in os.walk(root):
         dirs.sort()
-        events = [Path(d) / f for f in files if _is_event_file(f)]
+        # (os.walk lists a FIFO among the files: opening one would block for ever)
+        events = [Path(d) / f for f in files if _is_event_file(f) and not special_kind(Path(d) / f)]
         if events:
             found[Path(d)] = sorted(events, key=_file_order)
     return found

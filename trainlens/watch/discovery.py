@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainlens.core.errors import TrainlensError
 from trainlens.readers import ReadOptions, detect_format
@@ -19,6 +19,9 @@ from trainlens.watch.follow import (
     OffsetFollower,
     RereadFollower,
 )
+
+if TYPE_CHECKING:
+    from trainlens.gate.discover import Skipped
 
 
 def follower_for(path: Path, fmt: str, options: ReadOptions, name: str | None = None) -> Follower:
@@ -45,6 +48,16 @@ class Discovery:
         self.options = options
         self.known: set[str] = set()
         self.stores: dict[str, Any] = {}  # MLflow stores: their runs appear one by one
+        self._skipped: list[Skipped] = []  # FIFOs, sockets, devices met while walking
+        self._told: set[Skipped] = set()
+
+    def new_skipped(self) -> list[Skipped]:
+        """The FIFOs, sockets and devices found in the watched folders since the last
+        call, each once for the whole watch (they are never opened: a FIFO blocks)."""
+        new = [s for s in dict.fromkeys(self._skipped) if s not in self._told]
+        self._told.update(new)
+        self._skipped.clear()
+        return new
 
     def poll(self) -> list[Follower]:
         found: list[Follower] = []
@@ -82,7 +95,7 @@ class Discovery:
             return [(path, self.format or fmt, None)]
         out: list[tuple[Path, str, str | None]] = []
         try:
-            found = discover([str(path)])
+            found = discover([str(path)], self._skipped)
         except TrainlensError:
             return []  # no run in it yet: looked at again next time
         for src in found:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainlens.core.config import Config
 from trainlens.core.findings import fail_rank
@@ -28,6 +28,9 @@ from trainlens.watch.discovery import Discovery
 from trainlens.watch.events import WatchEvent
 from trainlens.watch.live import JudgeTiming, LiveRun
 from trainlens.watch.settings import WatchSettings
+
+if TYPE_CHECKING:
+    from trainlens.gate.discover import Skipped
 
 #: Longest wait between two ticks (seconds): stalls and deferred judging are checked then.
 TICK = 0.5
@@ -107,6 +110,7 @@ def watch(
                     )
                     state.runs.append(live)
                     announce([live.event("run-appeared", f"following {follower.format} run")])
+                announce([_skipped_event(s) for s in discovery.new_skipped()])
             for live in state.runs:
                 chunk = live.follower.poll(final=once)
                 if chunk is not None:
@@ -143,6 +147,14 @@ def watch(
         sink.emit(ended)
         sink.update(state)
     return code
+
+
+def _skipped_event(skipped: Skipped) -> WatchEvent:
+    """A FIFO (socket, device) in a watched folder: said once, never opened."""
+    name = Path(skipped.path).name
+    return WatchEvent(
+        "read-issue", name, skipped.path, time.time(), None, skipped.text(), severity="info"
+    )
 
 
 def _ended_text(state: WatchState, code: int) -> str:
