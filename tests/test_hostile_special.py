@@ -131,7 +131,11 @@ def test_the_gate_lists_the_fifos_it_skipped_in_every_output(tmp_path: Path) -> 
         assert all(s["kind"] == "a FIFO" for s in result.skipped)
         text = render(result, "text")
         assert f"skipped: {root / 'b.jsonl'} {FIFO_SENTENCE}" in text
-        assert f"`{root / 'b.jsonl'}`: a FIFO" in render(result, "markdown")
+        from trainlens.core.sanitize import markdown
+
+        # a path in <code>, escaped as every input string in Markdown (no backtick span)
+        expected = f"<code>{markdown(str(root / 'b.jsonl'))}</code>: a FIFO"
+        assert expected in render(result, "markdown")
         doc = json.loads(render(result, "json"))
         assert [s["path"] for s in doc["skipped"]] == paths
 
@@ -218,10 +222,11 @@ def test_the_work_per_metric_is_linear(tmp_path: Path) -> None:
     small = _many_names(tmp_path / "small.jsonl", 5_000)
     large = _many_names(tmp_path / "large.jsonl", 20_000)
     _analyze_seconds(small)  # (imports and first-call costs out of the comparison)
-    t_small = min(_analyze_seconds(small) for _ in range(2))
-    t_large = min(_analyze_seconds(large) for _ in range(2))
-    # 4× the names: ~4× the time when linear, 16× when quadratic (the old stalls loop)
-    assert t_large / t_small < 8, f"{t_small:.2f} s -> {t_large:.2f} s"
+    t_small = min(_analyze_seconds(small) for _ in range(3))
+    t_large = min(_analyze_seconds(large) for _ in range(3))
+    # 4× the names: ~4× the time when linear (4.7× measured alone, over 8× once at a load
+    # of 8 on 2 cores), 16× when quadratic (the old stalls loop)
+    assert t_large / t_small < 11, f"{t_small:.2f} s -> {t_large:.2f} s"
 
 
 def _json_of(path: Path) -> str:
