@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import trainlens
+from tests.conftest import fixture_path
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.incidents import Incident
 from trainlens.incidents import RULES, group
-from tests.conftest import fixture_path
 
 
 def analyzed(path: Path) -> trainlens.Analysis:
