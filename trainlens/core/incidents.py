@@ -75,15 +75,16 @@ class Incident:
             parts.append(f"{label}{' ' + factor.group(0) if factor else ''} at {link.get('step')}")
         return "first: " + " → ".join(parts)
 
-    def headline(self) -> str:
+    def headline(self, *, related: bool = True) -> str:
         """What the incident is, in one line and without its severity (each output adds
-        that its own way): ``steps 400–463  loss became NaN at step 400 — first: …``."""
+        that its own way): ``steps 400–463  loss became NaN at step 400 — first: …``;
+        ``related``: with how many other findings it holds."""
         text = f"{self.where}  {self.title}" if self.where else self.title
         first = self.first_text()
         if first:
             text += f" — {first}"
         others = len(self.members) - 1
-        if others:
+        if others and related:
             text += f" (+{others} related finding{'s' if others > 1 else ''})"
         return text
 
