@@ -353,7 +353,7 @@ def test_acknowledgement_silences_its_finding_only(
     )
     code, out, _ = gate([str(root), "--config", str(cfg), "-j", "1"], capsys)
     assert code == 1  # "late" still fails
-    assert "shock_a: NAN001 steps 400–600 — known fp16 overflow test" in out
+    assert "shock_a: NAN001@400 steps 400–600 — known fp16 overflow test" in out  # the incident
     code, out, _ = gate([str(root / "shock_a"), "--config", str(cfg), "-j", "1"], capsys)
     assert code == 0
 

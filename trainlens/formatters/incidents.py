@@ -106,7 +106,20 @@ def one_incident(
         lines.extend(_wrap(text, width))
     if verbose and members is not None:
         # the members as `findings` were listed, under the incident's text
-        lines.extend(MEMBER_INDENT + x for x in members([a.findings[m] for m in inc.members]))
+        for x in members([a.findings[m] for m in inc.members]):
+            lead = MEMBER_INDENT + x[: len(x) - len(x.lstrip())]
+            if width is None:
+                lines.append(lead + x.lstrip())
+            else:
+                lines.extend(
+                    textwrap.wrap(
+                        x.lstrip(),
+                        max(40, width),
+                        initial_indent=lead,
+                        subsequent_indent=INDENT + "    ",
+                        break_on_hyphens=False,
+                    )
+                )
     return lines
 
 
