@@ -25,15 +25,19 @@ from urllib.parse import urlsplit
 from trainlens.core.findings import Severity
 from trainlens.watch.events import WatchEvent
 
-#: The events worth telling a person about (a closed finding or a read note is not).
-ALERT_EVENTS = ("finding-opened", "finding-changed", "early-warning", "run-stalled")
+#: The events worth telling a person about: incidents, not their findings (one NaN that
+#: reaches 21 series is one incident, one page), early warnings and stalls (a closed
+#: incident or a read note is not).
+ALERT_EVENTS = ("incident-opened", "incident-changed", "early-warning", "run-stalled")
 
 
 def worth_alerting(event: WatchEvent, level: str) -> bool:
     """An alert event at or above ``level``; a finding that changed only if it got worse."""
     if event.kind not in ALERT_EVENTS or event.severity is None:
         return False
-    if event.kind == "finding-changed" and event.change != "severity-up":
+    if event.details.get("acknowledged"):  # the gate's acknowledge table covers it
+        return False
+    if event.kind == "incident-changed" and event.change != "severity-up":
         return False
     return Severity.parse(event.severity).rank >= Severity.parse(level).rank
 
@@ -141,11 +145,14 @@ class NotifySink:
 
 
 class ExecSink:
-    """Runs ``command`` (through the shell, as the user wrote it) once per alert event,
-    with the event in its environment: TRAINLENS_EVENT, TRAINLENS_RUN, TRAINLENS_SOURCE,
-    TRAINLENS_CODE, TRAINLENS_SEVERITY, TRAINLENS_STEP, TRAINLENS_MESSAGE and
-    TRAINLENS_EVENT_JSON (the ``--json`` object). The watch does not wait for it; a command
-    that cannot start or exits non-zero is reported."""
+    """Runs ``command`` (through the shell, as the user wrote it) once per alert event —
+    once per incident, then once per rise of its severity — with the event in its
+    environment: TRAINLENS_EVENT, TRAINLENS_RUN, TRAINLENS_SOURCE, TRAINLENS_CODE (the
+    headline code), TRAINLENS_SEVERITY, TRAINLENS_STEP (an incident's onset; else the last
+    step read), TRAINLENS_INCIDENT (its id), TRAINLENS_CODES (its members' codes, comma
+    separated), TRAINLENS_MESSAGE and TRAINLENS_EVENT_JSON (the ``--json`` object). The
+    watch does not wait for it; a command that cannot start or exits non-zero is
+    reported."""
 
     def __init__(self, command: str, *, level: str = "warning") -> None:
         self.command = command
@@ -161,13 +168,19 @@ class ExecSink:
         from trainlens.formatters.json import json_safe
 
         env = dict(os.environ)
+        incident = event.details.get("incident") or {}
+        step = incident.get("onset", event.step) if incident else event.step
+        env.update(
+            TRAINLENS_INCIDENT=str(incident.get("id", "")),
+            TRAINLENS_CODES=",".join(event.details.get("codes") or []),
+        )
         env.update(
             TRAINLENS_EVENT=event.kind,
             TRAINLENS_RUN=event.run,
             TRAINLENS_SOURCE=event.source,
             TRAINLENS_CODE=event.code or "",
             TRAINLENS_SEVERITY=event.severity or "",
-            TRAINLENS_STEP="" if event.step is None else str(event.step),
+            TRAINLENS_STEP="" if step is None else str(step),
             TRAINLENS_MESSAGE=event.message,
             TRAINLENS_EVENT_JSON=json.dumps(json_safe(event.to_dict()), allow_nan=False),
         )
