@@ -150,19 +150,26 @@ CASES: dict[str, tuple[list[Finding], dict[str, int], list[set[int]]]] = {
         {f"val/loss/g{k}": 400 for k in range(6)},
         [set(range(6))],
     ),
+    # a loss rise whose chain starts at the LR, and the LR finding at that step
     "cause-chain": (
         [
             F(
-                "GRAD001",
-                "grad_norm",
-                400,
-                420,
+                "LOSS003",
+                LOSS,
+                415,
+                600,
                 chain=CHAIN,
                 first_mover="lr",
                 first_mover_step=400,
             ),
             F("LR001", "lr", 400, 400),
         ],
+        {},
+        [{0, 1}],
+    ),
+    # an LR shock and the grad-norm spike of that step, before the loss answers
+    "optimizer-step": (
+        [F("LR001", "lr", 400, 400), F("GRAD002", "grad_norm", 400, 401)],
         {},
         [{0, 1}],
     ),

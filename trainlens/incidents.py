@@ -135,6 +135,23 @@ def cause_chain(event: Finding, other: Finding, tol: int) -> bool:
     )
 
 
+#: the optimizer's own signals: what one optimizer step moves together
+OPTIMIZER_SIDE = ("lr", "loss_scale", "grad_norm", "update_ratio")
+
+
+def optimizer_step(a: Finding, b: Finding, tol: Tolerance) -> bool:
+    """Findings on the optimizer's own signals (lr, loss scale, grad norm, update ratio,
+    and their per-tensor series) starting together are one step gone wrong: an LR ×40 and
+    the grad-norm spike of the same step (LR001 and GRAD002) are one incident before the
+    loss answers — when it does, the cause chain says the same."""
+    return (
+        a.code != b.code
+        and any(_on(a.metric, m) for m in OPTIMIZER_SIDE)
+        and any(_on(b.metric, m) for m in OPTIMIZER_SIDE)
+        and _near(_start(a), _start(b), tol(a, b))
+    )
+
+
 @_either
 def one_slowdown(a: Finding, b: Finding, tol: int) -> bool:
     """One slowdown is one incident however it shows: tokens/s or samples/s dropping
@@ -205,6 +222,7 @@ RULES: dict[str, Rule] = {
     "nonfinite-spread": nonfinite_spread,
     "same-signature": same_signature,
     "cause-chain": cause_chain,
+    "optimizer-step": optimizer_step,
     "one-slowdown": one_slowdown,
     "restart-reset": restart_reset,
     "schedule-handover": schedule_handover,
