@@ -67,7 +67,10 @@ def test_analyze_json_contract(tmp_path: Path, capsys: pytest.CaptureFixture[str
             "step_end",
             "message",
             "evidence",
+            "incident",
         }
+    ids = {i["id"] for i in r["incidents"]}
+    assert {f["incident"] for f in r["findings"]} == ids
 
 
 def test_fail_on_sets_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

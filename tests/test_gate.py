@@ -353,7 +353,7 @@ def test_acknowledgement_silences_its_finding_only(
     )
     code, out, _ = gate([str(root), "--config", str(cfg), "-j", "1"], capsys)
     assert code == 1  # "late" still fails
-    assert "shock_a: NAN001 steps 400–600 — known fp16 overflow test" in out
+    assert "shock_a: NAN001@400 steps 400–600 — known fp16 overflow test" in out  # the incident
     code, out, _ = gate([str(root / "shock_a"), "--config", str(cfg), "-j", "1"], capsys)
     assert code == 0
 
@@ -439,9 +439,14 @@ def test_junit_counts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         assert int(s.get("errors", "")) == len(s.findall("testcase/error"))
     nan = suites["nan_divergence"]
     failed = {c.get("name"): c.find("failure") for c in nan if c.find("failure") is not None}
-    assert set(failed) == {"detector:nonfinite", "check:max_final_val_loss"}
-    assert failed["detector:nonfinite"].get("type") == "NAN001"  # type: ignore[union-attr]
-    assert "NAN001" in (failed["detector:nonfinite"].text or "")  # type: ignore[union-attr]
+    # one failure per incident: the NaN (every NAN001 of it in one failure) and the
+    # final val loss check
+    assert set(failed) == {"incident:NAN001@400", "incident:VAL004@600"}
+    nan_failure = failed["incident:NAN001@400"]
+    assert nan_failure.get("type") == "NAN001"  # type: ignore[union-attr]
+    members = (nan_failure.text or "").splitlines()  # type: ignore[union-attr]
+    assert len(members) > 1 and all(" NAN001 " in m for m in members)
+    assert "detector:nonfinite" not in {c.get("name") for c in nan}  # it is in the incident
     healthy = suites["healthy_a"]
     assert healthy.get("failures") == "0"
     names = [c.get("name") for c in healthy]
@@ -469,12 +474,16 @@ def test_github_annotations(
     [nan] = [f for f in doc["findings"] if f["code"] == "NAN001" and f["metric"] == "train/loss"]
     path = str(root / "a,b:c" / "metrics.jsonl").replace(":", "%3A").replace(",", "%2C")
     where = steps_text(nan["step_start"], nan["step_end"])  # the title says where, too
+    [inc] = [i for i in doc["incidents"] if i["id"] == nan["incident"]]
+    n = len(inc["members"])
+    assert n == sum(f["code"] == "NAN001" for f in doc["findings"]) > 1
     expected = (
         f"::error file={path},line=1,title=NAN001 non-finite-value ({where})::a,b:c: "
-        f"{nan['message']}"
+        f"{nan['message']} (incident {inc['id']}; {n} findings: NAN001 ×{n})"
     )
     lines = out.splitlines()
     assert expected in lines
+    assert len(lines) == 2  # one annotation for the one incident, then the verdict
     assert lines[0].startswith("::error ")  # what fails the gate comes first
     assert all(line.startswith("::") for line in lines[:-1])
     assert lines[-1].startswith("trainlens gate failed: 2 runs: 1 passed, 1 failed")
@@ -482,6 +491,7 @@ def test_github_annotations(
     text = summary.read_text()
     assert text.startswith("earlier step\n## ❌ trainlens gate: 2 runs: 1 passed, 1 failed")
     assert "| <code>ok</code> | ✅ pass |" in text and "**NAN001** non-finite-value" in text
+    assert text.count("**NAN001**") == 1  # one row for the incident
 
 
 def test_github_escaping() -> None:

@@ -67,8 +67,12 @@ def _free_port() -> int:
 
 
 def _event(code: str = "NAN001", sev: str = "error", run: str = "r") -> WatchEvent:
+    """An incident opening (what pages), its onset 5, read up to step 9."""
     f = Finding(code, "non-finite", Severity.parse(sev), "train/loss", 5, 9, f"{code} at 5")
-    return WatchEvent("finding-opened", run, "r.jsonl", time.time(), 9, f.message, f, sev)
+    details = {"code": code, "incident": {"id": f"{code}@5", "onset": 5}, "codes": [code]}
+    return WatchEvent(
+        "incident-opened", run, "r.jsonl", time.time(), 9, f.message, f, sev, details=details
+    )
 
 
 def test_a_finding_is_one_message_and_the_overflow_one_digest(
@@ -99,7 +103,7 @@ def test_a_failing_notifier_is_reported_and_the_watch_goes_on() -> None:
     fan.close()
     text = out.getvalue()
     assert "[notify-failed]" in text and "json://127.0.0.1/…" in text
-    assert "[finding-opened]" in text
+    assert "[incident-opened]" in text
 
 
 def test_watch_once_notifies_the_nan_run(
@@ -113,18 +117,12 @@ def test_watch_once_notifies_the_nan_run(
     capsys.readouterr()
     from trainlens.api import analyze
 
-    alerts = [
-        f
-        for f in analyze(fixture_runs / "nan_divergence")[0].findings
-        if f.severity.rank >= Severity.WARNING.rank
-    ]
-    assert len(alerts) > 2  # info findings (a transient TPUT001) are not sent
-    # the first alert at once, the others (within the rate limit) as one digest at exit
-    assert len(received) == 2
+    [a] = analyze(fixture_runs / "nan_divergence")
+    alerts = [f for f in a.findings if f.severity.rank >= Severity.WARNING.rank]
+    assert len(alerts) > 2 and len(a.incidents) == 1
+    # one NaN reaching 21 series is one incident: one message (it was 1 + a digest of 20)
+    assert len(received) == 1
     assert "NAN001" in received[0]["title"]
-    rest = len(alerts) - 1
-    assert f"{rest} alerts" in received[1]["title"]
-    assert received[1]["message"].count("\n") == rest - 1
 
 
 def test_notify_rejects_an_unknown_scheme() -> None:
@@ -145,7 +143,7 @@ def test_exec_runs_the_command_with_the_finding_in_its_environment(tmp_path: Pat
     sink.emit(_event("NAN001", "error"))
     sink.emit(_event("LOSS001", "info"))  # under the level
     sink.close()
-    assert out.read_text().split("\n")[0] == "NAN001 error 9"
+    assert out.read_text().split("\n")[0] == "NAN001 error 5"  # the incident's onset
     failing = ExecSink("exit 3")
     failing.emit(_event())
     failing.close()

@@ -95,12 +95,15 @@ def analyze_run(run: Run, config: Config | None = None) -> Analysis:
     from trainlens.checkpoints.attach import analysis_checkpoints
 
     found, ctx.checkpoints = analysis_checkpoints(run, result.findings, config)
+    from trainlens.incidents import incidents_of
+
     return Analysis(
         run=run,
         summary=summary,
         findings=found,
         skipped=result.skipped,
         context=ctx,
+        incidents=incidents_of(run, found),
     )
 
 

@@ -116,10 +116,20 @@ def analyze(
         ),
     ] = None,
     verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Show each finding's evidence.")
+        bool,
+        typer.Option("--verbose", "-v", help="List each incident's findings and their evidence."),
     ] = False,
+    color: Annotated[
+        str | None,
+        typer.Option(
+            "--color",
+            help="Colour by severity: auto (on a terminal, unless NO_COLOR is set), always, "
+            "never [default: auto]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> int:
-    """Summarize each run and list what went wrong, when, and what moved first."""
+    """Summarize each run and list its incidents: what went wrong, when, what moved first."""
     from trainlens.api import analyze as analyze_paths
     from trainlens.core.config import load_config
 
@@ -141,6 +151,9 @@ def analyze(
     cfg.aliases = {**cfg.aliases, **parse_aliases(alias)}
     cfg.model = {**cfg.model, **_model_overrides(params, gpu, gpus)}
     threshold = fail_rank(fail_on or cfg.fail_on or "none")  # checked before the read
+    from trainlens.formatters.color import color_choice
+
+    color_mode = color_choice(color)  # checked before the read, too
 
     analyses = analyze_paths(paths, config=cfg, format=reader, runs=run, regex=regex)
     if json_out:
@@ -148,9 +161,15 @@ def analyze(
 
         typer.echo(render_json(analyses), nl=False)
     else:
+        import sys
+
+        from trainlens.formatters.color import colorize, terminal_width, wants_color
         from trainlens.formatters.text import render as render_text
 
-        typer.echo(render_text(analyses, verbose=verbose), nl=False)
+        text = render_text(analyses, verbose=verbose, width=terminal_width(sys.stdout))
+        if wants_color(color_mode, sys.stdout):
+            text = colorize(text)
+        typer.echo(text, nl=False, color=True if color_mode != "never" else None)
     if report is not None:
         from trainlens.report import write_report
         from trainlens.report.options import report_smoothing

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainlens.core.findings import Finding, Severity
+from trainlens.core.incidents import Incident, membership
 from trainlens.core.run import DataIssue, Run
 
 
@@ -38,13 +39,15 @@ class Context:
 
 @dataclass
 class Analysis:
-    """One run, its summary and what the detectors found."""
+    """One run, its summary, what the detectors found and the incidents they make up
+    (:mod:`trainlens.incidents`; each finding in exactly one, named by its index)."""
 
     run: Run
     summary: dict[str, Any]
     findings: list[Finding]
     skipped: dict[str, str] = field(default_factory=dict)
     context: Context = field(default_factory=Context)
+    incidents: list[Incident] = field(default_factory=list)
 
     @property
     def data_quality(self) -> list[DataIssue]:
@@ -54,12 +57,16 @@ class Analysis:
         return max((f.severity for f in self.findings), key=lambda s: s.rank, default=None)
 
     def to_dict(self) -> dict[str, Any]:
+        home = membership(self.incidents)
         return {
             "run": self.run.name,
             "source": self.run.source,
             "format": self.run.format,
             "summary": self.summary,
-            "findings": [f.to_dict() for f in self.findings],
+            "incidents": [i.to_dict() for i in self.incidents],
+            "findings": [
+                {**f.to_dict(), "incident": home.get(k)} for k, f in enumerate(self.findings)
+            ],
             "data_quality": [d.to_dict() for d in self.run.data_quality],
             "skipped_detectors": self.skipped,
             "schedule": self.context.schedule or None,

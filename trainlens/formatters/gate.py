@@ -30,9 +30,10 @@ def verdict_text(r: RunReport) -> str:
 
 
 def render_text(result: GateResult) -> str:
-    rows = [("run", "verdict", "worst finding", "err", "warn", "info", "ack")]
+    # the counts are of incidents: one root cause, one count (docs/incidents.md)
+    rows = [("run", "verdict", "worst incident", "err", "warn", "info", "ack")]
     for r in result.reports:
-        c = r.counts()
+        c = r.incident_counts()
         rows.append(
             (
                 r.name,
@@ -54,24 +55,22 @@ def render_text(result: GateResult) -> str:
 
     details: list[str] = []
     for r in result.reports:
-        failing = r.failing
+        failing = r.failing_incidents
         if r.verdict == UNREADABLE:
             details.append(f"{r.name}: unreadable: {r.error}")
         elif failing:
             details.append(f"{r.name} ({r.source})")
-            details.extend(f"  {g.line()}" for g in failing)
+            details.extend(f"  {i.line()}" for i in failing)
         notes = [
             c
             for c in r.checks
             if c.kind != "detector" and c.status == "skipped" and not c.detail.endswith("logged")
         ]
         details.extend(f"  note: {r.name}: {n.name} skipped: {n.detail}" for n in notes)
-    acked = [(r, g) for r in result.reports for g in r.acknowledged]
+    acked = [(r, i) for r in result.reports for i in r.acknowledged_incidents]
     if acked:
         details.append("acknowledged (not failing the gate):")
-        details.extend(
-            f"  {r.name}: {g.finding.code} {g.finding.where} — {g.reason}" for r, g in acked
-        )
+        details.extend(f"  {r.name}: {i.id} {i.incident.where} — {i.reason}" for r, i in acked)
     for a in result.unused_acknowledgements:
         details.append(
             f"note: acknowledgement of {a['code']} for {', '.join(a['runs'])} matched no finding"

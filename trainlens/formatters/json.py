@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
 
-SCHEMA_VERSION = 1
+#: 2: each run gains `incidents`, each finding the id of its `incident` (docs/json.md)
+SCHEMA_VERSION = 2
 
 
 def json_safe(value: Any) -> Any:

@@ -1,11 +1,13 @@
 """``trainlens gate --format junit``: JUnit XML for GitLab, Jenkins and other CI test views.
 
-One ``<testsuite>`` per run; one ``<testcase>`` per run × check, where the checks are the
-detectors that ran or were skipped, and the configured outcome and baseline checks. A
-check that fails the gate is a ``<failure>`` carrying its findings; a detector that could
-not run, or a check without its inputs, is ``<skipped>``; an unreadable input is an
-``<error>`` (``<skipped>`` under ``--allow-unreadable``). Findings that do not fail the
-gate (below ``--fail-on``, or acknowledged) are listed in ``<system-out>``.
+One ``<testsuite>`` per run. In it, one ``<testcase>`` per incident (``incident:<id>``):
+an incident that fails the gate is one ``<failure>`` (its headline as the message, its
+members as the text), however many checks its findings came from — one root cause, one
+failure; one that does not (below ``--fail-on``, or acknowledged) passes, its members in
+``<system-out>``. Then one ``<testcase>`` per check (the detectors that ran or were
+skipped, the configured outcome and baseline checks) with no incident: passed, or
+``<skipped>`` (a detector that could not run, a check without its inputs). An unreadable
+input is an ``<error>`` (``<skipped>`` under ``--allow-unreadable``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,30 @@ def _suite(r: RunReport, allow_unreadable: bool) -> ET.Element:
             )
             err.text = xml(r.error) if r.error is not None else None
             counts["errors"] += 1
+    for i in r.incidents:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            name=xml(f"incident:{i.id}"),
+            classname=xml(r.name),
+            file=xml(r.source),
+            time="0",
+        )
+        counts["tests"] += 1
+        members = "\n".join(
+            xml((f"acknowledged ({g.reason}): " if g.acknowledged else "") + g.line())
+            for g in i.members
+        )
+        if i.fails:
+            fail = ET.SubElement(case, "failure", message=xml(i.line()), type=xml(i.incident.code))
+            fail.text = members
+            counts["failures"] += 1
+        else:
+            ET.SubElement(case, "system-out").text = members
+    with_incident = {g.check for g in r.findings}
     for check in r.checks:
+        if check.name in with_incident and check.status != "skipped":
+            continue  # its findings are in their incidents' test cases
         case = ET.SubElement(
             suite,
             "testcase",
@@ -48,28 +73,9 @@ def _suite(r: RunReport, allow_unreadable: bool) -> ET.Element:
             time="0",
         )
         counts["tests"] += 1
-        mine = [g for g in r.findings if g.check == check.name]
-        if check.status == "fail":
-            failing = [g for g in mine if g.fails]
-            first = failing[0].finding
-            fail = ET.SubElement(
-                case,
-                "failure",
-                message=xml(f"{first.code} {first.name}: {first.message}"),
-                type=xml(first.code),
-            )
-            fail.text = "\n".join(xml(g.line()) for g in failing)
-            counts["failures"] += 1
-        elif check.status == "skipped":
+        if check.status == "skipped":
             ET.SubElement(case, "skipped", message=xml(check.detail))
             counts["skipped"] += 1
-        quiet = [g for g in mine if not g.fails]
-        if quiet:
-            out = ET.SubElement(case, "system-out")
-            out.text = "\n".join(
-                xml((f"acknowledged ({g.reason}): " if g.acknowledged else "") + g.line())
-                for g in quiet
-            )
     for key, value in counts.items():
         suite.set(key, str(value))
     suite.set("time", f"{r.seconds:.3f}")

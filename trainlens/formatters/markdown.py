@@ -1,5 +1,6 @@
 """``trainlens gate --format markdown``: the verdict as a Markdown table (also written to
-``$GITHUB_STEP_SUMMARY`` under ``--format github``).
+``$GITHUB_STEP_SUMMARY`` under ``--format github``): a row per run, then a row per
+incident that fails (and per acknowledged one).
 
 Every string from the input goes through :func:`trainlens.core.sanitize.markdown`: GitHub
 renders the summary, so an unescaped ``![x](url)`` in a metric name would be an image
@@ -31,40 +32,44 @@ def render_markdown(result: GateResult) -> str:
     lines = [
         f"## {icon} trainlens gate: {result.headline()}",
         "",
-        "| run | verdict | worst finding | errors | warnings | acknowledged |",
+        "| run | verdict | worst incident | errors | warnings | acknowledged |",
         "|---|---|---|---:|---:|---:|",
     ]
     for r in result.reports:
-        c = r.counts()
+        c = r.incident_counts()
         lines.append(
             f"| {_code(r.name)} | {ICONS.get(r.verdict, r.verdict)} | {_cell(r.worst_text(80))} "
             f"| {c['error']} | {c['warning']} | {c['acknowledged']} |"
         )
-    failing = [r for r in result.reports if r.failing or r.verdict == "unreadable"]
-    if failing:
+    unreadable = [r for r in result.reports if r.verdict == "unreadable"]
+    failing = [(r, i) for r in result.reports for i in r.failing_incidents]
+    if failing or unreadable:
         lines += ["", "### What failed", ""]
-        for r in failing:
-            if r.verdict == "unreadable":
-                lines.append(f"- {_code(r.name)}: unreadable: {_cell(r.error or '')}")
-                continue
-            lines.append(f"- {_code(r.name)} ({_code(r.source)})")
-            for g in r.failing:
-                f = g.finding
-                where = f.where
-                lines.append(
-                    f"  - **{f.code}** {f.name}"
-                    + (f" ({where})" if where else "")
-                    + f": {_cell(f.message)}"
-                )
-    acked = [(r, g) for r in result.reports for g in r.acknowledged]
+        for r in unreadable:
+            lines.append(f"- {_code(r.name)}: unreadable: {_cell(r.error or '')}")
+    if failing:
+        if unreadable:
+            lines.append("")
+        lines += [
+            "| run | severity | incident | steps | what | findings |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r, i in failing:
+            inc = i.incident
+            what = f"**{inc.code}** {inc.name}: {i.head.finding.message}"
+            lines.append(
+                f"| {_code(r.name)} | {i.severity.value} | {_code(i.id)} | {inc.where} "
+                f"| {_cell(what)} | {_cell(i.related() or '1 finding')} |"
+            )
+    acked = [(r, i) for r in result.reports for i in r.acknowledged_incidents]
     if acked:
         lines += ["", "### Acknowledged", ""]
-        for r, g in acked:
-            where = g.finding.where
+        for r, i in acked:
+            where = i.incident.where
             lines.append(
-                f"- {_code(r.name)} **{g.finding.code}**"
+                f"- {_code(r.name)} **{i.incident.code}** {_code(i.id)}"
                 + (f" ({where})" if where else "")
-                + f": {_cell(g.reason or '')}"
+                + f": {_cell(i.reason or '')}"
             )
     if result.skipped:
         lines += ["", "### Skipped (not a file or folder trainlens can read)", ""]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainlens.core.sanitize import terminal_lines
+from trainlens.formatters.incidents import incident_lines, runs_table
 
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
@@ -104,7 +105,7 @@ def _loss_lines(s: dict[str, Any], *, verbose: bool) -> list[str]:
     return lines
 
 
-def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
+def render_analysis(a: Analysis, *, verbose: bool = False, width: int | None = None) -> str:
     s = a.summary
     lines: list[str] = []
     lines.append(f"run         {a.run.name}  ({a.run.format}: {a.run.source})")
@@ -146,7 +147,13 @@ def render_analysis(a: Analysis, *, verbose: bool = False) -> str:
         lines.append(f"reader      {a.run.metadata['reader_note']}")
 
     lines.append("")
-    if a.findings:
+    if a.incidents:
+        n = len(a.incidents)
+        lines.append(
+            f"incidents ({n}, from {len(a.findings)} finding{'s' if len(a.findings) > 1 else ''})"
+        )
+        lines.extend(incident_lines(a, verbose=verbose, width=width, members=_members))
+    elif a.findings:  # an analysis built without incidents (the Python API, by hand)
         lines.append(f"findings ({len(a.findings)})")
         lines.extend(finding_lines(a.findings, verbose=verbose))
     elif any(not _absent(why) for why in a.skipped.values()):
@@ -189,6 +196,10 @@ def finding_lines(findings: Sequence[Finding], *, verbose: bool = False) -> list
     return lines
 
 
+def _members(findings: Sequence[Finding]) -> list[str]:
+    return finding_lines(findings, verbose=True)
+
+
 def _absent(reason: str) -> bool:
     """A skip because the metric is not logged at all (the detectors' wording)."""
     return reason.rstrip(".").endswith("not logged")
@@ -200,5 +211,22 @@ def _fmt_ev(v: Any) -> str:
     return str(v)
 
 
-def render(analyses: Sequence[Analysis], *, verbose: bool = False) -> str:
-    return "\n\n".join(render_analysis(a, verbose=verbose) for a in analyses) + "\n"
+#: more runs than this are listed one line each (name, steps, worst incident), then the
+#: incidents of the runs that have them: a W&B runs table of 64 runs printed ~800 lines
+COMPACT_RUNS = 4
+
+
+def render(analyses: Sequence[Analysis], *, verbose: bool = False, width: int | None = None) -> str:
+    """Each run's summary and incidents; beyond COMPACT_RUNS runs, a line per run and the
+    incidents of those that have them. ``width``: the terminal's (None: nothing cut or
+    wrapped, for pipes and files)."""
+    if len(analyses) <= COMPACT_RUNS:
+        return (
+            "\n\n".join(render_analysis(a, verbose=verbose, width=width) for a in analyses) + "\n"
+        )
+    lines = runs_table(analyses, width=width)
+    for a in analyses:
+        if a.incidents:
+            lines += ["", f"{a.run.name}  ({a.run.format}: {a.run.source})"]
+            lines.extend(incident_lines(a, verbose=verbose, width=width, members=_members))
+    return terminal_lines(lines) + "\n"

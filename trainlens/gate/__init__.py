@@ -18,7 +18,7 @@ from trainlens.core.findings import FAIL_LEVELS, fail_rank
 from trainlens.gate.baseline import Baseline
 from trainlens.gate.codes import CHECK_CODES, GATE_CODES
 from trainlens.gate.discover import Skipped, Source, discover
-from trainlens.gate.result import CheckResult, GateFinding, GateResult, RunReport
+from trainlens.gate.result import CheckResult, GateFinding, GateIncident, GateResult, RunReport
 from trainlens.gate.rules import GateRules, parse_rules
 from trainlens.gate.runner import GateJob, load_baseline, run_sources
 
@@ -69,6 +69,7 @@ __all__ = [
     "Baseline",
     "CheckResult",
     "GateFinding",
+    "GateIncident",
     "GateJob",
     "GateResult",
     "GateRules",

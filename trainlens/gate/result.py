@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainlens.core.findings import Finding, Severity
+from trainlens.core.incidents import Incident
 
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
 UNREADABLE = "unreadable"
@@ -39,6 +40,7 @@ class GateFinding:
     acknowledged: bool = False
     reason: str | None = None  # the acknowledgement's reason
     fails: bool = False  # unacknowledged and at or above the fail level
+    incident: str | None = None  # the id of its incident in the run
 
     def line(self) -> str:
         f = self.finding
@@ -57,6 +59,67 @@ class GateFinding:
             "acknowledged": self.acknowledged,
             "acknowledgement_reason": self.reason,
             "fails_gate": self.fails,
+            "incident": self.incident,
+        }
+
+
+@dataclass
+class GateIncident:
+    """An incident as the gate judged it: its members are indices into the run report's
+    ``findings``. It fails when any member fails; it is acknowledged when every member is
+    (by the incident's headline code, or each by its own code). Its severity, for the CI
+    outputs, is that of its worst unacknowledged member (its own worst when all are)."""
+
+    incident: Incident
+    members: list[GateFinding]
+    acknowledged: bool = False
+    reason: str | None = None
+    fails: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.incident.id
+
+    @property
+    def severity(self) -> Severity:
+        open_ = [g.finding.severity for g in self.members if not g.acknowledged]
+        return max(open_, key=lambda s: s.rank) if open_ else self.incident.severity
+
+    @property
+    def head(self) -> GateFinding:
+        return self.members[0]
+
+    def title(self) -> str:
+        """``NAN001 non-finite-value (steps 450–469)``."""
+        inc = self.incident
+        return f"{inc.code} {inc.name}" + (f" ({inc.where})" if inc.where else "")
+
+    def related(self) -> str:
+        """``21 findings: NAN001 ×21`` (empty for a finding alone)."""
+        if len(self.members) < 2:
+            return ""
+        counts: dict[str, int] = {}
+        for g in self.members:
+            counts[g.finding.code] = counts.get(g.finding.code, 0) + 1
+        codes = ", ".join(f"{c} ×{n}" if n > 1 else c for c, n in counts.items())
+        return f"{len(self.members)} findings: {codes}"
+
+    def line(self) -> str:
+        """``ERROR NAN001@450 steps 450–469  train/loss became NaN … (21 findings: …)``."""
+        text = f"{self.severity.value.upper()} {self.id} {self.incident.headline(related=False)}"
+        related = self.related()
+        return text + (f" [{related}]" if related else "")
+
+    def to_dict(self, run: str, index: dict[int, int]) -> dict[str, Any]:
+        """``index``: a member's id() -> its position in the gate's top-level findings."""
+        return {
+            "run": run,
+            **self.incident.to_dict(),
+            "severity": self.severity.value,
+            "members": [index[id(g)] for g in self.members],
+            "acknowledged": self.acknowledged,
+            "acknowledgement_reason": self.reason,
+            "fails_gate": self.fails,
         }
 
 
@@ -72,6 +135,7 @@ class RunReport:
     summary: dict[str, Any] = field(default_factory=dict)
     outcomes: dict[str, Any] = field(default_factory=dict)
     findings: list[GateFinding] = field(default_factory=list)
+    incidents: list[GateIncident] = field(default_factory=list)
     checks: list[CheckResult] = field(default_factory=list)
     data_quality: list[dict[str, Any]] = field(default_factory=list)
     acks_used: list[int] = field(default_factory=list)
@@ -80,6 +144,37 @@ class RunReport:
     @property
     def failing(self) -> list[GateFinding]:
         return [g for g in self.findings if g.fails]
+
+    @property
+    def failing_incidents(self) -> list[GateIncident]:
+        return [i for i in self.incidents if i.fails]
+
+    @property
+    def acknowledged_incidents(self) -> list[GateIncident]:
+        return [i for i in self.incidents if i.acknowledged]
+
+    def worst_incident(self) -> GateIncident | None:
+        """The worst incident not acknowledged (failing first, earliest among equals)."""
+        open_ = [i for i in self.incidents if not i.acknowledged]
+        if not open_:
+            return None
+        return min(
+            open_,
+            key=lambda i: (
+                not i.fails,
+                -i.severity.rank,
+                i.incident.onset if i.incident.onset is not None else -math.inf,
+            ),
+        )
+
+    def incident_counts(self) -> dict[str, int]:
+        """Incidents by severity (not acknowledged), and how many are acknowledged."""
+        out = {s.value: 0 for s in Severity}
+        for i in self.incidents:
+            if not i.acknowledged:
+                out[i.severity.value] += 1
+        out["acknowledged"] = len(self.acknowledged_incidents)
+        return out
 
     @property
     def acknowledged(self) -> list[GateFinding]:
@@ -100,9 +195,15 @@ class RunReport:
         )
 
     def worst_text(self, width: int | None = None) -> str:
-        """``NAN001 non-finite-value (step 450)``: the worst unacknowledged finding."""
+        """``NAN001 non-finite-value (steps 450–469)``: the worst unacknowledged incident
+        (its headline code and its span), else the worst finding (a report built by hand)."""
         if self.verdict == UNREADABLE:
             text = self.error or "unreadable"
+        elif self.incidents:
+            inc = self.worst_incident()
+            if inc is None:
+                return "—"
+            text = inc.title()
         else:
             g = self.worst()
             if g is None:
@@ -129,6 +230,7 @@ class RunReport:
             "verdict": self.verdict,
             "error": self.error,
             "counts": self.counts(),
+            "incident_counts": self.incident_counts(),
             "summary": self.summary,
             "outcomes": self.outcomes,
             "checks": [c.to_dict() for c in self.checks],
@@ -183,9 +285,15 @@ class GateResult:
             parts.append(f"{len(self.unreadable)} unreadable")
         return f"{n} run{'s' if n != 1 else ''}: {', '.join(parts)} (fail on {self.fail_on})"
 
+    def _incidents(self) -> list[dict[str, Any]]:
+        index = {id(g): k for k, g in enumerate(g for r in self.reports for g in r.findings)}
+        return [i.to_dict(r.name, index) for r in self.reports for i in r.incidents]
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "version": 1,
+            # 2: `incidents` (members index the top-level `findings`), each finding's
+            # `incident`, each run's `incident_counts`
+            "version": 2,
             "verdict": self.verdict,
             "fail_on": self.fail_on,
             "baseline": self.baseline,
@@ -196,6 +304,7 @@ class GateResult:
                 "unreadable": len(self.unreadable),
             },
             "runs": [r.to_dict() for r in self.reports],
+            "incidents": self._incidents(),
             "findings": [g.to_dict(r.name) for r in self.reports for g in r.findings],
             "unused_acknowledgements": self.unused_acknowledgements,
             "skipped": self.skipped,

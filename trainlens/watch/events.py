@@ -18,6 +18,9 @@ KINDS = (
     "finding-opened",  # a finding appeared
     "finding-changed",  # its severity rose or fell, or it ended / recovered
     "finding-closed",  # a finding the run no longer shows (e.g. the loss came back)
+    "incident-opened",  # findings of one root cause appeared (docs/incidents.md)
+    "incident-changed",  # its severity rose
+    "incident-closed",  # the run no longer shows any of it
     "run-stalled",  # no new record for longer than the run's usual step time x k
     "run-resumed",  # records came again after a stall, or the file was replaced
     "read-issue",  # a data-quality note on newly read bytes (a corrupt record, ...)

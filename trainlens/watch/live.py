@@ -17,7 +17,8 @@
   long the run;
 - the **lifecycle** of findings: each is announced once when it opens, again only when it
   changes (severity up or down, ended: the problem stopped before the end of the data), and
-  when a later judging no longer shows it (closed).
+  when a later judging no longer shows it (closed); and of the incidents they make up
+  (:mod:`trainlens.watch.incidents`): opened, severity up, closed — what pages a person.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import FRAME_SCHEMA, Run
 from trainlens.watch.early import EarlyWarnings
 from trainlens.watch.events import WatchEvent
+from trainlens.watch.incidents import Change, IncidentTracker
 
 if TYPE_CHECKING:
     from trainlens.gate.runner import GateJob
@@ -94,6 +96,7 @@ class LiveRun:
     _told_error: str | None = None  # judge at the next tick, whatever the duty cycle says
     judged: int = 0
     early: EarlyWarnings = field(default_factory=EarlyWarnings)
+    incidents: IncidentTracker = field(default_factory=IncidentTracker)
 
     @property
     def name(self) -> str:
@@ -255,7 +258,28 @@ class LiveRun:
         self.timing.last_at = now
         self.dirty = False
         self.judged += 1
-        return self._lifecycle([g.finding for g in report.findings])
+        events = self._lifecycle([g.finding for g in report.findings])
+        changes = self.incidents.update(report.incidents, time.time())
+        return events + [self._incident_event(c) for c in changes]
+
+    def _incident_event(self, c: Change) -> WatchEvent:
+        oi = c.incident
+        details = self.incidents.details(oi)
+        if c.was is not None:
+            details["was"] = c.was.value
+        gi = oi.last
+        if c.kind == "incident-closed" or gi is None:
+            message = f"no longer shows in the run so far: {oi.members[0].message}"
+        else:
+            message = gi.incident.headline()
+        return self.event(
+            c.kind,
+            message,
+            finding=oi.members[0],
+            severity=oi.severity.value,
+            change=c.change,
+            details=details,
+        )
 
     def _lifecycle(self, findings: list[Finding]) -> list[WatchEvent]:
         last = self.last_step

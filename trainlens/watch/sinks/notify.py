@@ -26,15 +26,19 @@ from trainlens.core.findings import Severity
 from trainlens.core.sanitize import terminal, terminal_lines
 from trainlens.watch.events import WatchEvent
 
-#: The events worth telling a person about (a closed finding or a read note is not).
-ALERT_EVENTS = ("finding-opened", "finding-changed", "early-warning", "run-stalled")
+#: The events worth telling a person about: incidents, not their findings (one NaN that
+#: reaches 21 series is one incident, one page), early warnings and stalls (a closed
+#: incident or a read note is not).
+ALERT_EVENTS = ("incident-opened", "incident-changed", "early-warning", "run-stalled")
 
 
 def worth_alerting(event: WatchEvent, level: str) -> bool:
     """An alert event at or above ``level``; a finding that changed only if it got worse."""
     if event.kind not in ALERT_EVENTS or event.severity is None:
         return False
-    if event.kind == "finding-changed" and event.change != "severity-up":
+    if event.details.get("acknowledged"):  # the gate's acknowledge table covers it
+        return False
+    if event.kind == "incident-changed" and event.change != "severity-up":
         return False
     return Severity.parse(event.severity).rank >= Severity.parse(level).rank
 
@@ -144,11 +148,14 @@ class NotifySink:
 
 
 class ExecSink:
-    """Runs ``command`` (through the shell, as the user wrote it) once per alert event,
-    with the event in its environment: TRAINLENS_EVENT, TRAINLENS_RUN, TRAINLENS_SOURCE,
-    TRAINLENS_CODE, TRAINLENS_SEVERITY, TRAINLENS_STEP, TRAINLENS_MESSAGE and
-    TRAINLENS_EVENT_JSON (the ``--json`` object). The watch does not wait for it; a command
-    that cannot start or exits non-zero is reported."""
+    """Runs ``command`` (through the shell, as the user wrote it) once per alert event —
+    once per incident, then once per rise of its severity — with the event in its
+    environment: TRAINLENS_EVENT, TRAINLENS_RUN, TRAINLENS_SOURCE, TRAINLENS_CODE (the
+    headline code), TRAINLENS_SEVERITY, TRAINLENS_STEP (an incident's onset; else the last
+    step read), TRAINLENS_INCIDENT (its id), TRAINLENS_CODES (its members' codes, comma
+    separated), TRAINLENS_MESSAGE and TRAINLENS_EVENT_JSON (the ``--json`` object). The
+    watch does not wait for it; a command that cannot start or exits non-zero is
+    reported."""
 
     def __init__(self, command: str, *, level: str = "warning") -> None:
         self.command = command
@@ -168,13 +175,19 @@ class ExecSink:
         # cannot inject a command; ``terminal`` keeps them printable when the command echoes
         # them, and a NUL or a lone surrogate would stop Popen altogether (ValueError,
         # UnicodeEncodeError). The JSON is ASCII (json.dumps escapes the rest).
+        incident = event.details.get("incident") or {}
+        step = incident.get("onset", event.step) if incident else event.step
+        env.update(
+            TRAINLENS_INCIDENT=terminal(incident.get("id", "")),
+            TRAINLENS_CODES=terminal(",".join(event.details.get("codes") or [])),
+        )
         env.update(
             TRAINLENS_EVENT=event.kind,
             TRAINLENS_RUN=terminal(event.run),
             TRAINLENS_SOURCE=terminal(event.source),
             TRAINLENS_CODE=terminal(event.code or ""),
             TRAINLENS_SEVERITY=event.severity or "",
-            TRAINLENS_STEP="" if event.step is None else str(event.step),
+            TRAINLENS_STEP="" if step is None else str(step),
             TRAINLENS_MESSAGE=terminal(event.message),
             TRAINLENS_EVENT_JSON=json.dumps(json_safe(event.to_dict()), allow_nan=False),
         )

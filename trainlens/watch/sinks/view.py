@@ -66,6 +66,10 @@ class LiveView:
         self.state: Any = None
 
     def emit(self, event: WatchEvent) -> None:
+        from trainlens.watch.sinks.lines import PERSON_SKIPS
+
+        if event.kind in PERSON_SKIPS:  # the pane shows incidents
+            return
         self.events.appendleft(event)
         self._draw()
 
