@@ -72,13 +72,18 @@ RAW = re.compile(
 ANNOTATION = re.compile(r"^::(error|warning|notice) file=[^:,]*,line=\d+,title=[^:,]*::")
 
 
-def _jsonl(path: Path, names: list[str], nan_at: int = 40, steps: int = 60) -> None:
+def _jsonl(
+    path: Path, names: list[str], nan_at: int = 40, steps: int = 60, stagger: int = 0
+) -> None:
+    """``stagger``: name i is NaN at ``nan_at + i * stagger``, so each NaN is an incident
+    of its own (NaNs that start together are one incident, shown by its first metric)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    steps = max(steps, nan_at + stagger * len(names) + 20)
     with path.open("w") as fh:
         for s in range(steps):
-            rec: dict[str, Any] = {"step": s, "loss": 2.0 - s / 100}
-            for n in names:
-                rec[n] = math.nan if s == nan_at else 1.0
+            rec: dict[str, Any] = {"step": s, "loss": 2.0 - s / 1000}
+            for i, n in enumerate(names):
+                rec[n] = math.nan if s == nan_at + i * stagger else 1.0
             fh.write(json.dumps(rec) + "\n")  # json.dumps writes NaN, as Python loggers do
 
 
@@ -91,9 +96,17 @@ def _capture(argv: list[str]) -> tuple[int, str, str]:
 
 def _on_tty(argv: list[str]) -> str:
     """``python -m trainlens ARGV`` with a pseudo-terminal as stdout (what a person sees)."""
+    import fcntl
+    import struct
+    import termios
+
     leader, follower = pty.openpty()
+    # a wide terminal: nothing cut to the width, so the TTY's text is the pipe's, in colour
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 4000, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainlens", *argv],
+        env=env,
         stdout=follower,
         stderr=subprocess.DEVNULL,
         cwd=Path(__file__).resolve().parents[1],
@@ -206,7 +219,7 @@ def jsonl_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], 
     its loss NaN at one step)."""
     root = tmp_path_factory.mktemp("hostile")
     runs = root / "runs"
-    _jsonl(runs / "metrics" / "metrics.jsonl", list(HOSTILE.values()))
+    _jsonl(runs / "metrics" / "metrics.jsonl", list(HOSTILE.values()), stagger=30)
     for name in FOLDERS.values():
         _jsonl(runs / name / "metrics.jsonl", ["loss"])
     paths = sorted(runs.iterdir())
@@ -223,19 +236,21 @@ def writer_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[s
     names = [v for k, v in HOSTILE.items() if k != "surrogate"]
     tb = root / "tb"
     w = torch_tb.SummaryWriter(str(tb))
-    for s in range(60):
-        w.add_scalar("loss", 2.0 - s / 100, s)
-        for n in names:
-            w.add_scalar(n, math.nan if s == 40 else 1.0, s)
+    # name i NaN at step 40 + 30 i: each its own incident, headed by its own name
+    steps = 40 + 30 * len(names) + 20
+    for s in range(steps):
+        w.add_scalar("loss", 2.0 - s / 1000, s)
+        for i, n in enumerate(names):
+            w.add_scalar(n, math.nan if s == 40 + 30 * i else 1.0, s)
     w.close()
     writer = root / "write_wandb.py"
     writer.write_text(
         "import json, math, sys\nimport wandb\n"
         "names = json.loads(open(sys.argv[2]).read())\n"
         "run = wandb.init(project='hostile', dir=sys.argv[1], mode='offline')\n"
-        "for s in range(60):\n"
-        "    rec = {n: (math.nan if s == 40 else 1.0) for n in names}\n"
-        "    rec['loss'] = 2.0 - s / 100\n"
+        f"for s in range({steps}):\n"
+        "    rec = {n: (math.nan if s == 40 + 30 * i else 1.0) for i, n in enumerate(names)}\n"
+        "    rec['loss'] = 2.0 - s / 1000\n"
         "    run.log(rec, step=s)\n"
         "run.finish()\n"
     )
@@ -286,8 +301,20 @@ TEXT_KINDS = ("analyze-text", "analyze-piped", "analyze-tty", "gate-text", "gate
 WATCH_TEXT = ("watch-lines", "notify", "exec-env")
 
 
+#: the colour trainlens itself lays over the severity words on a terminal (rich's SGR
+#: codes for formatters.color.STYLES): the only ESC a TTY may see
+OWN_COLOR = re.compile(r"\x1b\[(?:1;31|31;1|33|36)m(ERROR|WARNING|INFO)\x1b\[0m")
+
+
+def uncolored(text: str) -> str:
+    return OWN_COLOR.sub(r"\1", text)
+
+
 def _plain_text_checks(kind: str, text: str) -> None:
     assert text, kind
+    if kind == "analyze-tty":
+        assert OWN_COLOR.search(text), "a terminal sees the severities in colour"
+        text = uncolored(text)
     text.encode("utf-8")  # strict: a lone surrogate would have failed here, as on a pipe
     raw = RAW.search(text)
     near = "" if raw is None else text[max(0, raw.start() - 40) : raw.end() + 40]
@@ -306,7 +333,7 @@ def test_text_outputs_hold_no_control_codes_and_no_forged_lines(
 
 def test_the_tty_sees_what_the_pipe_sees(jsonl_source: tuple[list[Path], dict[str, Any]]) -> None:
     out = jsonl_source[1]
-    assert out["analyze-tty"] == out["analyze-piped"] == out["analyze-text"]
+    assert uncolored(out["analyze-tty"]) == out["analyze-piped"] == out["analyze-text"]
 
 
 def test_github_annotations_are_trainlens_own(
@@ -482,7 +509,8 @@ def test_the_live_view_shows_names_escaped() -> None:
     view = LiveView(console=console, events=len(HOSTILE))
     for name in HOSTILE.values():
         f = Finding("NAN001", "non-finite-value", Severity.WARNING, name, 4, 4, f"{name} is NaN")
-        view.emit(WatchEvent("finding-opened", name, "x.jsonl", 0.0, 4, f.message, f, "warning"))
+        # the pane shows incidents (what pages a person), each headed by its finding
+        view.emit(WatchEvent("incident-opened", name, "x.jsonl", 0.0, 4, f.message, f, "warning"))
     view.close()
     drawn = stream.getvalue()
     assert "\x1b]" not in drawn and "\x1b[8m" not in drawn  # no title change, no hidden text

@@ -236,3 +236,19 @@ def test_ids_are_unique_and_findings_without_steps_group() -> None:
     assert sorted(i.id for i in got) == ["MFU001@run", "X001@5"]
     twins = group([F("A001", "a", 5, 5), F("B001", "b", 5, 5)], rules={})
     assert sorted(i.id for i in twins) == ["A001@5", "B001@5"]
+
+
+def test_a_headline_keeps_a_metric_name_with_parentheses_whole() -> None:
+    from trainlens.core.findings import Finding, Severity
+    from trainlens.incidents import title_of
+
+    f = Finding(
+        "NAN001",
+        "non-finite-value",
+        Severity.ERROR,
+        "loss(train); total",
+        40,
+        40,
+        "loss(train); total became NaN at step 40 (1 non-finite value); look at the batch",
+    )
+    assert title_of(f) == "loss(train); total became NaN at step 40"

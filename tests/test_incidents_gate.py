@@ -65,8 +65,12 @@ def test_one_failure_annotation_and_row_per_incident(
     assert len(annotations) == 1 and annotations[0].startswith("::error ")
     assert "incident GRAD001@400; first: lr ×40 at 400" in annotations[0]
     _, out = gate([shock, "-f", "markdown"], capsys, tmp_path)
-    rows = [line for line in out.splitlines() if line.startswith("| `lr_shock_diverge` | error")]
-    assert len(rows) == 1 and "`GRAD001@400`" in rows[0]
+    rows = [
+        line
+        for line in out.splitlines()
+        if line.startswith("| <code>lr\\_shock\\_diverge</code> | error")
+    ]
+    assert len(rows) == 1 and "<code>GRAD001@400</code>" in rows[0]
     assert "4 findings: GRAD001, LOSS003, LR001, GRAD004" in rows[0]
     _, out = gate([shock], capsys, tmp_path)
     table = out.splitlines()

@@ -342,6 +342,7 @@ def _headline_key(f: Finding, i: int) -> tuple[int, int, int, int, int]:
 
 
 _PARENS = re.compile(r"\s*\([^()]*\)")
+_NAME = "\ue000"  # a private-use character standing for the metric's name in title_of
 #: a title longer than this is cut at a word (a headline must fit a terminal line with its
 #: severity, steps and first mover: 80 columns leave ~70 for the title in most cases)
 TITLE_CHARS = 90
@@ -352,6 +353,11 @@ def title_of(f: Finding) -> str:
     spiked at step 400 and loss followed at step 401`` (the numbers and the advice stay in
     the message, shown beneath)."""
     text = f.message.strip()
+    # the metric's name is the input's and may hold "(", ": " or "; " itself
+    # (``loss(train)``): kept whole while the message is shortened
+    name = f.metric or ""
+    if name and name in text:
+        text = text.replace(name, _NAME)
     while True:
         shorter = _PARENS.sub("", text)
         if shorter == text:
@@ -362,9 +368,9 @@ def title_of(f: Finding) -> str:
         if k >= 20:
             text = text[:k]
     text = text.rstrip(" .,")
-    if len(text) > TITLE_CHARS:
+    if len(text) > TITLE_CHARS:  # (the name counts one character: it is never cut)
         text = text[: TITLE_CHARS - 1].rsplit(" ", 1)[0] + "…"
-    return text
+    return text.replace(_NAME, name)
 
 
 def _incident(findings: Sequence[Finding], members: list[int], rules: tuple[str, ...]) -> Incident:

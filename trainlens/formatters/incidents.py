@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from trainlens.core.sanitize import terminal
+
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
     from trainlens.core.findings import Finding
@@ -29,13 +31,20 @@ MEMBER_INDENT = " " * 9
 METRICS_SHOWN = 6
 
 
+# Text from the input is made one safe line (core.sanitize.terminal) before it is cut or
+# wrapped: cut first, an escape would push a line past the width; wrapped first, textwrap
+# turns a newline, CR or vertical tab in a name into a space and the name is misquoted.
+
+
 def _cut(text: str, width: int | None) -> str:
+    text = terminal(text)
     if width is None or len(text) <= width:
         return text
     return text[: max(1, width - 1)] + "…"
 
 
 def _wrap(text: str, width: int | None, indent: str = INDENT) -> list[str]:
+    text = terminal(text)
     if width is None or width <= len(indent) + 20:
         return [indent + text]
     return textwrap.wrap(
@@ -113,7 +122,7 @@ def one_incident(
             else:
                 lines.extend(
                     textwrap.wrap(
-                        x.lstrip(),
+                        terminal(x.lstrip()),
                         max(40, width),
                         initial_indent=lead,
                         subsequent_indent=INDENT + "    ",
@@ -134,12 +143,12 @@ def run_line(a: Analysis, name_width: int) -> str:
         worst = f"{inc.severity.value.upper():<7}  {inc.id}  {inc.title}"
         if len(a.incidents) > 1:
             worst += f"  (+{len(a.incidents) - 1} more)"
-    return f"  {a.run.name:<{name_width}}  {steps:<18}  {worst}"
+    return f"  {terminal(a.run.name):<{name_width}}  {steps:<18}  {worst}"
 
 
 def runs_table(analyses: Sequence[Analysis], *, width: int | None = None) -> list[str]:
     """One compact line per run; the runs with incidents first, worst first."""
-    name_width = min(40, max((len(a.run.name) for a in analyses), default=3))
+    name_width = min(40, max((len(terminal(a.run.name)) for a in analyses), default=3))
     ordered = sorted(
         analyses,
         key=lambda a: -(a.incidents[0].severity.rank if a.incidents else -1),

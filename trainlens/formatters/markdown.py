@@ -56,10 +56,10 @@ def render_markdown(result: GateResult) -> str:
         ]
         for r, i in failing:
             inc = i.incident
-            what = f"**{inc.code}** {inc.name}: {i.head.finding.message}"
+            what = f"**{inc.code}** {inc.name}: {_cell(i.head.finding.message)}"
             lines.append(
                 f"| {_code(r.name)} | {i.severity.value} | {_code(i.id)} | {inc.where} "
-                f"| {_cell(what)} | {_cell(i.related() or '1 finding')} |"
+                f"| {what} | {_cell(i.related() or '1 finding')} |"
             )
     acked = [(r, i) for r in result.reports for i in r.acknowledged_incidents]
     if acked:
