@@ -47,6 +47,7 @@ import polars as pl
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.frame import strictly_increasing
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers import _shrink
 from trainlens.readers import _wandb_log as wl
 from trainlens.readers._wandb_compiled import Compiled, from_compiled
 from trainlens.readers.base import ReadOptions, readable_runs
@@ -292,7 +293,7 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
         if not wl.has_magic(fh.read(len(wl.MAGIC))):
             raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
     base = file_no << 40  # record order across a resumed run's files
-    scanned = _scan_compiled(path) if compiled and _wbscan else None
+    scanned, before = _scan_compiled(path) if compiled and _wbscan else (None, 0)
     undecodable = 0
     if isinstance(scanned, tuple):
         exact, count = from_compiled(scanned, log.compiled, base)
@@ -303,8 +304,9 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
         size = path.stat().st_size
         arr = wf.buffer_for(size)
         with path.open("rb") as fh:
-            fh.readinto(memoryview(arr.data)[:size])
-        records = wf.records(arr, size)
+            got = _shrink.fill(fh, memoryview(arr.data)[:size])
+        log.issues.extend(_shrink.note_if_shrank(path, got, max(before, size)))
+        records = wf.records(arr, got)
         _note_damage(log, path, records.damage)
         exact = wf.history_fast(arr, records, log.fast, base)
         count, undecodable = records.count, records.undecodable
@@ -327,11 +329,21 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
     return count
 
 
-def _scan_compiled(path: Path) -> tuple[Any, ...] | str:
+def _scan_compiled(path: Path) -> tuple[tuple[Any, ...] | str | None, int]:
     """The compiled lane over the file mapped, not copied (a 1.1 GB log: reading it into
-    memory cost more CPU than scanning it)."""
-    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        return _wbscan.scan(mm, threads=_threads(len(mm)))
+    memory cost more CPU than scanning it), under the guard (:mod:`trainlens.readers.
+    _shrink`), and the file's size when the scan began; None when a page was cut from
+    under the scan (the numpy lane reads a copy of what is left)."""
+    if not _shrink.GUARDED:  # (an install without the compiled guard: scan a copy)
+        copy = _shrink.read_copy(path)
+        return _wbscan.scan(copy.data, threads=_threads(len(copy.data))), 0
+    with path.open("rb") as fh, _shrink.guard() as g:
+        size = os.fstat(fh.fileno()).st_size
+        if not size:
+            return "an empty file", 0
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            got = _wbscan.scan(mm, threads=_threads(len(mm)))
+    return (None if g.cut else got), size
 
 
 def _threads(size: int) -> int:
