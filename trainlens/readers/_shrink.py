@@ -40,38 +40,47 @@ _BLOCK = 1 << 30  # bytes per read call (Linux returns at most ~2 GiB from one)
 
 
 class Guard:
-    """Whether a page of some mapping was cut from under it while the guard was held."""
+    """Whether ``path`` was cut while the guard was held: a page of a mapping was cut
+    from under it (a zero page stands there), or the file is shorter than when the guard
+    was taken (a cut inside the last page mapped reads as zeros without any fault).
+    ``size`` is its size when the guard was taken."""
 
-    def __init__(self) -> None:
-        self._before = _mapguard.patched() if _mapguard is not None else 0
-        self._after: int | None = None
+    def __init__(self, path: Path | str) -> None:
+        self.path = path
+        self.size = _size(path)
+        self._before = _patched()
+        self.cut = False
 
-    @property
-    def cut(self) -> bool:
+    def _done(self) -> None:
         # (a cut in another thread's mapping counts too: then a read is made again by
         # copying for nothing, which costs time, never a wrong value)
-        after = self._after if self._after is not None else _patched()
-        return after != self._before
+        self.cut = _patched() != self._before or _size(self.path) < self.size
 
 
 def _patched() -> int:
     return int(_mapguard.patched()) if _mapguard is not None else 0
 
 
+def _size(path: Path | str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:  # gone (being replaced): as cut to nothing
+        return 0
+
+
 @contextmanager
-def guard() -> Iterator[Guard]:
-    """Hold the guard while mapped bytes are read; then ask the Guard whether any were cut
-    (read them again with :func:`read_copy` when they were)."""
-    g = Guard()
-    if _mapguard is None:
-        yield g
-        return
-    _mapguard.enter()
+def guard(path: Path | str) -> Iterator[Guard]:
+    """Hold the guard while mapped bytes of ``path`` are read; then ask the Guard whether
+    the file was cut meanwhile (read it again with :func:`read_copy` when it was)."""
+    g = Guard(path)
+    if _mapguard is not None:
+        _mapguard.enter()
     try:
         yield g
     finally:
-        _mapguard.leave()
-        g._after = _patched()
+        if _mapguard is not None:
+            _mapguard.leave()
+        g._done()
 
 
 @dataclass

@@ -117,13 +117,12 @@ def read_events_file(
             f"{path}: start offset {start_offset} is past the end of the file ({size} bytes)"
         )
     if _shrink.GUARDED:
-        with _shrink.guard() as g:
+        with _shrink.guard(path) as g:
             buf = tfr.Buffer.from_file(str(path), start_offset)
             data = _read_buffer(path, tags, buf, start_offset, size, fast=fast)
         if not g.cut:
             return data
-    # a page was cut from under the mapping (or mapping is not guarded here): the bytes
-    # there now, copied
+    # cut while mapped (or mapping is not guarded here): the bytes there now, copied
     buf = tfr.Buffer.from_file(str(path), start_offset, mapped=False)
     data = _read_buffer(path, tags, buf, start_offset, start_offset + buf.wanted, fast=fast)
     data.issues[:0] = _shrink.note_if_shrank(

@@ -197,10 +197,9 @@ def _read_guarded(path: Path) -> tuple[tuple[pl.DataFrame, int] | None, int]:
     not guarded here (an install without the compiled guard)."""
     if not _shrink.GUARDED:
         return None, 0
-    with _shrink.guard() as g:
-        size = path.stat().st_size
+    with _shrink.guard(path) as g:
         mapped = _read_mapped(path)
-    return (None if g.cut else mapped), size
+    return (None if g.cut else mapped), g.size
 
 
 def _read_mapped(path: Path) -> tuple[pl.DataFrame, int] | None:

@@ -73,8 +73,8 @@ def _frame(path: Path) -> tuple[pl.DataFrame, int, list[DataIssue]]:
     file cut short is then one sentence, which says so)."""
     size = 0
     if _shrink.GUARDED:
-        with _shrink.guard() as g:
-            size = path.stat().st_size
+        with _shrink.guard(path) as g:
+            size = g.size
             try:
                 df = pl.read_parquet(path)
             except Exception as exc:

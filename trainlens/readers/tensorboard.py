@@ -319,8 +319,8 @@ def _scan(path: Path) -> tuple[_tbscan.ScanResult | str, int, list[DataIssue]]:
     size = 0
     if _shrink.GUARDED:
         try:
-            with open(path, "rb") as f, _shrink.guard() as g:
-                size = os.fstat(f.fileno()).st_size
+            with _shrink.guard(path) as g, open(path, "rb") as f:
+                size = g.size
                 with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
                     got, size = _tbscan.scan(m), len(m)
         except (OSError, ValueError):  # an empty file cannot be mapped; no mmap here

@@ -331,19 +331,16 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
 
 def _scan_compiled(path: Path) -> tuple[tuple[Any, ...] | str | None, int]:
     """The compiled lane over the file mapped, not copied (a 1.1 GB log: reading it into
-    memory cost more CPU than scanning it), under the guard (:mod:`trainlens.readers.
-    _shrink`), and the file's size when the scan began; None when a page was cut from
-    under the scan (the numpy lane reads a copy of what is left)."""
-    if not _shrink.GUARDED:  # (an install without the compiled guard: scan a copy)
-        copy = _shrink.read_copy(path)
-        return _wbscan.scan(copy.data, threads=_threads(len(copy.data))), 0
-    with path.open("rb") as fh, _shrink.guard() as g:
-        size = os.fstat(fh.fileno()).st_size
-        if not size:
-            return "an empty file", 0
+    memory cost more CPU than scanning it), under the guard of :mod:`._shrink` (else over
+    a copy), and its size when the scan began; None when it was cut meanwhile."""
+    if not _shrink.GUARDED:
+        return _wbscan.scan(data := _shrink.read_copy(path).data, threads=_threads(len(data))), 0
+    with _shrink.guard(path) as g, path.open("rb") as fh:
+        if not os.fstat(fh.fileno()).st_size:
+            return "an empty file", g.size
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             got = _wbscan.scan(mm, threads=_threads(len(mm)))
-    return (None if g.cut else got), size
+    return (None if g.cut else got), g.size
 
 
 def _threads(size: int) -> int:

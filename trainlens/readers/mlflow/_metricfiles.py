@@ -149,7 +149,7 @@ def _read_big(path: str) -> pl.DataFrame:
     # polars maps a file it reads from a path: under the guard (a metric file cut short
     # meanwhile would end the process), else, or when a page was cut, from a copy
     if _shrink.GUARDED:
-        with _shrink.guard() as g:
+        with _shrink.guard(path) as g:
             try:
                 df = _csv(Path(path))
             except Exception:
