@@ -19,6 +19,7 @@ import mmap
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -78,6 +79,75 @@ def _prefix(path: Path, keep: int, tmp: Path) -> Path:
     out.parent.mkdir(exist_ok=True)
     out.write_bytes(path.read_bytes()[:keep])
     return out
+
+
+# ---- the guard itself ----------------------------------------------------------------------
+
+_CUT_UNDER_A_MAP = """
+import mmap, os, sys
+sys.path.insert(0, sys.argv[1])
+from trainlens.readers import _shrink
+path, mode = sys.argv[2], sys.argv[3]
+page = mmap.PAGESIZE
+with open(path, "wb") as fh:
+    fh.write(b"x" * 5 * page)
+with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+    if mode == "guarded":
+        with _shrink.guard(path) as g:
+            os.truncate(path, page + 10)
+            data = m[:]
+    else:
+        if mode == "after":  # a guard held and given back before: it must not linger
+            with _shrink.guard(path):
+                pass
+        os.truncate(path, page + 10)
+        data = m[:]
+assert data[: page + 10] == b"x" * (page + 10), "the bytes before the cut"
+assert data[page + 10 :] == bytes(4 * page - 10), "zeros after it"
+print(g.cut)
+"""
+
+
+@pytest.mark.parametrize("mode", ["guarded", "none", "after"])
+def test_a_page_cut_from_under_a_map_is_zeros_under_the_guard_and_death_without(
+    tmp_path: Path, mode: str
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _CUT_UNDER_A_MAP, str(REPO), str(tmp_path / "f"), mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if mode == "guarded":
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == "True"  # (the Guard says so: the read is made again)
+    else:  # what every mapped read did before the guard, and does outside it
+        assert proc.returncode == -signal.SIGBUS, proc.stderr
+
+
+def test_the_guard_nests(tmp_path: Path) -> None:
+    import faulthandler
+
+    path = tmp_path / "f"
+    path.write_bytes(b"y" * 3 * mmap.PAGESIZE)
+    was = faulthandler.is_enabled()
+    faulthandler.enable()
+    try:
+        with _shrink.guard(path) as outer:
+            with _shrink.guard(path) as inner, open(path, "rb") as fh:
+                m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                os.truncate(path, 10)
+                assert m[mmap.PAGESIZE :] == bytes(2 * mmap.PAGESIZE)
+                m.close()
+            assert inner.cut
+            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                path.write_bytes(b"")  # (cut again, still under the outer guard)
+                assert m[:] == bytes(10)
+        assert outer.cut
+        assert faulthandler.is_enabled()
+    finally:
+        if not was:
+            faulthandler.disable()
 
 
 # ---- each reader that maps, its file cut under the mapped read -----------------------------

@@ -31,10 +31,12 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#ifndef _WIN32 /* (Windows refuses to truncate a mapped file; this module then guards nothing) */
 #include <sys/mman.h>
 #include <unistd.h>
+#endif
 
-#if defined(SA_SIGINFO) && defined(BUS_ADRERR) && defined(MAP_ANONYMOUS) && defined(MAP_FIXED)
+#if !defined(_WIN32) && defined(SA_SIGINFO) && defined(BUS_ADRERR) && defined(MAP_ANONYMOUS) && defined(MAP_FIXED)
 #define GUARD 1
 #else
 #define GUARD 0
