@@ -1,4 +1,4 @@
-"""Build of the compiled TensorBoard and W&B lanes; everything else is declared in pyproject.toml.
+"""Build of the compiled TensorBoard and W&B lanes and the guard for mapped reads; everything else is declared in pyproject.toml.
 
 The extension is optional: where it does not compile (no C compiler, an unusual platform)
 the install goes on and trainlens reads TensorBoard and W&B files with its numpy readers."""
@@ -7,6 +7,11 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
+        Extension(
+            "trainlens.readers._mapguard",
+            sources=["trainlens/readers/_mapguard.c"],
+            optional=True,
+        ),
         Extension(
             "trainlens.readers._tbscan",
             sources=["trainlens/readers/_tbscan.c"],

@@ -5,6 +5,7 @@ there is no C compiler or it has no AddressSanitizer."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import random
 import shutil
@@ -25,8 +26,31 @@ tensorboardX = pytest.importorskip("tensorboardX")
 SOURCE = REPO / "trainlens" / "readers" / "_tbscan.c"
 MUTANTS_PER_KIND = 40
 
-_CHILD = """
-import mmap, sys
+# (for the children: a file whose size is a whole number of pages, mapped so that the page
+# after its end is mapped PROT_NONE: a lane reading one byte past the end faults there,
+# which ASan reports. A file's own mapping is followed by whatever the kernel put next,
+# often readable; a heap buffer's red zone is ASan's, but the lanes read mapped files.)
+GUARD_PAGE = """
+import ctypes, mmap, os
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long]
+PAGE = mmap.PAGESIZE
+def at_guard_page(name):
+    size = os.path.getsize(name)
+    assert size and size % PAGE == 0, name
+    base = _libc.mmap(None, size + PAGE, 0, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    fd = os.open(name, os.O_RDONLY)
+    got = _libc.mmap(base, size, mmap.PROT_READ, mmap.MAP_PRIVATE | 0x10, fd, 0)  # MAP_FIXED
+    os.close(fd)
+    assert got == base, ctypes.get_errno()
+    return (ctypes.c_char * size).from_address(got)
+"""
+
+_CHILD = (
+    GUARD_PAGE
+    + """
+import sys
 sys.path.insert(0, sys.argv[1])
 import _tbscan
 n = 0
@@ -38,9 +62,14 @@ for name in sys.argv[2:]:
         with open(name, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
             again = _tbscan.scan(m)
         assert isinstance(got, str) == isinstance(again, str), name
+    if data and len(data) % PAGE == 0:
+        again = _tbscan.scan(at_guard_page(name))
+        assert isinstance(got, str) == isinstance(again, str), name
+        assert isinstance(got, str) or got.records == again.records, name
     n += 1
 print(n)
 """
+)
 
 
 def _compiler() -> str:
@@ -51,14 +80,22 @@ def _compiler() -> str:
 
 
 def _build_asan(cc: str, out: Path, source: Path = SOURCE) -> Path:
-    """The lane in ``source`` compiled with -fsanitize=address into ``out`` (named after
-    the source), and the libasan to preload (Python itself is not built with it)."""
+    """The lane in ``source`` compiled with -fsanitize=address (and UndefinedBehavior
+    Sanitizer, where the compiler has it, stopping at its first report) into ``out``
+    (named after the source), and the libasan to preload (Python itself is not built
+    with it)."""
     probe = out / "probe.c"
     probe.write_text("int main(void) { return 0; }\n")
     if subprocess.run(
         [cc, "-fsanitize=address", str(probe), "-o", str(out / "probe")], capture_output=True
     ).returncode:
         pytest.skip("the C compiler has no AddressSanitizer")
+    ubsan = ["-fsanitize=undefined", "-fno-sanitize-recover=undefined"]
+    if subprocess.run(
+        [cc, "-fsanitize=address", *ubsan, str(probe), "-o", str(out / "probe")],
+        capture_output=True,
+    ).returncode:
+        ubsan = []
     lib = subprocess.run(
         [cc, "-print-file-name=libasan.so"], capture_output=True, text=True
     ).stdout.strip()
@@ -68,6 +105,7 @@ def _build_asan(cc: str, out: Path, source: Path = SOURCE) -> Path:
     cmd = [
         cc,
         "-fsanitize=address",
+        *ubsan,
         "-fno-omit-frame-pointer",
         "-g",
         "-O1",
@@ -101,6 +139,36 @@ def _real_files(d: Path) -> list[bytes]:
     return files
 
 
+def _page_exact(d: Path) -> bytes:
+    """An events file written by tensorboardX whose size is a whole number of pages: 40
+    scalars, then scalars whose tags (1-100 bytes: every length field one byte) bring
+    the file to the end of a page."""
+    page = mmap.PAGESIZE
+
+    def write(tags: list[str]) -> bytes:
+        sub = d / f"w{len(tags)}-{sum(map(len, tags))}"
+        w = tensorboardX.SummaryWriter(str(sub))
+        for s in range(40):
+            w.add_scalar("loss", 0.5 + s, s, walltime=1.0)
+        for t in tags:
+            w.add_scalar(t, 1.0, 1, walltime=1.0)
+        w.close()
+        [path] = event_files(sub)
+        return path.read_bytes()
+
+    base = len(write([]))
+    per = len(write(["t"])) - base - 1  # a record's bytes besides its tag's
+    need = -base % page
+    while need < 2 * (per + 100):
+        need += page
+    n = -(-need // (per + 100))
+    lens = [need // n - per] * n
+    lens[0] += need % n
+    raw = write(["t" * k for k in lens])
+    assert len(raw) % page == 0
+    return raw
+
+
 @pytest.mark.slow
 def test_the_lane_under_address_sanitizer(tmp_path: Path) -> None:
     cc = _compiler()
@@ -111,6 +179,11 @@ def test_the_lane_under_address_sanitizer(tmp_path: Path) -> None:
     corpus.mkdir()
     rnd = random.Random(13)
     names: list[str] = []
+    # files that end exactly at a page end: whole (sound), and cut at each page before
+    exact = _page_exact(tmp_path / "exact")
+    for k in range(len(exact) // mmap.PAGESIZE, 0, -1):
+        (corpus / f"page-{k}").write_bytes(exact[: k * mmap.PAGESIZE])
+        names.append(str(corpus / f"page-{k}"))
     for i, raw in enumerate(_real_files(tmp_path / "written")):
         (corpus / f"{i}-intact").write_bytes(raw)
         names.append(str(corpus / f"{i}-intact"))
@@ -132,6 +205,7 @@ def run_under_asan(child: str, build: Path, names: list[str], libasan: Path) -> 
         os.environ,
         LD_PRELOAD=str(libasan),
         ASAN_OPTIONS="detect_leaks=0:exitcode=99",
+        UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=98",
         PYTHONMALLOC="malloc",
     )
     proc = subprocess.run(
@@ -142,5 +216,6 @@ def run_under_asan(child: str, build: Path, names: list[str], libasan: Path) -> 
         timeout=300,
     )
     assert "AddressSanitizer" not in proc.stderr, proc.stderr[-4000:]
+    assert "runtime error" not in proc.stderr, proc.stderr[-4000:]  # (UBSan's reports)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.strip() == str(len(names))

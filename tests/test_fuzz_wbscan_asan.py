@@ -6,13 +6,14 @@ AddressSanitizer, or no wandb."""
 
 from __future__ import annotations
 
+import mmap
 import random
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO, run_wandb_offline
-from tests.test_fuzz_tbscan_asan import _build_asan, _compiler, run_under_asan
+from tests.test_fuzz_tbscan_asan import GUARD_PAGE, _build_asan, _compiler, run_under_asan
 
 pytest.importorskip("wandb")
 
@@ -20,8 +21,10 @@ SOURCE = REPO / "trainlens" / "readers" / "_wbscan.c"
 WRITER = Path(__file__).with_name("_wandb_writer.py")
 MUTANTS = 150
 
-_CHILD = """
-import mmap, sys
+_CHILD = (
+    GUARD_PAGE
+    + """
+import sys
 sys.path.insert(0, sys.argv[1])
 import _wbscan
 n = 0
@@ -33,9 +36,13 @@ for name in sys.argv[2:]:
     if data:
         with open(name, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
             _wbscan.scan(m)
+    if data and len(data) % PAGE == 0:  # the byte after the end faults
+        _wbscan.scan(at_guard_page(name))
+        _wbscan.scan(at_guard_page(name), threads=3)
     n += 1
 print(n)
 """
+)
 
 
 def _log(tmp: Path) -> bytes:
@@ -71,7 +78,12 @@ def test_the_wandb_lane_under_address_sanitizer(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     names = []
-    for i, data in enumerate([raw, *_mutants(raw, random.Random(7))]):
+    # logs that end exactly at a page end: cut at each 32 KiB block (a sound prefix of
+    # whole blocks) and at pages inside blocks
+    page = mmap.PAGESIZE
+    cuts = [raw[:k] for k in range(page, len(raw), page)]
+    assert len(cuts) >= 8
+    for i, data in enumerate([raw, *cuts, *_mutants(raw, random.Random(7))]):
         (corpus / f"m{i}").write_bytes(data)
         names.append(str(corpus / f"m{i}"))
     run_under_asan(_CHILD, build, names, libasan)

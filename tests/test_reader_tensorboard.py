@@ -806,7 +806,7 @@ def test_compiled_lane_equals_numpy_reader(
     w.add_scalar("neg", 2.0, -7)
     w.close()
     path = _one_file(tmp_path)
-    assert not isinstance(tb._scan(path), str)  # the lane takes this file
+    assert not isinstance(tb._scan(path)[0], str)  # the lane takes this file
     for p in (path, tmp_path):  # a file, and the directory holding it
         got = _read(p)
         _same_runs(got, _numpy_read(p, monkeypatch))
@@ -893,7 +893,7 @@ def test_compiled_lane_leaves_other_files_to_the_numpy_reader(
     path.write_bytes(bytes(raw))
     reason = tb._tbscan.scan(bytes(raw))
     assert isinstance(reason, str) and reason.startswith(why)
-    assert tb._scan(path) == f"it met {reason}"
+    assert tb._scan(path) == (f"it met {reason}", len(raw), [])
     got = _read(tmp_path)
     _same_runs(got, _numpy_read(tmp_path, monkeypatch))
     assert got[0].metadata[tb.NOTE_KEY] == (

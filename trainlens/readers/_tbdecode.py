@@ -30,6 +30,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue
+from trainlens.readers import _shrink
 from trainlens.readers import _tfrecord as tfr
 from trainlens.readers._tbcycles import CHUNK_RECORDS, byte_period, fast_decode
 from trainlens.readers._tbproto import NON_SCALAR_PLUGINS, decode_records
@@ -110,13 +111,30 @@ def read_events_file(
     """Read one events file from ``start_offset``. ``fast=False`` is the reference read:
     it walks, checks and decodes one record at a time (the general decoder for every
     record), what the fast lanes are tested against."""
-    source = str(path)
     size = path.stat().st_size
     if start_offset > size:
         raise UnreadableInputError(
             f"{path}: start offset {start_offset} is past the end of the file ({size} bytes)"
         )
-    buf = tfr.Buffer.from_file(source, start_offset)
+    if _shrink.GUARDED:
+        with _shrink.guard(path) as g:
+            buf = tfr.Buffer.from_file(str(path), start_offset)
+            data = _read_buffer(path, tags, buf, start_offset, size, fast=fast)
+        if not g.cut:
+            return data
+    # cut while mapped (or mapping is not guarded here): the bytes there now, copied
+    buf = tfr.Buffer.from_file(str(path), start_offset, mapped=False)
+    data = _read_buffer(path, tags, buf, start_offset, start_offset + buf.wanted, fast=fast)
+    data.issues[:0] = _shrink.note_if_shrank(
+        path, start_offset + buf.n, max(size, start_offset + buf.wanted)
+    )
+    return data
+
+
+def _read_buffer(
+    path: Path, tags: Tags, buf: tfr.Buffer, start_offset: int, size: int, *, fast: bool
+) -> FileData:
+    source = str(path)
     fr = tfr.frame_records(buf, speculate=fast)
     data = FileData(path, start_offset, start_offset + fr.end, size, len(fr.starts))
     data.issues.extend(_framing_issues(fr, source, start_offset))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainlens.readers import _tfrecord_crc as crc
+from trainlens.readers._shrink import fill
 from trainlens.readers._tfrecord_format import HEADER, OVERHEAD, masked_crc
 
 MAX_PERIOD = 2048  # longest repeating pattern of record lengths looked for
@@ -52,6 +53,7 @@ class Buffer:
         self._base = base  # offset of data[0] within the mapping
         self._released = 0
         self._scratch = np.empty(0, dtype=np.uint8)
+        self.wanted = n  # bytes the file had from the start offset when it was opened
 
         def view(dt: str, size: int) -> np.ndarray:
             return np.ndarray((max(len(data) - size + 1, 0),), dtype=dt, buffer=data, strides=(1,))
@@ -88,18 +90,21 @@ class Buffer:
         return self.n + self.pad - 16
 
     @classmethod
-    def from_file(cls, path: str, start: int = 0) -> Buffer:
+    def from_file(cls, path: str, start: int = 0, *, mapped: bool = True) -> Buffer:
         """Read ``path`` from byte ``start``; offsets in the Buffer are relative to start.
 
-        Where the platform allows, the file is mapped read-only and privately: no copy is
-        made, pages come in as they are decoded, and :meth:`release` drops the decoded
-        ones from the process' memory. Elsewhere (and for an empty file) it is read into
-        a zero-padded copy. Only the bytes present when the file is opened are read (a
-        file still being written grows at its end; the rest is for the next read)."""
+        With ``mapped`` and where the platform allows, the file is mapped read-only and
+        privately: no copy is made, pages come in as they are decoded, and
+        :meth:`release` drops the decoded ones from the process' memory; the caller reads
+        it under the guard of :mod:`trainlens.readers._shrink` (a file cut short meanwhile
+        would otherwise end the process). Else (and for an empty file) it is read into a
+        zero-padded copy. Only the bytes present when the file is opened are read (a file
+        still being written grows at its end; the rest is for the next read);
+        :attr:`wanted` is how many there were."""
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             n = max(0, size - start)
-            if n and _CAN_MAP:
+            if n and mapped and _CAN_MAP:
                 lo = start - start % mmap.ALLOCATIONGRANULARITY
                 try:
                     mapping = mmap.mmap(
@@ -116,8 +121,10 @@ class Buffer:
                     return cls(data, n, mapping, start - lo)
             data = np.zeros(n + _PAD, dtype=np.uint8)
             fh.seek(start)
-            got = fh.readinto(data.data[:n]) if n else 0
-        return cls(data, int(got or 0))
+            got = fill(fh, data.data[:n]) if n else 0
+        buf = cls(data, got)
+        buf.wanted = n
+        return buf
 
     def release(self, upto: int) -> None:
         """Drop bytes [0, upto) from the process' memory (whole pages only), for a reader

@@ -73,6 +73,7 @@ static int buf_grow(Buf *b, size_t n) {
 }
 
 static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (n == 0) return 0; /* (an empty source may be NULL: memcpy(NULL, NULL, 0) is undefined) */
     if (b->len + n > b->cap && buf_grow(b, n) < 0) return -1;
     memcpy(b->data + b->len, src, n);
     b->len += n;

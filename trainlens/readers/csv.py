@@ -22,7 +22,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _wandb
+from trainlens.readers import _shrink, _wandb
 from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long, without_pandas_index
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
@@ -63,12 +63,12 @@ def sniff(path: Path, head: bytes) -> bool:
 def read(path: Path, opts: ReadOptions) -> list[Run]:
     source = str(path)
     _check_width(path)
-    mapped = _read_mapped(path)
+    mapped, before = _read_guarded(path)
     if mapped is not None:
         df, size = mapped
         issues: list[DataIssue] = []
     else:
-        df, size, issues = _read_bytes(path, source)
+        df, size, issues = _read_bytes(path, source, before)
     if df.height == 0:
         raise UnreadableInputError(f"{path}: a header but no rows")
     df, index_note = without_pandas_index(df, source)
@@ -213,6 +213,17 @@ FAST_MIN_BYTES = 1 << 20  # smaller files are read into memory first
 _SCAN_BLOCK = 1 << 20
 
 
+def _read_guarded(path: Path) -> tuple[tuple[pl.DataFrame, int] | None, int]:
+    """:func:`_read_mapped` under the guard, and the file's size when it began; None
+    when a page was cut from under it (then the bytes left are read) or when mapping is
+    not guarded here (an install without the compiled guard)."""
+    if not _shrink.GUARDED:
+        return None, 0
+    with _shrink.guard(path) as g:
+        mapped = _read_mapped(path)
+    return (None if g.cut else mapped), g.size
+
+
 def _read_mapped(path: Path) -> tuple[pl.DataFrame, int] | None:
     """A large ASCII file read by polars from its path (no copy of the bytes in Python);
     None for anything else (then the bytes are read, decoded and checked)."""
@@ -237,11 +248,21 @@ def _is_ascii(data: mmap.mmap) -> bool:
     return all(data[i : i + _SCAN_BLOCK].isascii() for i in range(0, len(data), _SCAN_BLOCK))
 
 
-def _read_bytes(path: Path, source: str) -> tuple[pl.DataFrame, int, list[DataIssue]]:
-    data = path.read_bytes()
+def _read_bytes(
+    path: Path, source: str, before: int = 0
+) -> tuple[pl.DataFrame, int, list[DataIssue]]:
+    """The general read, of a copy of the bytes; ``before`` is the file's size when a
+    read before this one began (0: none did), for the note when it has shrunk since."""
+    copy = _shrink.read_copy(path)
+    data = copy.data
+    issues: list[DataIssue] = []
+    if copy.end < max(before, copy.size):
+        # cut short: its last line may end inside a number ("0.125" read as "0.1"),
+        # so the read stops at the last whole line
+        data = data[: data.rfind(b"\n") + 1]
+        issues.append(_shrink.shrank(path, len(data), max(before, copy.size)))
     if not data or data.isspace():  # (isspace stops at the first other byte; no copy)
         raise UnreadableInputError(f"{path}: the file is empty")
-    issues: list[DataIssue] = []
     data, bad = as_utf8(data, source)
     issues.extend(bad)
     end = data.find(b"\n")

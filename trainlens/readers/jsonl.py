@@ -33,7 +33,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _wandb
+from trainlens.readers import _shrink, _wandb
 from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
 from trainlens.readers._repeated_keys import (
@@ -96,14 +96,14 @@ def _swap_nonfinite(body: bytes) -> bytes:
 
 def read(path: Path, opts: ReadOptions) -> list[Run]:
     source = str(path)
-    mapped = _read_mapped(path) if opts.start_offset == 0 else None
+    mapped, size = _read_guarded(path) if opts.start_offset == 0 else (None, 0)
     df: pl.DataFrame | None
     if mapped is not None:
         df, cursor = mapped
         line_numbers = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
         issues: list[DataIssue] = []
     else:
-        df, line_numbers, issues, cursor = _read_bytes(path, opts)
+        df, line_numbers, issues, cursor = _read_bytes(path, opts, size)
     if df is None or df.width == 0 or df.height == 0:
         raise UnreadableInputError(f"{path}: no JSON objects with metrics found")
     df = flatten_structs(_wandb.history_dump(df))  # (a saved run.history(): W&B's columns)
@@ -128,16 +128,16 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
 
 
 def _read_bytes(
-    path: Path, opts: ReadOptions
+    path: Path, opts: ReadOptions, size: int = 0
 ) -> tuple[pl.DataFrame | None, pl.Series, list[DataIssue], int]:
-    """The general read: the bytes from the start offset, any encoding, a tail."""
+    """The general read: the bytes from the start offset, any encoding, a tail; ``size``
+    is the file's size when a read before this one began (0: none did), for the note when
+    it has shrunk since."""
     source = str(path)
-    with path.open("rb") as fh:
-        fh.seek(opts.start_offset)
-        data = fh.read()
+    copy = _shrink.read_copy(path, opts.start_offset)
+    issues = _shrink.note_if_shrank(path, copy.end, max(size, copy.size))
     # (first: a list in a long line costs a parser many times its bytes, and is no metric)
-    data, tail_emptied = empty_long_lists(data)
-    issues: list[DataIssue] = []
+    data, tail_emptied = empty_long_lists(copy.data)
     if not data or data.isspace():  # (isspace stops at the first other byte; no copy)
         raise UnreadableInputError(f"{path}: the file is empty")
 
@@ -327,6 +327,17 @@ _SENTINELS: tuple[tuple[bytes, bytes, float], ...] = (
 
 class _NotProven(Exception):
     """The sampled-schema read is not shown to hold every value; use the general path."""
+
+
+def _read_guarded(path: Path) -> tuple[tuple[pl.DataFrame, int] | None, int]:
+    """:func:`_read_mapped` under the guard, and the file's size when it began; None
+    when a page was cut from under it (the general path copies what is left) or when
+    mapping is not guarded here (an install without the compiled guard)."""
+    if not _shrink.GUARDED:
+        return None, 0
+    with _shrink.guard(path) as g:
+        mapped = _read_mapped(path)
+    return (None if g.cut else mapped), g.size
 
 
 def _read_mapped(path: Path) -> tuple[pl.DataFrame, int] | None:

@@ -19,13 +19,14 @@ no partial read of a damaged one.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _wandb
+from trainlens.readers import _shrink, _wandb
 from trainlens.readers._sniff import PARQUET_MAGIC
 from trainlens.readers._wide import (
     TIME_KEYS,
@@ -51,21 +52,49 @@ def _name(path: Path) -> str:
 
 def read(path: Path, opts: ReadOptions) -> list[Run]:
     source = str(path)
-    try:
-        df = pl.read_parquet(path)
-    except Exception as exc:  # polars' errors are many types; each is this one sentence
-        why = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-        raise UnreadableInputError(f"{path}: not a parquet file polars can read ({why})") from None
+    df, size, notes = _frame(path)
     if df.height == 0:
         raise UnreadableInputError(f"{path}: a parquet file with no rows")
-    size = path.stat().st_size
     if all(c in df.columns for c in LONG_COLUMNS):
         runs = _long_runs(df, path, opts)
     else:
         runs = [_wide_run(df, path, opts)]
     for run in runs:
         run.cursor[source] = size
+        run.data_quality[:0] = notes
     return runs
+
+
+def _frame(path: Path) -> tuple[pl.DataFrame, int, list[DataIssue]]:
+    """The table, the bytes it was read from, and the note when the file shrank while
+    read. polars maps a file it reads from a path, so that read is made under the guard
+    (:mod:`trainlens.readers._shrink`); when a page was cut from under it, or the guard is
+    not built, polars reads a copy of the bytes there are (the footer is at the end, so a
+    file cut short is then one sentence, which says so)."""
+    size = 0
+    if _shrink.GUARDED:
+        with _shrink.guard(path) as g:
+            size = g.size
+            try:
+                df = pl.read_parquet(path)
+            except Exception as exc:
+                df, failed = None, exc
+        if not g.cut:
+            if df is None:
+                raise _unreadable(path, failed, "") from None
+            return df, size, []
+    copy = _shrink.read_copy(path)
+    notes = _shrink.note_if_shrank(path, copy.end, max(size, copy.size))
+    try:
+        return pl.read_parquet(io.BytesIO(copy.data)), copy.end, notes
+    except Exception as exc:
+        raise _unreadable(path, exc, f"; {notes[0].message}" if notes else "") from None
+
+
+def _unreadable(path: Path, exc: Exception, more: str) -> UnreadableInputError:
+    # polars' errors are many types; each is this one sentence
+    why = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+    return UnreadableInputError(f"{path}: not a parquet file polars can read ({why}){more}")
 
 
 def _long_runs(df: pl.DataFrame, path: Path, opts: ReadOptions) -> list[Run]:

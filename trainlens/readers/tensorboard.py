@@ -47,7 +47,7 @@ import polars as pl
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.paths import special_kind
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _sniff
+from trainlens.readers import _shrink, _sniff
 from trainlens.readers._tbfile import FileInfo
 from trainlens.readers._wide import enum_runs
 from trainlens.readers.base import ReadOptions
@@ -308,32 +308,51 @@ def _build(
 NOTE_KEY = "reader_note"
 
 
-def _scan(path: Path) -> tuple[_tbscan.ScanResult, int] | str:
-    """The compiled lane's columns for one whole events file and the number of bytes they
-    came from (a file still being written may have grown since), or why the lane does not
-    take it (not compiled, nothing to map, or a record it leaves to the numpy reader)."""
+def _scan(path: Path) -> tuple[_tbscan.ScanResult | str, int, list[DataIssue]]:
+    """The compiled lane's columns for one whole events file, the number of bytes they
+    came from (a file still being written may have grown since) and the note when it
+    shrank while read; or why the lane does not take it (not compiled, or a record it
+    leaves to the numpy reader).
+
+    The file is mapped, under the guard (:mod:`trainlens.readers._shrink`); when a page
+    was cut from under the scan, or the guard is not built, the lane scans a copy."""
     if _tbscan is None:
-        return "it is not built (no C compiler at install)"
+        return "it is not built (no C compiler at install)", 0, []
+    size = 0
+    if _shrink.GUARDED:
+        try:
+            with _shrink.guard(path) as g, open(path, "rb") as f:
+                size = g.size
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                    got, size = _tbscan.scan(m), len(m)
+        except (OSError, ValueError):  # an empty file cannot be mapped; no mmap here
+            g = None
+        if g is not None and not g.cut:
+            return (f"it met {got}" if isinstance(got, str) else got), size, []
     try:
-        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            got, size = _tbscan.scan(m), len(m)
-    except (OSError, ValueError):  # an empty file cannot be mapped; no mmap on this system
-        return "the file cannot be mapped into memory"
-    return f"it met {got}" if isinstance(got, str) else (got, size)
+        copy = _shrink.read_copy(path)
+    except OSError:
+        return "the file cannot be read into memory", 0, []
+    got = _tbscan.scan(copy.data)
+    notes = _shrink.note_if_shrank(path, copy.end, max(size, copy.size))
+    return (f"it met {got}" if isinstance(got, str) else got), copy.end, notes
 
 
-def _read_compiled(path: Path, name: str, source: str, base: Path, opts: ReadOptions) -> Run | str:
+def _read_compiled(
+    path: Path, name: str, source: str, base: Path, opts: ReadOptions
+) -> Run | tuple[str, list[DataIssue]]:
     """The run held in the one events file ``path``, read by the compiled lane; or, when
-    the lane leaves the file to the numpy reader, the note that says why."""
-    scanned = _scan(path)
-    if isinstance(scanned, str):
-        return f"read by the numpy reader: the compiled lane left it, as {scanned}"
-    got, size = scanned
+    the lane leaves the file to the numpy reader, the note that says why (and the note
+    that the file shrank while read, which the numpy reader's run carries)."""
+    got, size, notes = _scan(path)
+    if isinstance(got, str):
+        return f"read by the numpy reader: the compiled lane left it, as {got}", notes
     tags, counts, grouped = got.tags, got.counts, got.grouped
     try:
         names = [t.decode("utf-8") for t in tags]
     except UnicodeDecodeError:  # a tag that is not UTF-8: the numpy reader says so
-        return "read by the numpy reader: the compiled lane left it, as a tag is not UTF-8"
+        why = "read by the numpy reader: the compiled lane left it, as a tag is not UTF-8"
+        return why, notes
     if grouped:
         metric = enum_runs(names, counts)
     else:
@@ -356,6 +375,7 @@ def _read_compiled(path: Path, name: str, source: str, base: Path, opts: ReadOpt
         plugins={"scalars"},
         file_version=version.decode("utf-8", "replace") if version is not None else None,
     )
+    info.issues.extend(notes)
     return _build(name, source, [info], frame, counts if grouped else None, base, opts)
 
 
@@ -413,7 +433,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             else f"{where}: its {len(pointers)} event files are Git LFS pointers, not the logs "
             "themselves; run `git lfs pull`"
         )
-    note = None
+    note, shrank = None, list[DataIssue]()
     if len(dirs) == 1:  # one run in one file: the compiled lane may take it
         ((d, files),) = dirs.items()
         if len(files) == 1 and d.name not in SPLIT_DIRS:
@@ -421,7 +441,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             compiled = _read_compiled(files[0], name, str(d), d, opts)
             if isinstance(compiled, Run):
                 return _note_pointers([compiled], pointers, path)
-            note = compiled
+            note, shrank = compiled
 
     from trainlens.readers._tbdecode import read_events_file
     from trainlens.readers._tbtags import Tags
@@ -439,18 +459,19 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         raise _no_scalars(path, [fd for fds in data.values() for fd in fds])
     if note is not None:
         out[0].metadata[NOTE_KEY] = note
+        out[0].data_quality[:0] = shrank
     return _note_pointers(out, pointers, path)
 
 
 def _read_file(path: Path, opts: ReadOptions) -> list[Run]:
     split = _is_event_file(path.name) and path.resolve().parent.name in SPLIT_DIRS
     name = path.resolve().parent.name if _is_event_file(path.name) else path.stem
-    note = None
+    note, shrank = None, list[DataIssue]()
     if opts.start_offset == 0 and not split:
         compiled = _read_compiled(path, name, str(path), path.parent, opts)
         if isinstance(compiled, Run):
             return [compiled]
-        note = compiled
+        note, shrank = compiled
     from trainlens.readers._tbdecode import read_events_file
     from trainlens.readers._tbrows import RunParts
     from trainlens.readers._tbtags import Tags
@@ -466,6 +487,7 @@ def _read_file(path: Path, opts: ReadOptions) -> list[Run]:
     run = _numpy_run(name, str(path), parts, tags, path.parent, opts)
     if note is not None:
         run.metadata[NOTE_KEY] = note
+    run.data_quality[:0] = shrank
     return [run]
 
 

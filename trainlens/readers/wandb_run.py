@@ -46,6 +46,7 @@ from trainlens.core import steps
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.frame import strictly_increasing
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.readers import _shrink
 from trainlens.readers import _wandb_log as wl
 from trainlens.readers._outside import links_out, outside_note
 from trainlens.readers._wandb_compiled import Compiled, from_compiled
@@ -271,7 +272,7 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
         if not wl.has_magic(fh.read(len(wl.MAGIC))):
             raise UnreadableInputError(f"{path}: not a W&B transaction log (no :W&B header)")
     base = file_no << 40  # record order across a resumed run's files
-    scanned = _scan_compiled(path) if compiled and _wbscan else None
+    scanned, before = _scan_compiled(path) if compiled and _wbscan else (None, 0)
     undecodable = 0
     if isinstance(scanned, tuple):
         exact, count = from_compiled(scanned, log.compiled, base)
@@ -282,8 +283,9 @@ def _read_log(log: _Log, path: Path, file_no: int, *, compiled: bool = True) -> 
         size = path.stat().st_size
         arr = wf.buffer_for(size)
         with path.open("rb") as fh:
-            fh.readinto(memoryview(arr.data)[:size])
-        records = wf.records(arr, size)
+            got = _shrink.fill(fh, memoryview(arr.data)[:size])
+        log.issues.extend(_shrink.note_if_shrank(path, got, max(before, size)))
+        records = wf.records(arr, got)
         _note_damage(log, path, records.damage)
         exact = wf.history_fast(arr, records, log.fast, base)
         count, undecodable = records.count, records.undecodable
@@ -326,11 +328,18 @@ def _note_bad_steps(log: _Log, path: Path, base: int) -> None:
     )
 
 
-def _scan_compiled(path: Path) -> tuple[Any, ...] | str:
+def _scan_compiled(path: Path) -> tuple[tuple[Any, ...] | str | None, int]:
     """The compiled lane over the file mapped, not copied (a 1.1 GB log: reading it into
-    memory cost more CPU than scanning it)."""
-    with path.open("rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        return _wbscan.scan(mm, threads=_threads(len(mm)))
+    memory cost more CPU than scanning it), under the guard of :mod:`._shrink` (else over
+    a copy), and its size when the scan began; None when it was cut meanwhile."""
+    if not _shrink.GUARDED:
+        return _wbscan.scan(data := _shrink.read_copy(path).data, threads=_threads(len(data))), 0
+    with _shrink.guard(path) as g, path.open("rb") as fh:
+        if not os.fstat(fh.fileno()).st_size:
+            return "an empty file", g.size
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            got = _wbscan.scan(mm, threads=_threads(len(mm)))
+    return (None if g.cut else got), g.size
 
 
 def _threads(size: int) -> int:

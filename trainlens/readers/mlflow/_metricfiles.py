@@ -10,6 +10,7 @@ from pathlib import Path
 import polars as pl
 
 from trainlens.core.run import DataIssue
+from trainlens.readers import _shrink
 
 # polars reads a metric file; a line it cannot parse becomes a row with nulls
 _SCHEMA = {"timestamp": pl.Int64(), "value": pl.Float64(), "step": pl.Int64()}
@@ -145,11 +146,17 @@ def _csv_or_none(data: bytes) -> pl.DataFrame | None:
 
 
 def _read_big(path: str) -> pl.DataFrame:
-    try:
-        return _csv(Path(path))
-    except Exception:
-        with open(path, "rb") as fh:
-            return _read_bytes(fh.read())
+    # polars maps a file it reads from a path: under the guard (a metric file cut short
+    # meanwhile would end the process), else, or when a page was cut, from a copy
+    if _shrink.GUARDED:
+        with _shrink.guard(path) as g:
+            try:
+                df = _csv(Path(path))
+            except Exception:
+                df = None
+        if df is not None and not g.cut:
+            return df
+    return _read_bytes(_shrink.read_copy(path).data)
 
 
 def _read_bytes(data: bytes) -> pl.DataFrame:
