@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -227,7 +228,7 @@ def _exported() -> set[str]:
     from trainlens.watch.sinks import prometheus
 
     names = set(re.findall(r'f"\{PREFIX\}_(\w+)"', Path(prometheus.__file__).read_text()))
-    counters = {"findings", "early_warnings", "events"}
+    counters = {"findings", "incidents", "early_warnings", "events"}
     return {f"trainlens_{n}" + ("_total" if n in counters else "") for n in names}
 
 
@@ -240,13 +241,34 @@ def test_shipped_alert_rules_use_exported_metrics() -> None:
         "TrainlensGradExplosion",
         "TrainlensLowThroughput",
         "TrainlensRunStalled",
-        "TrainlensErrorFinding",
+        "TrainlensErrorIncident",
     } <= names
     exported = _exported()
     for a in alerts:
         used = set(re.findall(r"\btrainlens_\w+", a["expr"]))
         assert used and used <= exported, (a["alert"], used - exported)
         assert a["annotations"]["summary"]
+
+
+def test_shipped_alert_rules_pass_promtool() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    done = subprocess.run(
+        [promtool, "check", "rules", str(DOCS / "prometheus" / "trainlens-alerts.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 6 rules found" in done.stdout
+
+
+def test_alerts_and_dashboard_use_the_incident_metrics() -> None:
+    text = (DOCS / "prometheus" / "trainlens-alerts.yml").read_text()
+    board = (DOCS / "grafana" / "trainlens-dashboard.json").read_text()
+    for name in ("trainlens_incidents_open", "trainlens_incidents_total"):
+        assert name in text and name in board, name
 
 
 def test_shipped_grafana_dashboard_uses_exported_metrics() -> None:

@@ -48,7 +48,7 @@ def watch(
         list[str] | None,
         typer.Option(
             "--notify",
-            help="Send each finding to this URL (apprise: slack://, discord://, msteams://, "
+            help="Send each incident to this URL (apprise: slack://, discord://, msteams://, "
             "ntfys://, mailto://, json://host/path for a webhook); repeatable.",
             show_default=False,
         ),
@@ -65,8 +65,8 @@ def watch(
         str | None,
         typer.Option(
             "--exec",
-            help="Run this command for each announced finding (TRAINLENS_* variables "
-            "describe it), e.g. to checkpoint or stop the job.",
+            help="Run this command once per incident, again when its severity rises "
+            "(TRAINLENS_* variables describe it), e.g. to checkpoint or stop the job.",
             show_default=False,
         ),
     ] = None,
@@ -74,7 +74,7 @@ def watch(
         str | None,
         typer.Option(
             "--exit-on",
-            help="End the watch with exit 1 at the first finding at or above: warning, error.",
+            help="End the watch with exit 1 at the first incident at or above: warning, error.",
             show_default=False,
         ),
     ] = None,
@@ -83,6 +83,23 @@ def watch(
         typer.Option(
             "--prometheus",
             help="Serve Prometheus metrics on HOST:PORT (/metrics).",
+            show_default=False,
+        ),
+    ] = None,
+    hold_steps: Annotated[
+        float | None,
+        typer.Option(
+            "--hold-steps",
+            help="A warning incident opens once shown for STEPS steps, and closes once not "
+            "shown for as long; errors and NaN/Inf open at once [default: 100].",
+            show_default=False,
+        ),
+    ] = None,
+    hold_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--hold-seconds",
+            help="... or for SECONDS, whichever comes first [default: 120].",
             show_default=False,
         ),
     ] = None,
@@ -132,6 +149,8 @@ def watch(
         exec=exec_cmd,
         exit_on=exit_on,
         prometheus=prometheus,
+        hold_steps=hold_steps,
+        hold_seconds=hold_seconds,
     )
     sink = build_sink(settings, json=json_out, tty=sys.stdout.isatty())
     try:

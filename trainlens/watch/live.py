@@ -97,6 +97,7 @@ class LiveRun:
     judged: int = 0
     early: EarlyWarnings = field(default_factory=EarlyWarnings)
     incidents: IncidentTracker = field(default_factory=IncidentTracker)
+    metric_steps: dict[str, int] = field(default_factory=dict)  # at the last judging
 
     @property
     def name(self) -> str:
@@ -240,11 +241,21 @@ class LiveRun:
         self._told_error = error
         return [self.event("read-issue", error, severity="info")]
 
-    def judge(self, now: float | None = None, *, force: bool = False) -> list[WatchEvent]:
-        """Re-judge when due (or ``force``); return the lifecycle events."""
+    def judge(
+        self,
+        now: float | None = None,
+        *,
+        force: bool = False,
+        final: bool = False,
+        wall: float | None = None,
+    ) -> list[WatchEvent]:
+        """Re-judge when due (or ``force``); return the lifecycle events. ``final``: the
+        watch's last judging (incidents are not held). ``now`` is monotonic time (the duty
+        cycle), ``wall`` unix time (the hold, an incident's age)."""
         from trainlens.gate.runner import gate_run
 
         now = time.monotonic() if now is None else now
+        wall = time.time() if wall is None else wall
         if not (force or (self.dirty and (self.urgent or self.timing.due(now)))):
             return []
         self.urgent = False
@@ -258,8 +269,11 @@ class LiveRun:
         self.timing.last_at = now
         self.dirty = False
         self.judged += 1
+        last = run.frame.group_by("metric").agg(pl.col("step").max())
+        self.metric_steps = {str(m): int(s) for m, s in last.iter_rows()}
+        top = max(self.metric_steps.values())
         events = self._lifecycle([g.finding for g in report.findings])
-        changes = self.incidents.update(report.incidents, time.time())
+        changes = self.incidents.update(report.incidents, wall, top, final=final)
         return events + [self._incident_event(c) for c in changes]
 
     def _incident_event(self, c: Change) -> WatchEvent:
@@ -282,9 +296,11 @@ class LiveRun:
         )
 
     def _lifecycle(self, findings: list[Finding]) -> list[WatchEvent]:
-        last = self.last_step
         now_open: dict[tuple[str, str | None], list[Tracked]] = {}
         for f in findings:
+            # against the metric's own last logged step: a metric logged every 10 or 50
+            # steps is not "ended" between its points (the run's last step is rarely one)
+            last = self.metric_steps.get(f.metric or "", self.last_step)
             ongoing = f.step_end is None or last is None or f.step_end >= last
             now_open.setdefault(_key(f), []).append(Tracked(f, ongoing))
         out: list[WatchEvent] = []

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainlens.core.config import Config
-from trainlens.core.findings import fail_rank
+from trainlens.core.findings import Severity, fail_rank
 from trainlens.readers import ReadOptions
 from trainlens.watch.discovery import Discovery
 from trainlens.watch.events import WatchEvent
+from trainlens.watch.incidents import Hold, IncidentTracker
 from trainlens.watch.live import JudgeTiming, LiveRun
 from trainlens.watch.settings import WatchSettings
 
@@ -41,8 +42,9 @@ TICK = 0.5
 MIN_TICK = 0.5
 #: How often folders are walked for new runs without a file event (seconds).
 DISCOVER_EVERY = 2.0
-#: Finding events that ``exit_on`` looks at.
-FINDING_EVENTS = ("finding-opened", "finding-changed")
+#: The events ``exit_on`` looks at: an incident that opened or rose, as the notifiers (so a
+#: held-back warning that flapped never ends the watch).
+EXIT_EVENTS = ("incident-opened", "incident-changed")
 
 
 @dataclass
@@ -88,9 +90,9 @@ def watch(
             sink.emit(e)
             if (
                 exit_rank is not None
-                and e.kind in FINDING_EVENTS
-                and e.finding is not None
-                and e.finding.severity.rank >= exit_rank
+                and e.kind in EXIT_EVENTS
+                and e.severity is not None
+                and Severity.parse(e.severity).rank >= exit_rank
             ):
                 code = 1
 
@@ -107,6 +109,7 @@ def watch(
                         timing=JudgeTiming(budget=settings.judge_budget),
                         stall_factor=settings.stall_factor,
                         min_stall_seconds=settings.min_stall_seconds,
+                        incidents=IncidentTracker(Hold(settings.hold_steps, settings.hold_seconds)),
                     )
                     state.runs.append(live)
                     announce([live.event("run-appeared", f"following {follower.format} run")])
@@ -119,7 +122,7 @@ def watch(
                     announce(live.add(chunk))
                 announce(live.read_error())
             for live in state.runs:
-                announce(live.judge(force=once))
+                announce(live.judge(force=once, final=once))
                 if not once:
                     announce(live.check_stall())
             sink.update(state)
@@ -140,9 +143,11 @@ def watch(
             chunk = live.follower.poll(final=True)
             if chunk is not None:
                 announce(live.add(chunk))
-        for live in state.runs:  # what arrived since the last judging is judged once more
-            if live.dirty:
-                announce(live.judge(force=True))
+        # what arrived since the last judging is judged once more, and what is held back or
+        # about to close is settled: the watch ends with what ``analyze`` would say
+        for live in state.runs:
+            if live.dirty or live.incidents.unsettled:
+                announce(live.judge(force=True, final=True))
         ended = WatchEvent("watch-ended", "", "", time.time(), None, _ended_text(state, code))
         sink.emit(ended)
         sink.update(state)
@@ -160,8 +165,12 @@ def _skipped_event(skipped: Skipped) -> WatchEvent:
 def _ended_text(state: WatchState, code: int) -> str:
     n = len(state.runs)
     open_ = sum(len(r.open_findings()) for r in state.runs)
+    incidents = sum(len(r.incidents.open) for r in state.runs)
     why = "exit-on level reached" if code else "stopped"
-    return f"{why}: {n} run{'s' if n != 1 else ''} watched, {open_} finding(s) open"
+    return (
+        f"{why}: {n} run{'s' if n != 1 else ''} watched, {incidents} incident(s) open "
+        f"({open_} finding(s))"
+    )
 
 
 def _waiter(paths: Sequence[Path], poll: float, stop: threading.Event) -> Iterator[None]:

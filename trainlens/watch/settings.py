@@ -26,6 +26,8 @@ WATCH_KEYS = {
     "stall_factor": "a run is stalled after its usual gap between records x this (default 10)",
     "min_stall_seconds": "... and at least this many seconds (default 30)",
     "judge_budget": "share of one core the re-judging may take on average (default 0.03)",
+    "hold_steps": "an incident opens (closes) once shown (not shown) for this many steps (100)",
+    "hold_seconds": "... or for this many seconds, whichever comes first (default 120)",
 }
 
 
@@ -41,6 +43,14 @@ class WatchSettings:
     stall_factor: float = 10.0
     min_stall_seconds: float = 30.0
     judge_budget: float = 0.03
+    # The hold (docs/watch.md, "One alarm per incident"): replaying the fixture runs as a
+    # watch judges them, the warnings that opened and closed again (TPUT001 on
+    # nan_divergence, slow_loader, shock_then_slow; LOSS003 on slow_loader) lived 10-82
+    # steps; 100 steps outlasts them all. 120 s caps the wait on a slow run (a step a
+    # second); the throughput alert rule waits 10 min anyway. Errors and non-finite
+    # values are not held: they open at once.
+    hold_steps: float = 100.0
+    hold_seconds: float = 120.0
 
     @classmethod
     def from_table(cls, table: dict[str, Any], *, origin: str = "config") -> WatchSettings:
@@ -61,7 +71,15 @@ class WatchSettings:
 
 
 def _checked(key: str, value: Any, where: str) -> Any:
-    if key in {"poll", "rate_limit", "stall_factor", "min_stall_seconds", "judge_budget"}:
+    if key in {
+        "poll",
+        "rate_limit",
+        "stall_factor",
+        "min_stall_seconds",
+        "judge_budget",
+        "hold_steps",
+        "hold_seconds",
+    }:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ConfigError(f"{where}: {key!r} must be a number of at least 0, not {value!r}")
         if key == "judge_budget" and not 0 < value <= 1:

@@ -9,6 +9,12 @@ scrapes, so ``trainlens_seconds_since_last_record`` is current at every scrape:
 - ``trainlens_last_step{run}``, ``trainlens_steps_per_second{run}``,
   ``trainlens_seconds_since_last_record{run}``, ``trainlens_run_stalled{run}`` (0/1);
 - ``trainlens_findings_total{run, code, severity}``: findings opened (a counter);
+- ``trainlens_incidents_open{run, severity}``: incidents open now (announced ones: one
+  held back, docs/watch.md, is not yet);
+- ``trainlens_incidents_total{run, code}``: incidents opened, by headline code at opening
+  (a counter; every code is created at 0 when a run is first seen, as prometheus_client
+  advises for known label values: ``increase()`` over a series that appears at 1 is 0,
+  and the first incident of a run would never alert);
 - ``trainlens_open_findings{run, severity}``: findings open now;
 - ``trainlens_early_warnings_total{run}``, ``trainlens_events_total``.
 
@@ -46,6 +52,7 @@ class _Collector:
         with self.sink.lock:
             runs = list(self.sink.runs)
             opened = Counter(self.sink.opened)
+            incidents = Counter(self.sink.incidents)
             early = Counter(self.sink.early)
             events = self.sink.events
         metric = GaugeMetricFamily(
@@ -66,6 +73,9 @@ class _Collector:
         open_ = GaugeMetricFamily(
             f"{PREFIX}_open_findings", "Findings open now", labels=["run", "severity"]
         )
+        inc_open = GaugeMetricFamily(
+            f"{PREFIX}_incidents_open", "Incidents open now", labels=["run", "severity"]
+        )
         # label values come from the input; prometheus_client escapes what the exposition
         # format needs (backslash, quote, newline), and ``terminal`` keeps the rest
         # printable for the dashboards and alert messages that show them
@@ -83,13 +93,20 @@ class _Collector:
                 since.add_metric([name], s)
             stalled.add_metric([name], 1.0 if live.stalled else 0.0)
             counts = Counter(f.severity.value for f in live.open_findings())
+            by_sev = Counter(o.severity.value for o in list(live.incidents.open.values()))
             for sev in ("info", "warning", "error"):
                 open_.add_metric([name, sev], counts.get(sev, 0))
+                inc_open.add_metric([name, sev], by_sev.get(sev, 0))
         findings = CounterMetricFamily(
             f"{PREFIX}_findings", "Findings opened", labels=["run", "code", "severity"]
         )
         for (run, code, sev), n in sorted(opened.items()):
             findings.add_metric([terminal(run), code, sev], n)
+        inc_total = CounterMetricFamily(
+            f"{PREFIX}_incidents", "Incidents opened, by headline code", labels=["run", "code"]
+        )
+        for (run, code), n in sorted(incidents.items()):
+            inc_total.add_metric([terminal(run), terminal(code)], n)
         warnings = CounterMetricFamily(
             f"{PREFIX}_early_warnings", "Early warnings announced", labels=["run"]
         )
@@ -97,7 +114,20 @@ class _Collector:
             warnings.add_metric([terminal(run)], n)
         total = CounterMetricFamily(f"{PREFIX}_events", "Events announced")
         total.add_metric([], events)
-        yield from (metric, last_step, sps, since, stalled, open_, findings, warnings, total)
+        yield from (metric, last_step, sps, since, stalled, inc_open, open_)
+        yield from (inc_total, findings, warnings, total)
+
+
+def finding_codes() -> list[str]:
+    """Every code a finding (so an incident's headline) can have: the detectors' and the
+    gate checks'."""
+    from trainlens.core.codes import GATE_CODES
+    from trainlens.detectors import available, load
+
+    codes = set(GATE_CODES)
+    for name in available():
+        codes.update(load(name).CODES)
+    return sorted(codes)
 
 
 class PrometheusSink:
@@ -113,6 +143,8 @@ class PrometheusSink:
         self.runs: list[Any] = []
         self.opened: Counter[tuple[str, str, str]] = Counter()
         self.early: Counter[str] = Counter()
+        self.incidents: Counter[tuple[str, str]] = Counter()
+        self.codes = finding_codes()
         self.events = 0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
@@ -130,10 +162,22 @@ class PrometheusSink:
                 self.opened[(event.run, f.code, f.severity.value)] += 1
             elif event.kind == "early-warning":
                 self.early[event.run] += 1
+            elif event.kind == "run-appeared":
+                self._seen(event.run)
+            elif event.kind == "incident-opened" and event.code:
+                self._seen(event.run)
+                self.incidents[(event.run, event.code)] += 1
+
+    def _seen(self, run: str) -> None:
+        """Every code's counter at 0 for a run first seen (the lock is held)."""
+        for code in self.codes:
+            self.incidents.setdefault((run, code), 0)
 
     def update(self, state: Any) -> None:
         with self.lock:
             self.runs = list(getattr(state, "runs", []))
+            for live in self.runs:
+                self._seen(live.name)
 
     def close(self) -> None:
         self.server.shutdown()

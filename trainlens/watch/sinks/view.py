@@ -1,9 +1,10 @@
 """The live terminal view (a TTY without ``--json``), drawn with rich.
 
 Per run: the last step, the steps/s it is making, the time since its last record (red once
-the run counts as stalled), and the last value of each metric of the minimum dashboard
-with a sparkline of its recent values (one point per refresh); below, the latest events,
-newest first. Redrawn at most four times a second.
+the run counts as stalled), its open incidents (severity, headline, age), and the last
+value of each metric of the minimum dashboard with a sparkline of its recent values (one
+point per refresh); below, the latest events, newest first. Redrawn at most four times a
+second.
 """
 
 from __future__ import annotations
@@ -50,6 +51,37 @@ def _num(x: float | None) -> str:
     from trainlens.formatters.text import number_text
 
     return number_text(x)
+
+
+def age_text(seconds: float) -> str:
+    """``42s``, ``3m05s``, ``2h07m``: how long an incident has been shown."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def incident_lines(live: Any, now: float) -> list[Any]:
+    """One line per open incident of ``live``, worst first then oldest: severity, headline
+    code, headline, age (since it was first shown). The headline is from the input (metric
+    names): made one printable line, as everywhere on the terminal."""
+    from rich.text import Text
+
+    tracker = getattr(live, "incidents", None)
+    opened = list(tracker.open.values()) if tracker is not None else []
+    opened.sort(key=lambda o: (-o.severity.rank, o.opened_at))
+    out = []
+    for oi in opened:
+        code = oi.last.incident.code if oi.last is not None else oi.members[0].code
+        head = oi.last.incident.headline() if oi.last is not None else oi.members[0].message
+        t = Text("  ")
+        t.append(f"{oi.severity.value.upper():<7} {code:<8}", STYLE[oi.severity.value])
+        t.append(f" {terminal(head)}")
+        t.append(f"  {age_text(now - oi.opened_at)}", "dim")
+        out.append(t)
+    return out
 
 
 class LiveView:
@@ -110,11 +142,8 @@ class LiveView:
                 line.append(
                     f"  last record {since:.0f}s ago", "bold red" if live.stalled else "dim"
                 )
-            worst = live.worst_open()
-            if worst is not None:
-                n = len(live.open_findings())
-                line.append(f"  {n} open, worst {worst.value}", STYLE[worst.value])
             parts.append(line)
+            parts.extend(incident_lines(live, time.time()))
             table = Table(show_header=False, box=None, padding=(0, 2))
             for m in DASHBOARD:
                 if m in live.last_values:
