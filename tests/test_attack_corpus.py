@@ -65,7 +65,18 @@ def _check_text(what: str, text: str) -> None:
     )
 
 
-@pytest.mark.parametrize("name", sorted(corpus.ATTACKS))
+# the name attacks run three commands on a 60-step run each (3 s a name on a loaded box):
+# two stay in the quick loop, the rest are slow
+_QUICK_NAMES = {"name_line_separator", "name_csi_8bit"}
+_CASES = [
+    pytest.param(n, marks=pytest.mark.slow)
+    if n.startswith("name_") and n not in _QUICK_NAMES
+    else n
+    for n in sorted(corpus.ATTACKS)
+]
+
+
+@pytest.mark.parametrize("name", _CASES)
 def test_attack_is_answered_cleanly(server: Server, tmp_path: Path, name: str) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -120,6 +131,7 @@ def test_escaped_dunder_is_a_dunder_to_pickle() -> None:
     assert pickle.loads(b"S'__setstate\\x5f_'\n.") == "__setstate__"
 
 
+@pytest.mark.slow
 def test_legacy_second_pickle_really_runs_under_torch_load(tmp_path: Path) -> None:
     """Why legacy_second_pickle_protocol0 is an attack: torch.load (weights_only=False, as
     older code and many scripts call it) runs the protocol-0 second pickle."""
