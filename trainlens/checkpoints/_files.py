@@ -38,7 +38,6 @@ JSON_MAX = 64 * 2**20
 SAFETENSORS_HEADER_MAX = 100_000_000
 _CHUNK = 2**20
 _ZIP_MAGIC = b"PK\x03\x04"
-_PICKLE_PROTO = 0x80  # protocol 2+ pickles start with PROTO
 
 
 @dataclass
@@ -78,7 +77,8 @@ def audit_pickled(path: str, rel: str, spend: Spend, budget: int = CRC_BUDGET) -
 
 #: pickles read one after another in a raw file: torch's legacy format (before 1.6)
 #: writes five (magic number, protocol, system info, the object, the storage keys),
-#: then the tensors' raw bytes
+#: then the tensors' raw bytes. ``torch.load`` unpickles all five whatever protocol each
+#: is in, so each is walked: a protocol 0 or 1 one starts with no PROTO byte
 _MAX_PICKLES = 5
 
 
@@ -87,8 +87,6 @@ def _scan_pickles(data: bytes | mmap.mmap, rel: str, out: FileAudit, spend: Spen
     found = scan(data, spend=spend)
     scans = [found]
     while found.error is None and len(scans) < _MAX_PICKLES and 0 < found.end < len(data):
-        if data[found.end] != _PICKLE_PROTO:
-            break  # the legacy format's raw tensor bytes
         found = scan(data, start=found.end, spend=spend)
         scans.append(found)
     out.pickles.extend(scans)

@@ -30,6 +30,7 @@ opcode where this costs 0.4-1.3 µs. The walk keeps one 8-byte slot a memo entry
 from __future__ import annotations
 
 import _compat_pickle
+import codecs
 import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -305,6 +306,8 @@ class _Walk:
                 elif op == 0x62:  # BUILD
                     self.at = at
                     self._build(stack.pop())
+                    if isinstance(stack[-1], _Global):  # setattr on the class itself
+                        self._trick(f"set attributes of {stack[-1].name} itself (BUILD)")
                 elif op == 0x81:  # NEWOBJ
                     self.at = at
                     args = stack.pop()
@@ -428,10 +431,11 @@ class _Walk:
                 self.stack.append(LITERAL)  # protocol 0's False and True
             else:
                 self._int(int(digits))
-        elif op == 0x53:  # STRING: a quoted repr; an escape keeps its backslash (no name
-            # on the allow-list has one, so a mismatch can only refuse)
-            text = raw.decode("latin-1")
-            self._string(text[1:-1] if len(text) >= 2 and text[0] == text[-1] else text)
+        elif op == 0x53:  # STRING: a quoted repr, its escapes decoded as pickle does
+            # ('__setstate\\x5f_' is the dunder a BUILD state may not set)
+            if len(raw) >= 2 and raw[0] == raw[-1] and raw[:1] in (b"'", b'"'):
+                raw = raw[1:-1]
+            self._string(codecs.escape_decode(raw)[0].decode("latin-1"))
         elif op == 0x56:  # UNICODE
             self._string(raw.decode("raw-unicode-escape"))
         elif op == 0x67:  # GET
@@ -561,6 +565,9 @@ class _Walk:
             first = args[0] if isinstance(args, tuple) and args else None
             if not (isinstance(first, _Global) and first.use == CALL):
                 self._trick(f"have {name} call what may not be called")
+            elif name.startswith("torch.") and isinstance(args, tuple) and len(args) > 2:
+                # it calls first(*args[2]): the same checks as a direct call of first
+                self._checked_args(first.name, args[2])
 
     def _build(self, state: object) -> None:
         """BUILD updates the object's ``__dict__`` (and, from a ``(dict, slots)`` pair, sets
