@@ -22,7 +22,7 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.text import Annotation
 
 from trainlens.report.labels import Note
-from trainlens.report.model import Panel, Series, run_series
+from trainlens.report.model import IncidentLabel, Panel, Series, run_series
 from trainlens.report.theme import (
     DPI,
     METRIC_COLORS,
@@ -79,6 +79,7 @@ class Canvas:
         self.lines: dict[tuple[int, str], Line] = {}
         self.heat_rows: dict[tuple[int, str], int] = {}
         self.notes: list[Note] = []  # labels, placed once the layout is settled
+        self.incident_labels: list[IncidentLabel] = []  # as placed (merges removed)
         self.keep_y: dict[int, list[float]] = {}  # id(Axes) -> values its limits must show
         self.styles: dict[str, dict[str, str]] = {}  # panel -> metric -> line style
         self.smoothed: set[str] = set()  # panels with an EMA drawn

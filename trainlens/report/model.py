@@ -54,6 +54,7 @@ class DrawnFinding:
     # the label naming it: its own ("LOSS001"), or one it shares with findings at
     # nearby steps when the rows along the top ran out ("LOSS001 ×3", "LOSS003 +2")
     label: Text | None = None
+    ring: tuple[float, float] | None = None  # (step, y) of its ring, when it has one
 
     @property
     def anchor(self) -> str:
@@ -61,10 +62,24 @@ class DrawnFinding:
 
 
 @dataclass
+class IncidentLabel:
+    """The one label of an incident on one axes (``rank``: its place in the run's
+    incidents, worst first; ``id``: :attr:`Incident.id`)."""
+
+    run_index: int
+    rank: int
+    id: str
+    panel: str
+    axes: Axes
+    text: Text
+
+
+@dataclass
 class Figures:
     panels: list[Panel]
     findings: list[DrawnFinding]
     undrawn: list[tuple[int, int]]  # (run, finding) with no panel to draw on
+    labels: list[IncidentLabel] = field(default_factory=list)
 
     def panel(self, key: str) -> Panel:
         for p in self.panels:

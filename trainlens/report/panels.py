@@ -68,7 +68,7 @@ def _build(c: Canvas) -> Figures:
     tidy_log_axes(c)
     legends(c)
     place_labels(c)
-    return Figures(c.panels, drawn, undrawn)
+    return Figures(c.panels, drawn, undrawn, c.incident_labels)
 
 
 def build_figures(analyses: Sequence[Analysis], *, smoothing: float | None = None) -> Figures:
