@@ -19,10 +19,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from trainlens.core.findings import Finding
-from trainlens.core.incidents import Incident, incident_order, membership
+from trainlens.core.incidents import Incident
 from trainlens.report.canvas import Canvas
 from trainlens.report.labels import Note, place_figure
-from trainlens.report.model import DrawnFinding, IncidentLabel
+from trainlens.report.model import DrawnFinding, IncidentLabel, run_incidents
 from trainlens.report.theme import RESTART_COLOR, SEVERITY_COLORS, fmt_step, mpl_text
 
 # where a finding whose metric has no panel of its own is drawn
@@ -187,34 +187,6 @@ def keep_extremes(c: Canvas, ax: Axes, run: int, metric: str, x0: float, x1: flo
 # ---- drawing findings ----------------------------------------------------------------------
 
 MEMBER_ALPHA = 0.05  # a member's span, under its incident's headline (0.14 / 0.08)
-
-
-def run_incidents(a: Any) -> list[Incident]:
-    """The run's incidents, worst first, and a finding no incident names as one of its
-    own (an analysis built by hand, without the grouping step)."""
-    incidents = list(a.incidents)
-    home = membership(incidents)
-    for i, f in enumerate(a.findings):
-        if i not in home:
-            incidents.append(
-                Incident(
-                    id=f"finding-{i}",
-                    code=f.code,
-                    name=f.name,
-                    severity=f.severity,
-                    title=f.message,
-                    step_start=f.step_start,
-                    step_end=f.step_end,
-                    onset=f.step_start,
-                    first_mover=None,
-                    first_mover_step=None,
-                    chain=(),
-                    members=(i,),
-                    codes=(f.code,),
-                    metrics=(f.metric,) if f.metric else (),
-                )
-            )
-    return incident_order(incidents)
 
 
 def draw_findings(c: Canvas) -> tuple[list[DrawnFinding], list[tuple[int, int]]]:

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from trainlens.core.sanitize import terminal
 from trainlens.formatters.text import duration_text, number_text
+from trainlens.report.model import run_incidents
 from trainlens.report.panels import Figures, Panel, summary_mfu
 
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
+    from trainlens.core.incidents import Incident
 
 SECTIONS = (
     ("dashboard", "Dashboard"),
@@ -290,6 +292,71 @@ def _figure(panel: Panel, png: bytes, figures: Figures, analyses: Sequence[Analy
     )
 
 
+def incident_rows(analyses: Sequence[Analysis]) -> list[tuple[int, Incident]]:
+    """Every run's incidents, worst first across runs, then by onset."""
+    rows = [(r, inc) for r, a in enumerate(analyses) for inc in run_incidents(a)]
+    return sorted(
+        rows,
+        key=lambda ri: (
+            -ri[1].severity.rank,
+            ri[1].onset if ri[1].onset is not None else -1,
+            ri[0],
+        ),
+    )
+
+
+def incident_text(inc: Incident) -> str:
+    """What happened and what moved first, without the steps (a column of their own)."""
+    first = inc.first_text()
+    return inc.title + (f" — {first}" if first else "")
+
+
+def member_codes(codes: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(code, how many, position of the first) per code, in the members' order."""
+    seen: dict[str, list[int]] = {}
+    for pos, code in enumerate(codes):
+        seen.setdefault(code, []).append(pos)
+    return [(code, len(at), at[0]) for code, at in seen.items()]
+
+
+def _incidents_table(analyses: Sequence[Analysis], figures: Figures) -> str:
+    """One row per incident (one cause), worst first; its members link to the findings."""
+    rows = incident_rows(analyses)
+    if not rows:
+        return '<p class="none">No incidents — nothing looks wrong.</p>'
+    multi = len(analyses) > 1
+    titles = {p.key: p.title for p in figures.panels}
+    out = [
+        "<table>",
+        "<tr>" + ("<th>run</th>" if multi else "") + "<th>severity</th><th>incident</th>"
+        "<th>where</th><th>findings</th><th>drawn on</th></tr>",
+    ]
+    for r, inc in rows:
+        sev = esc(inc.severity.value)
+        codes = [analyses[r].findings[i].code for i in inc.members]
+        members = ", ".join(
+            f'<a href="#finding-{r}-{inc.members[pos]}">{esc(code)}</a>'
+            + (f" ×{n}" if n > 1 else "")
+            for code, n, pos in member_codes(codes)
+        )
+        panels: dict[str, None] = {}
+        for i in inc.members:
+            d = figures.drawn(r, i)
+            if d is not None:
+                panels.setdefault(d.panel, None)
+        drawn = ", ".join(f'<a href="#panel-{k}">{esc(titles[k])}</a>' for k in panels) or "—"
+        out.append(
+            '<tr class="incident">'
+            + (f"<td>{run_label(analyses[r], r, multi)}</td>" if multi else "")
+            + f'<td><span class="sev sev-{sev}">{sev}</span></td>'
+            f"<td><strong>{esc(inc.code)}</strong> {esc(incident_text(inc))}</td>"
+            f'<td class="num">{esc(inc.where or "whole run")}</td>'
+            f"<td>{members}</td><td>{drawn}</td></tr>"
+        )
+    out.append("</table>")
+    return "\n".join(out)
+
+
 def _data_quality(analyses: Sequence[Analysis]) -> str:
     parts: list[str] = []
     multi = len(analyses) > 1
@@ -320,7 +387,11 @@ def render_html(
 ) -> str:
     names = ", ".join(a.run.name for a in analyses) or "no runs"
     sections = []
-    nav = ['<a href="#summary">Summary</a>', '<a href="#findings">Findings</a>']
+    nav = [
+        '<a href="#incidents">Incidents</a>',
+        '<a href="#summary">Summary</a>',
+        '<a href="#findings">Findings</a>',
+    ]
     for key, title in SECTIONS:
         panels = [p for p in figures.panels if p.section == key]
         if not panels:
@@ -358,6 +429,10 @@ def render_html(
 <p class="sub">{esc(names)}</p>
 <nav>{" ".join(nav)}</nav>
 </header>
+<section id="incidents">
+<h2>Incidents ({len(incident_rows(analyses))})</h2>
+{_incidents_table(analyses, figures)}
+</section>
 <section id="summary">
 <h2>{summary_title}</h2>
 {_summary_table(analyses)}
@@ -378,4 +453,4 @@ def render_html(
 """
 
 
-__all__ = ["esc", "render_html", "summary_rows"]
+__all__ = ["esc", "incident_rows", "incident_text", "member_codes", "render_html", "summary_rows"]

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from trainlens.core.findings import Finding
+from trainlens.core.incidents import Incident, incident_order, membership
 from trainlens.report.theme import DPI
 
 # ---- results -----------------------------------------------------------------------------
@@ -146,3 +147,31 @@ def summary_mfu(summary: dict[str, Any]) -> float | None:
     if isinstance(raw, (int, float)) and math.isfinite(raw) and 0 < raw < 2:
         return float(raw)
     return None
+
+
+def run_incidents(a: Any) -> list[Incident]:
+    """The run's incidents, worst first, and a finding no incident names as one of its
+    own (an analysis built by hand, without the grouping step)."""
+    incidents = list(a.incidents)
+    home = membership(incidents)
+    for i, f in enumerate(a.findings):
+        if i not in home:
+            incidents.append(
+                Incident(
+                    id=f"finding-{i}",
+                    code=f.code,
+                    name=f.name,
+                    severity=f.severity,
+                    title=f.message,
+                    step_start=f.step_start,
+                    step_end=f.step_end,
+                    onset=f.step_start,
+                    first_mover=None,
+                    first_mover_step=None,
+                    chain=(),
+                    members=(i,),
+                    codes=(f.code,),
+                    metrics=(f.metric,) if f.metric else (),
+                )
+            )
+    return incident_order(incidents)
