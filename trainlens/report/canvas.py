@@ -39,6 +39,17 @@ if TYPE_CHECKING:
 
 WIDTH_IN = 11.5  # 1150 px: readable on a laptop without scaling
 MAIN_BUCKETS = 1000  # ≥ the axes' width in pixels: every pixel column keeps its min/max
+MANY_RUNS = 8  # above this, runs get small multiples and legends stop listing them
+#: the tallest figure: 4000 px at 100 dpi. With every figure at most 1150 × 4000 px and
+#: their number set by the metrics (7 dashboard panels, 2 tensor families, 24 other
+#: metrics to a figure, this one), not by the runs, the page's size is bounded whatever
+#: the number of runs
+MAX_FIGURE_IN = 40.0
+
+
+def row_height(rows: int, wanted: float, minimum: float) -> float:
+    """Each row's height so that ``rows`` fit in :data:`MAX_FIGURE_IN` (with a title)."""
+    return max(minimum, min(wanted, (MAX_FIGURE_IN - 0.5) / max(rows, 1)))
 
 
 @dataclass
@@ -86,6 +97,13 @@ class Canvas:
         self.colors: dict[str, str] = dict(METRIC_COLORS)
         self.xlo, self.xhi = _step_range(self.series)
         self.xspan = self.xhi - self.xlo
+        # every value at one step (a sweep's finals): an axis of 5000–5001 drew a
+        # step nobody logged; the axis is centred on the one step and ticks only it
+        self.one_step = all(
+            s.steps.size == 0 or (int(s.steps.min()) == int(s.steps.max()) == int(self.xlo))
+            for ser in self.series
+            for s in ser.values()
+        )
 
     # -- colours and names --------------------------------------------------------------
     def color(self, run: int, metric: str) -> str:
@@ -157,8 +175,12 @@ class Canvas:
         self.panel_of_axes[id(ax)] = panel.key
 
     def x_axis(self, ax: Axes, *, label: bool = True) -> None:
-        pad = self.xspan * 0.01
-        ax.set_xlim(self.xlo - pad, self.xhi + pad)
+        if self.one_step:
+            ax.set_xlim(self.xlo - 0.5, self.xlo + 0.5)
+            ax.set_xticks([self.xlo])
+        else:
+            pad = self.xspan * 0.01
+            ax.set_xlim(self.xlo - pad, self.xhi + pad)
         if label:
             ax.set_xlabel("step")
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda x, _: compact(x)))

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 SECTIONS = (
     ("dashboard", "Dashboard"),
+    ("runs", "Runs"),
     ("tensors", "Per-tensor signals"),
     ("other", "Other metrics"),
 )
@@ -196,7 +197,42 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
     return rows
 
 
+NONE = '<span class="none">none</span>'
+SIDE_BY_SIDE_RUNS = 4  # more runs than this: a table of finals, one row per run
+
+
+def _finals_table(analyses: Sequence[Analysis]) -> str:
+    """One row per run: what a sweep is compared by. 64 summaries side by side ran off
+    the page; a row per run stays 1150 px wide."""
+    head = (
+        "<tr><th>run</th><th>steps</th><th>final train loss</th><th>min train loss</th>"
+        "<th>best val loss</th><th>final val loss</th><th>findings</th></tr>"
+    )
+    rows = [head]
+    for r, a in enumerate(analyses):
+        s = a.summary
+        t, v, st = s.get("train_loss") or {}, s.get("val_loss") or {}, s.get("steps") or {}
+        best = f"{_number(v.get('best'))} @ {_number(v.get('best_step'))}" if v else "—"
+        counts = [
+            f"{n} {sev}"
+            for sev in ("error", "warning", "info")
+            if (n := sum(f.severity.value == sev for f in a.findings))
+        ]
+        rows.append(
+            f"<tr><td>{run_label(a, r, True)}</td>"
+            f'<td class="num">{_number(st.get("last")) if st else "—"}</td>'
+            f'<td class="num">{_number(t.get("final")) if t else "—"}</td>'
+            f'<td class="num">{_number(t.get("min")) if t else "—"}</td>'
+            f'<td class="num">{best}</td>'
+            f'<td class="num">{_number(v.get("final")) if v else "—"}</td>'
+            f"<td>{', '.join(counts) or NONE}</td></tr>"
+        )
+    return '<table class="finals">\n' + "\n".join(rows) + "\n</table>"
+
+
 def _summary_table(analyses: Sequence[Analysis]) -> str:
+    if len(analyses) > SIDE_BY_SIDE_RUNS:
+        return _finals_table(analyses)
     multi = len(analyses) > 1
     per_run = [dict(summary_rows(a, i, multi)) for i, a in enumerate(analyses)]
     labels: list[str] = []
@@ -412,7 +448,13 @@ def render_html(
         "values; dash-dot lines mark restarts, with the superseded values dotted; "
         "a star marks the best validation loss."
     )
-    summary_title = "Summary" if len(analyses) < 2 else "Summary (runs side by side)"
+    summary_title = (
+        "Summary"
+        if len(analyses) < 2
+        else "Summary (runs side by side)"
+        if len(analyses) <= SIDE_BY_SIDE_RUNS
+        else f"Finals ({len(analyses)} runs, one row each)"
+    )
     return f"""<!doctype html>
 <html lang="en">
 <head>
