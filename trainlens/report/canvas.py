@@ -157,8 +157,8 @@ class Canvas:
         return y
 
     # -- figures and axes -----------------------------------------------------------------
-    def new_figure(self, height_in: float, title: str) -> Figure:
-        engine = ConstrainedLayoutEngine(h_pad=0.06, w_pad=0.06)
+    def new_figure(self, height_in: float, title: str, *, layout: bool = True) -> Figure:
+        engine = ConstrainedLayoutEngine(h_pad=0.06, w_pad=0.06) if layout else None
         fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, layout=engine)
         FigureCanvasAgg(fig)  # a renderer to measure labels with (no GUI, no pyplot)
         fig.suptitle(title, x=0.01, ha="left", fontsize=11, fontweight="bold", color=TITLE_COLOR)
