@@ -23,6 +23,8 @@ def legend_keys(c: Canvas, panel: Panel) -> dict[str, Artist]:
     if not c.multi:
         return items
     runs = sorted({r for (r, _) in panel.axes})
+    if len(c.analyses) > MANY_RUNS and panel.section != "dashboard":
+        return items  # a heatmap or small multiple per run is titled with it
     if len(c.analyses) > MANY_RUNS:
         # 64 entries covered the plot, and 10 colours repeat: the runs are named on the
         # panel of one axes per run, and in the table of finals

@@ -17,7 +17,7 @@ from trainlens.report.canvas import Canvas, row_height
 from trainlens.report.decimate import bucket_ids
 from trainlens.report.lines import plot
 from trainlens.report.model import Panel
-from trainlens.report.theme import NONFINITE_COLOR, UNITS, mpl_text, natural_key, short
+from trainlens.report.theme import DPI, NONFINITE_COLOR, UNITS, mpl_text, natural_key, short
 
 SMALL_COLS = 3
 SMALL_ROW_IN = 2.3
@@ -131,7 +131,7 @@ def heatmap(c: Canvas, family: str, metrics: Sequence[str]) -> None:
     row_of = {m: i for i, m in enumerate(metrics)}
     cmap = _heat_cmap()
     for ax, run in zip(axes, runs, strict=True):
-        _heat_axes(c, fig, ax, run, metrics, row_of, cmap, unit)
+        _heat_axes(c, fig, ax, run, metrics, row_of, cmap, unit, per_run_in)
         c.x_axis(ax, label=ax is axes[-1])
         for m in metrics:
             if m in c.series[run]:
@@ -148,6 +148,7 @@ def _heat_axes(
     row_of: dict[str, int],
     cmap: Colormap,
     unit: str,
+    height_in: float,
 ) -> None:
     """One run's heatmap with its colour bar, NaN / Inf crosses and tensor names."""
     n = len(metrics)
@@ -181,7 +182,9 @@ def _heat_axes(
             color=NONFINITE_COLOR,
             label="NaN / Inf",
         )
-    step = max(1, math.ceil(n / 40))
+    # as many names as fit at 7 pt (about 10 px a line) in the axes' height: 64 runs'
+    # heatmaps of 0.62 in each wrote 14 names over each other
+    step = max(1, math.ceil(n / min(40, max(1, int(height_in * 0.75 * DPI / 10)))))
     ax.set_yticks(range(0, n, step))
     ax.set_yticklabels(
         [mpl_text(short(metrics[i].split("/", 1)[1], 36)) for i in range(0, n, step)],
