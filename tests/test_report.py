@@ -778,7 +778,9 @@ def test_detected_findings_are_all_drawn() -> None:
     for i, f in enumerate(a.findings):
         d = figs.drawn(0, i)
         assert d is not None
-        assert any(t.startswith(f.code) for t in _texts(d.axes, d.anchor))
+        # its incident's label on its axes: its own code, or the headline's with "+N"
+        assert d.label is not None and d.label in d.axes.texts
+        assert d.label.get_text().startswith(f.code) or "+" in d.label.get_text()
         assert f'<tr id="finding-0-{i}">' in page and esc(f.message) in page
 
 

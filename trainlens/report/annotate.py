@@ -19,9 +19,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from trainlens.core.findings import Finding
+from trainlens.core.incidents import Incident
 from trainlens.report.canvas import Canvas
 from trainlens.report.labels import Note, place_figure
-from trainlens.report.model import DrawnFinding
+from trainlens.report.model import DrawnFinding, IncidentLabel, run_incidents
 from trainlens.report.theme import RESTART_COLOR, SEVERITY_COLORS, fmt_step, mpl_text
 
 # where a finding whose metric has no panel of its own is drawn
@@ -122,10 +123,6 @@ def _leader(color: str) -> dict[str, Any]:
     return {"arrowstyle": "-", "color": color, "lw": 0.7, "alpha": 0.6, "shrinkA": 0, "shrinkB": 5}
 
 
-def _rank(f: Finding) -> int:
-    return {"error": 2, "warning": 1}.get(f.severity.value, 0)
-
-
 def _int(value: Any) -> int | None:
     if isinstance(value, bool) or value is None:
         return None
@@ -189,55 +186,108 @@ def keep_extremes(c: Canvas, ax: Axes, run: int, metric: str, x0: float, x1: flo
 
 # ---- drawing findings ----------------------------------------------------------------------
 
+MEMBER_ALPHA = 0.05  # a member's span, under its incident's headline (0.14 / 0.08)
+
 
 def draw_findings(c: Canvas) -> tuple[list[DrawnFinding], list[tuple[int, int]]]:
+    """Every finding's span and ring; one label per incident on each axes it reaches
+    (its headline's code, "+N" for the members beyond it), so a NaN that reached 21
+    series is one tag per panel, not 21 (issue 24)."""
     drawn: list[DrawnFinding] = []
     undrawn: list[tuple[int, int]] = []
     for run, a in enumerate(c.analyses):
-        for i, f in enumerate(a.findings):
-            ax = home_axes(c, run, f)
-            if ax is None:
-                undrawn.append((run, i))
-                continue
-            d = DrawnFinding(run, i, f, c.panel_of_axes[id(ax)], ax)
-            draw_finding(c, d)
-            drawn.append(d)
+        for k, inc in enumerate(run_incidents(a)):
+            groups: dict[int, list[DrawnFinding]] = {}
+            covered: dict[int, list[tuple[float, float]]] = {}
+            for pos, i in enumerate(inc.members):
+                f = a.findings[i]
+                ax = home_axes(c, run, f)
+                if ax is None:
+                    undrawn.append((run, i))
+                    continue
+                d = DrawnFinding(run, i, f, c.panel_of_axes[id(ax)], ax)
+                draw_finding(c, d, headline=pos == 0, covered=covered.setdefault(id(ax), []))
+                groups.setdefault(id(ax), []).append(d)
+                drawn.append(d)
+            for members in groups.values():
+                incident_label(c, run, k, inc, members)
+    drawn.sort(key=lambda d: (d.run_index, d.index))
     return drawn, undrawn
 
 
-def draw_finding(c: Canvas, d: DrawnFinding) -> None:
+def incident_label(c: Canvas, run: int, k: int, inc: Incident, members: list[DrawnFinding]) -> None:
+    """The one label of an incident on one axes: at the headline's ring when the headline
+    is drawn here, else at the start of the earliest member's span."""
+    lead = members[0]  # the headline when it is here: members keep the incident's order
+    code = mpl_text(inc.code) + (f" #{run + 1}" if c.multi else "")
+    text = code + (f" +{len(inc.members) - 1}" if len(inc.members) > 1 else "")
+    color = SEVERITY_COLORS.get(inc.severity.value, SEVERITY_COLORS["info"])
+    quiet = inc.severity.value == "info"
+    note = Note(lead.axes, c.xlo, text, color, lead.anchor, bold=not quiet, code=code)
+    note.rank = _rank_of(inc.severity.value)
+    note.incident = (run, k, inc.id)
+    f = lead.finding
+    if f.step_start is None and f.step_end is None:
+        note.text = f"{text} (whole run)"
+    else:
+        firsts = [d.finding.step_start for d in members] + [d.finding.step_end for d in members]
+        starts = [float(s) for s in firsts if s is not None]
+        x0 = min(starts) if starts else c.xlo
+        note.x = min(max(visible_span(c, x0, x0)[0], c.xlo), c.xhi)
+        ring = lead.ring
+        if ring is not None:
+            note.x, note.anchor = ring[0], ring
+            note.arrow = _leader(color)
+    c.note(note)
+    note.members.extend(members)
+
+
+def draw_finding(
+    c: Canvas,
+    d: DrawnFinding,
+    *,
+    headline: bool = True,
+    covered: list[tuple[float, float]] | None = None,
+) -> None:
+    """A finding's span and ring (its label is its incident's). A member under the
+    headline is shaded lightly, and not at all where a member of its incident already
+    shades its steps on this axes: six eval sets that overfit from one epoch on are one
+    light band, not six stacked to red."""
     f, ax, run = d.finding, d.axes, d.run_index
     color = SEVERITY_COLORS.get(f.severity.value, SEVERITY_COLORS["info"])
     metric = metric_on(c, run, ax, f.metric)
-    # several runs: the run's tag (#1, #2, … as in the legend) keeps labels short
     code = mpl_text(f.code) + (f" #{run + 1}" if c.multi else "")
-    quiet = f.severity.value == "info"
-    label = Note(ax, c.xlo, code, color, d.anchor, bold=not quiet, code=code, rank=_rank(f))
     ev = f.evidence
     lead, lag = _int(ev.get("lead_step")), _int(ev.get("lag_step"))
     if f.step_start is None and f.step_end is None:
-        label.text = f"{code} (whole run)"
-        c.note(label, d)
         return
     x0 = float(f.step_start if f.step_start is not None else f.step_end)  # type: ignore[arg-type]
     x1 = float(f.step_end if f.step_end is not None else x0)
-    d.artists.append(draw_span(c, d, color, metric, x0, x1))
+    row = c.heat_rows.get((run, metric)) if metric else None
+    inside = covered is not None and any(a <= x0 and x1 <= b for a, b in covered)
+    if headline or row is not None or not inside:
+        alpha = None if headline else MEMBER_ALPHA
+        d.artists.append(draw_span(c, d, color, metric, x0, x1, alpha=alpha))
+        if covered is not None and row is None:
+            covered.append((x0, x1))
     if metric:
         keep_extremes(c, ax, run, metric, x0, x1)
-    label.x = min(max(visible_span(c, x0, x1)[0], c.xlo), c.xhi)
     point_like = (x1 - x0) <= 0.02 * c.xspan or any(k in ev for k in PEAK_KEYS)
     at = _peak_step(ev, x0, x1, lead)
     y = c.y_at(run, metric, at) if metric else None
     if point_like and y is not None:
-        _ring(c, d, label, color, at, y)
-    c.note(label, d)
-    if lead is not None and lag is not None:
+        _ring(c, d, color, at, y)
+    if lead is not None and lag is not None and headline:
         draw_lead_lag(c, d, code, color, lead, lag)
 
 
-def _ring(c: Canvas, d: DrawnFinding, label: Note, color: str, at: float, y: float) -> None:
-    """A ring at the finding's peak; its label sits in a row along the top, with a
-    leader line down to the ring."""
+def _rank_of(severity: str) -> int:
+    return {"error": 2, "warning": 1}.get(severity, 0)
+
+
+def _ring(c: Canvas, d: DrawnFinding, color: str, at: float, y: float) -> None:
+    """A ring at the finding's peak; its incident's label sits in a row along the top,
+    with a leader line down to the headline's ring."""
     quiet = d.finding.severity.value == "info"
     (ring,) = d.axes.plot(
         [at],
@@ -253,8 +303,7 @@ def _ring(c: Canvas, d: DrawnFinding, label: Note, color: str, at: float, y: flo
     ring.set_gid(d.anchor)
     d.artists.append(ring)
     c.keep(d.axes, y)
-    label.x, label.anchor = at, (at, y)
-    label.arrow = _leader(color)
+    d.ring = (at, y)
 
 
 def visible_span(c: Canvas, x0: float, x1: float) -> tuple[float, float]:
@@ -268,7 +317,14 @@ def visible_span(c: Canvas, x0: float, x1: float) -> tuple[float, float]:
 
 
 def draw_span(
-    c: Canvas, d: DrawnFinding, color: str, metric: str | None, x0: float, x1: float
+    c: Canvas,
+    d: DrawnFinding,
+    color: str,
+    metric: str | None,
+    x0: float,
+    x1: float,
+    *,
+    alpha: float | None = None,
 ) -> Artist:
     """The finding's steps: a shaded span, or an outline around a heatmap row."""
     ax, quiet = d.axes, d.finding.severity.value == "info"
@@ -280,7 +336,8 @@ def draw_span(
         )
         ax.add_patch(span)  # type: ignore[arg-type]
     else:
-        span = ax.axvspan(lo, hi, color=color, alpha=0.08 if quiet else 0.14, lw=0, zorder=0.5)
+        shade = alpha if alpha is not None else 0.08 if quiet else 0.14
+        span = ax.axvspan(lo, hi, color=color, alpha=shade, lw=0, zorder=0.5)
     span.set_gid(d.anchor)
     return span
 
@@ -395,3 +452,8 @@ def place_labels(c: Canvas) -> None:
             for d in n.members:
                 d.label = n.artist
                 d.artists.append(n.artist)
+            if n.incident is not None and n.artist is not None:
+                run, k, inc_id = n.incident
+                c.incident_labels.append(
+                    IncidentLabel(run, k, inc_id, c.panel_of_axes[id(n.ax)], n.ax, n.artist)
+                )

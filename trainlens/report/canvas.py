@@ -22,7 +22,7 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.text import Annotation
 
 from trainlens.report.labels import Note
-from trainlens.report.model import Panel, Series, run_series
+from trainlens.report.model import IncidentLabel, Panel, Series, run_series
 from trainlens.report.theme import (
     DPI,
     METRIC_COLORS,
@@ -39,6 +39,17 @@ if TYPE_CHECKING:
 
 WIDTH_IN = 11.5  # 1150 px: readable on a laptop without scaling
 MAIN_BUCKETS = 1000  # ≥ the axes' width in pixels: every pixel column keeps its min/max
+MANY_RUNS = 8  # above this, runs get small multiples and legends stop listing them
+#: the tallest figure: 4000 px at 100 dpi. With every figure at most 1150 × 4000 px and
+#: their number set by the metrics (7 dashboard panels, 2 tensor families, 24 other
+#: metrics to a figure, this one), not by the runs, the page's size is bounded whatever
+#: the number of runs
+MAX_FIGURE_IN = 40.0
+
+
+def row_height(rows: int, wanted: float, minimum: float) -> float:
+    """Each row's height so that ``rows`` fit in :data:`MAX_FIGURE_IN` (with a title)."""
+    return max(minimum, min(wanted, (MAX_FIGURE_IN - 0.5) / max(rows, 1)))
 
 
 @dataclass
@@ -79,12 +90,20 @@ class Canvas:
         self.lines: dict[tuple[int, str], Line] = {}
         self.heat_rows: dict[tuple[int, str], int] = {}
         self.notes: list[Note] = []  # labels, placed once the layout is settled
+        self.incident_labels: list[IncidentLabel] = []  # as placed (merges removed)
         self.keep_y: dict[int, list[float]] = {}  # id(Axes) -> values its limits must show
         self.styles: dict[str, dict[str, str]] = {}  # panel -> metric -> line style
         self.smoothed: set[str] = set()  # panels with an EMA drawn
         self.colors: dict[str, str] = dict(METRIC_COLORS)
         self.xlo, self.xhi = _step_range(self.series)
         self.xspan = self.xhi - self.xlo
+        # every value at one step (a sweep's finals): an axis of 5000–5001 drew a
+        # step nobody logged; the axis is centred on the one step and ticks only it
+        self.one_step = all(
+            s.steps.size == 0 or (int(s.steps.min()) == int(s.steps.max()) == int(self.xlo))
+            for ser in self.series
+            for s in ser.values()
+        )
 
     # -- colours and names --------------------------------------------------------------
     def color(self, run: int, metric: str) -> str:
@@ -138,8 +157,8 @@ class Canvas:
         return y
 
     # -- figures and axes -----------------------------------------------------------------
-    def new_figure(self, height_in: float, title: str) -> Figure:
-        engine = ConstrainedLayoutEngine(h_pad=0.06, w_pad=0.06)
+    def new_figure(self, height_in: float, title: str, *, layout: bool = True) -> Figure:
+        engine = ConstrainedLayoutEngine(h_pad=0.06, w_pad=0.06) if layout else None
         fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI, layout=engine)
         FigureCanvasAgg(fig)  # a renderer to measure labels with (no GUI, no pyplot)
         fig.suptitle(title, x=0.01, ha="left", fontsize=11, fontweight="bold", color=TITLE_COLOR)
@@ -156,8 +175,12 @@ class Canvas:
         self.panel_of_axes[id(ax)] = panel.key
 
     def x_axis(self, ax: Axes, *, label: bool = True) -> None:
-        pad = self.xspan * 0.01
-        ax.set_xlim(self.xlo - pad, self.xhi + pad)
+        if self.one_step:
+            ax.set_xlim(self.xlo - 0.5, self.xlo + 0.5)
+            ax.set_xticks([self.xlo])
+        else:
+            pad = self.xspan * 0.01
+            ax.set_xlim(self.xlo - pad, self.xhi + pad)
         if label:
             ax.set_xlabel("step")
         ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda x, _: compact(x)))

@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from trainlens.core.sanitize import terminal
 from trainlens.formatters.text import duration_text, number_text
+from trainlens.report.model import run_incidents
 from trainlens.report.panels import Figures, Panel, summary_mfu
 
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
+    from trainlens.core.incidents import Incident
 
 SECTIONS = (
     ("dashboard", "Dashboard"),
+    ("runs", "Runs"),
     ("tensors", "Per-tensor signals"),
     ("other", "Other metrics"),
 )
@@ -194,7 +197,42 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
     return rows
 
 
+NONE = '<span class="none">none</span>'
+SIDE_BY_SIDE_RUNS = 4  # more runs than this: a table of finals, one row per run
+
+
+def _finals_table(analyses: Sequence[Analysis]) -> str:
+    """One row per run: what a sweep is compared by. 64 summaries side by side ran off
+    the page; a row per run stays 1150 px wide."""
+    head = (
+        "<tr><th>run</th><th>steps</th><th>final train loss</th><th>min train loss</th>"
+        "<th>best val loss</th><th>final val loss</th><th>findings</th></tr>"
+    )
+    rows = [head]
+    for r, a in enumerate(analyses):
+        s = a.summary
+        t, v, st = s.get("train_loss") or {}, s.get("val_loss") or {}, s.get("steps") or {}
+        best = f"{_number(v.get('best'))} @ {_number(v.get('best_step'))}" if v else "—"
+        counts = [
+            f"{n} {sev}"
+            for sev in ("error", "warning", "info")
+            if (n := sum(f.severity.value == sev for f in a.findings))
+        ]
+        rows.append(
+            f"<tr><td>{run_label(a, r, True)}</td>"
+            f'<td class="num">{_number(st.get("last")) if st else "—"}</td>'
+            f'<td class="num">{_number(t.get("final")) if t else "—"}</td>'
+            f'<td class="num">{_number(t.get("min")) if t else "—"}</td>'
+            f'<td class="num">{best}</td>'
+            f'<td class="num">{_number(v.get("final")) if v else "—"}</td>'
+            f"<td>{', '.join(counts) or NONE}</td></tr>"
+        )
+    return '<table class="finals">\n' + "\n".join(rows) + "\n</table>"
+
+
 def _summary_table(analyses: Sequence[Analysis]) -> str:
+    if len(analyses) > SIDE_BY_SIDE_RUNS:
+        return _finals_table(analyses)
     multi = len(analyses) > 1
     per_run = [dict(summary_rows(a, i, multi)) for i, a in enumerate(analyses)]
     labels: list[str] = []
@@ -290,6 +328,71 @@ def _figure(panel: Panel, png: bytes, figures: Figures, analyses: Sequence[Analy
     )
 
 
+def incident_rows(analyses: Sequence[Analysis]) -> list[tuple[int, Incident]]:
+    """Every run's incidents, worst first across runs, then by onset."""
+    rows = [(r, inc) for r, a in enumerate(analyses) for inc in run_incidents(a)]
+    return sorted(
+        rows,
+        key=lambda ri: (
+            -ri[1].severity.rank,
+            ri[1].onset if ri[1].onset is not None else -1,
+            ri[0],
+        ),
+    )
+
+
+def incident_text(inc: Incident) -> str:
+    """What happened and what moved first, without the steps (a column of their own)."""
+    first = inc.first_text()
+    return inc.title + (f" — {first}" if first else "")
+
+
+def member_codes(codes: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(code, how many, position of the first) per code, in the members' order."""
+    seen: dict[str, list[int]] = {}
+    for pos, code in enumerate(codes):
+        seen.setdefault(code, []).append(pos)
+    return [(code, len(at), at[0]) for code, at in seen.items()]
+
+
+def _incidents_table(analyses: Sequence[Analysis], figures: Figures) -> str:
+    """One row per incident (one cause), worst first; its members link to the findings."""
+    rows = incident_rows(analyses)
+    if not rows:
+        return '<p class="none">No incidents — nothing looks wrong.</p>'
+    multi = len(analyses) > 1
+    titles = {p.key: p.title for p in figures.panels}
+    out = [
+        "<table>",
+        "<tr>" + ("<th>run</th>" if multi else "") + "<th>severity</th><th>incident</th>"
+        "<th>where</th><th>findings</th><th>drawn on</th></tr>",
+    ]
+    for r, inc in rows:
+        sev = esc(inc.severity.value)
+        codes = [analyses[r].findings[i].code for i in inc.members]
+        members = ", ".join(
+            f'<a href="#finding-{r}-{inc.members[pos]}">{esc(code)}</a>'
+            + (f" ×{n}" if n > 1 else "")
+            for code, n, pos in member_codes(codes)
+        )
+        panels: dict[str, None] = {}
+        for i in inc.members:
+            d = figures.drawn(r, i)
+            if d is not None:
+                panels.setdefault(d.panel, None)
+        drawn = ", ".join(f'<a href="#panel-{k}">{esc(titles[k])}</a>' for k in panels) or "—"
+        out.append(
+            '<tr class="incident">'
+            + (f"<td>{run_label(analyses[r], r, multi)}</td>" if multi else "")
+            + f'<td><span class="sev sev-{sev}">{sev}</span></td>'
+            f"<td><strong>{esc(inc.code)}</strong> {esc(incident_text(inc))}</td>"
+            f'<td class="num">{esc(inc.where or "whole run")}</td>'
+            f"<td>{members}</td><td>{drawn}</td></tr>"
+        )
+    out.append("</table>")
+    return "\n".join(out)
+
+
 def _data_quality(analyses: Sequence[Analysis]) -> str:
     parts: list[str] = []
     multi = len(analyses) > 1
@@ -320,7 +423,11 @@ def render_html(
 ) -> str:
     names = ", ".join(a.run.name for a in analyses) or "no runs"
     sections = []
-    nav = ['<a href="#summary">Summary</a>', '<a href="#findings">Findings</a>']
+    nav = [
+        '<a href="#incidents">Incidents</a>',
+        '<a href="#summary">Summary</a>',
+        '<a href="#findings">Findings</a>',
+    ]
     for key, title in SECTIONS:
         panels = [p for p in figures.panels if p.section == key]
         if not panels:
@@ -341,7 +448,13 @@ def render_html(
         "values; dash-dot lines mark restarts, with the superseded values dotted; "
         "a star marks the best validation loss."
     )
-    summary_title = "Summary" if len(analyses) < 2 else "Summary (runs side by side)"
+    summary_title = (
+        "Summary"
+        if len(analyses) < 2
+        else "Summary (runs side by side)"
+        if len(analyses) <= SIDE_BY_SIDE_RUNS
+        else f"Finals ({len(analyses)} runs, one row each)"
+    )
     return f"""<!doctype html>
 <html lang="en">
 <head>
@@ -358,6 +471,10 @@ def render_html(
 <p class="sub">{esc(names)}</p>
 <nav>{" ".join(nav)}</nav>
 </header>
+<section id="incidents">
+<h2>Incidents ({len(incident_rows(analyses))})</h2>
+{_incidents_table(analyses, figures)}
+</section>
 <section id="summary">
 <h2>{summary_title}</h2>
 {_summary_table(analyses)}
@@ -378,4 +495,4 @@ def render_html(
 """
 
 
-__all__ = ["esc", "render_html", "summary_rows"]
+__all__ = ["esc", "incident_rows", "incident_text", "member_codes", "render_html", "summary_rows"]

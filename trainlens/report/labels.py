@@ -57,6 +57,7 @@ class Note:
     members: list[Any] = field(default_factory=list)
     artist: Annotation | None = None
     merged: list[Note] = field(default_factory=list)
+    incident: tuple[int, int, str] | None = None  # (run, rank in the run, id) it labels
 
     def draw(self) -> Annotation:
         ax = self.ax

@@ -11,7 +11,7 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 
-from trainlens.report.canvas import Canvas
+from trainlens.report.canvas import MANY_RUNS, Canvas
 from trainlens.report.model import Panel
 from trainlens.report.theme import mpl_text, short
 
@@ -22,7 +22,15 @@ def legend_keys(c: Canvas, panel: Panel) -> dict[str, Artist]:
     items: dict[str, Artist] = {}
     if not c.multi:
         return items
-    for run in sorted({r for (r, _) in panel.axes}):
+    runs = sorted({r for (r, _) in panel.axes})
+    if len(c.analyses) > MANY_RUNS and panel.section != "dashboard":
+        return items  # a heatmap or small multiple per run is titled with it
+    if len(c.analyses) > MANY_RUNS:
+        # 64 entries covered the plot, and 10 colours repeat: the runs are named on the
+        # panel of one axes per run, and in the table of finals
+        items[f"{len(runs)} runs, one colour each"] = Line2D([], [], color="#999999", lw=2.0)
+        runs = []
+    for run in runs:
         name = f"{c.run_name(run, 32)} (#{run + 1})"
         items[name] = Line2D([], [], color=c.color(run, ""), lw=2.0)
     styles = c.styles.get(panel.key, {})
@@ -51,6 +59,8 @@ def legends(c: Canvas) -> None:
     """A dashboard panel's legend sits above its axes, right-aligned, in as many columns
     as its entries' length allows; a multiples panel's on the figure, top right."""
     for panel in c.panels:
+        if panel.section == "runs":
+            continue  # each axes is titled with its run
         axes = [ax for ax in panel.figure.axes if ax.get_visible()]
         items = _entries(c, panel, axes)
         if not items:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from trainlens.core.sanitize import markdown
-from trainlens.report.html import summary_rows
+from trainlens.report.html import incident_rows, incident_text, member_codes, summary_rows
 from trainlens.report.panels import Figures
 
 if TYPE_CHECKING:
@@ -35,8 +35,31 @@ def _cell_from_html(fragment: str) -> str:
     return md(html.unescape(_TAG.sub("", fragment)))
 
 
+def _incidents(analyses: Sequence[Analysis]) -> list[str]:
+    """One row per incident, worst first (the page's table, without its links)."""
+    rows = incident_rows(analyses)
+    lines = [f"## Incidents ({len(rows)})", ""]
+    if not rows:
+        return [*lines, "None — nothing looks wrong.", ""]
+    multi = len(analyses) > 1
+    lines.append(("| run " if multi else "") + "| severity | incident | where | findings |")
+    lines.append("|---" * (5 if multi else 4) + "|")
+    for r, inc in rows:
+        a = analyses[r]
+        codes = ", ".join(
+            md(code) + (f" ×{n}" if n > 1 else "")
+            for code, n, _ in member_codes([a.findings[i].code for i in inc.members])
+        )
+        lines.append(
+            (f"| {md(a.run.name)} #{r + 1} " if multi else "")
+            + f"| {md(inc.severity.value)} | **{md(inc.code)}** {md(incident_text(inc))} "
+            f"| {md(inc.where or 'whole run')} | {codes} |"
+        )
+    return [*lines, ""]
+
+
 def render_markdown(analyses: Sequence[Analysis], figures: Figures) -> str:
-    lines = ["# trainlens report", ""]
+    lines = ["# trainlens report", "", *_incidents(analyses)]
     per_run = [dict(summary_rows(a)) for a in analyses]
     labels: list[str] = []
     for a in analyses:

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from trainlens.core.findings import Finding
+from trainlens.core.incidents import Incident, incident_order, membership
 from trainlens.report.theme import DPI
 
 # ---- results -----------------------------------------------------------------------------
@@ -54,6 +55,7 @@ class DrawnFinding:
     # the label naming it: its own ("LOSS001"), or one it shares with findings at
     # nearby steps when the rows along the top ran out ("LOSS001 ×3", "LOSS003 +2")
     label: Text | None = None
+    ring: tuple[float, float] | None = None  # (step, y) of its ring, when it has one
 
     @property
     def anchor(self) -> str:
@@ -61,10 +63,24 @@ class DrawnFinding:
 
 
 @dataclass
+class IncidentLabel:
+    """The one label of an incident on one axes (``rank``: its place in the run's
+    incidents, worst first; ``id``: :attr:`Incident.id`)."""
+
+    run_index: int
+    rank: int
+    id: str
+    panel: str
+    axes: Axes
+    text: Text
+
+
+@dataclass
 class Figures:
     panels: list[Panel]
     findings: list[DrawnFinding]
     undrawn: list[tuple[int, int]]  # (run, finding) with no panel to draw on
+    labels: list[IncidentLabel] = field(default_factory=list)
 
     def panel(self, key: str) -> Panel:
         for p in self.panels:
@@ -131,3 +147,31 @@ def summary_mfu(summary: dict[str, Any]) -> float | None:
     if isinstance(raw, (int, float)) and math.isfinite(raw) and 0 < raw < 2:
         return float(raw)
     return None
+
+
+def run_incidents(a: Any) -> list[Incident]:
+    """The run's incidents, worst first, and a finding no incident names as one of its
+    own (an analysis built by hand, without the grouping step)."""
+    incidents = list(a.incidents)
+    home = membership(incidents)
+    for i, f in enumerate(a.findings):
+        if i not in home:
+            incidents.append(
+                Incident(
+                    id=f"finding-{i}",
+                    code=f.code,
+                    name=f.name,
+                    severity=f.severity,
+                    title=f.message,
+                    step_start=f.step_start,
+                    step_end=f.step_end,
+                    onset=f.step_start,
+                    first_mover=None,
+                    first_mover_step=None,
+                    chain=(),
+                    members=(i,),
+                    codes=(f.code,),
+                    metrics=(f.metric,) if f.metric else (),
+                )
+            )
+    return incident_order(incidents)

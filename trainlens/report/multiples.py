@@ -13,11 +13,11 @@ from matplotlib.axes import Axes
 from matplotlib.colors import Colormap, LinearSegmentedColormap
 from matplotlib.figure import Figure
 
-from trainlens.report.canvas import Canvas
+from trainlens.report.canvas import Canvas, row_height
 from trainlens.report.decimate import bucket_ids
 from trainlens.report.lines import plot
 from trainlens.report.model import Panel
-from trainlens.report.theme import NONFINITE_COLOR, UNITS, mpl_text, natural_key, short
+from trainlens.report.theme import DPI, NONFINITE_COLOR, UNITS, mpl_text, natural_key, short
 
 SMALL_COLS = 3
 SMALL_ROW_IN = 2.3
@@ -81,25 +81,57 @@ def _one_multiple(
         ax.set_ylabel(unit, fontsize=8)
 
 
+#: "no data" on a heatmap: a warm grey no value maps to. The scale starts near white
+#: (#DEEBF7), so white had meant both "low" and "not logged" — a tensor logged every 10
+#: steps drew as white barcode stripes
+NO_DATA_COLOR = "#B8B0A8"
+#: a cell with no value of its own holds the last logged value while the next comes
+#: within this many times the row's median logging interval (the line plots' gap rule)
+HOLD_INTERVALS = 5
+
+
 def _heat_cmap() -> Colormap:
     return LinearSegmentedColormap.from_list(
-        "quiet", ["#F7FBFF", "#9ECAE1", "#4292C6", "#08519C", "#08306B"]
-    ).with_extremes(under="#111111", bad="#FAFAFA")
+        "quiet", ["#DEEBF7", "#9ECAE1", "#4292C6", "#08519C", "#08306B"]
+    ).with_extremes(under="#111111", bad=NO_DATA_COLOR)
+
+
+def hold_sparse(grid: np.ndarray, steps: list[np.ndarray], width: float) -> np.ndarray:
+    """Fill a row's empty buckets between two logged ones from the left, when the two
+    are within :data:`HOLD_INTERVALS` of the row's median logging interval (``steps``:
+    each row's logged steps; ``width``: a bucket in steps). A series logged every 10
+    steps on 2-step buckets is then a solid band, and a real gap stays "no data"."""
+    out = grid.copy()
+    cols = np.arange(grid.shape[1])
+    for r, s in enumerate(steps):
+        if s.size < 2:
+            continue
+        interval = float(np.median(np.diff(s)))
+        has = ~np.isnan(grid[r])
+        if interval <= width or not has.any():
+            continue
+        prev = np.maximum.accumulate(np.where(has, cols, -1))
+        nxt = np.minimum.accumulate(np.where(has, cols, grid.shape[1])[::-1])[::-1]
+        fill = ~has & (prev >= 0) & (nxt < grid.shape[1])
+        fill &= (nxt - prev) * width <= HOLD_INTERVALS * interval
+        out[r, fill] = grid[r, prev[fill]]
+    return out
 
 
 def heatmap(c: Canvas, family: str, metrics: Sequence[str]) -> None:
     """One heatmap per run holding any of these tensors, rows in natural order."""
     key, title, unit = TENSOR_FAMILIES[family]
-    per_run_in = min(10.0, max(2.4, 0.13 * len(metrics) + 0.9))
     runs = [r for r in range(len(c.analyses)) if any(m in c.series[r] for m in metrics)]
-    heading = f"{title} (log10, max per step bucket; black = exactly 0)"
+    wanted = min(10.0, max(2.4, 0.13 * len(metrics) + 0.9))
+    per_run_in = row_height(len(runs), wanted, 0.4)  # 64 runs: 0.62 in each
+    heading = f"{title} (log10, max per step bucket; black = exactly 0, grey = not logged)"
     fig = c.new_figure(0.5 + per_run_in * len(runs), heading)
     panel = c.add_panel(key, title, "tensors", fig)
     axes = fig.subplots(len(runs), 1, squeeze=False, sharex=True)[:, 0]
     row_of = {m: i for i, m in enumerate(metrics)}
     cmap = _heat_cmap()
     for ax, run in zip(axes, runs, strict=True):
-        _heat_axes(c, fig, ax, run, metrics, row_of, cmap, unit)
+        _heat_axes(c, fig, ax, run, metrics, row_of, cmap, unit, per_run_in)
         c.x_axis(ax, label=ax is axes[-1])
         for m in metrics:
             if m in c.series[run]:
@@ -116,6 +148,7 @@ def _heat_axes(
     row_of: dict[str, int],
     cmap: Colormap,
     unit: str,
+    height_in: float,
 ) -> None:
     """One run's heatmap with its colour bar, NaN / Inf crosses and tensor names."""
     n = len(metrics)
@@ -149,7 +182,9 @@ def _heat_axes(
             color=NONFINITE_COLOR,
             label="NaN / Inf",
         )
-    step = max(1, math.ceil(n / 40))
+    # as many names as fit at 7 pt (about 10 px a line) in the axes' height: 64 runs'
+    # heatmaps of 0.62 in each wrote 14 names over each other
+    step = max(1, math.ceil(n / min(40, max(1, int(height_in * 0.75 * DPI / 10)))))
     ax.set_yticks(range(0, n, step))
     ax.set_yticklabels(
         [mpl_text(short(metrics[i].split("/", 1)[1], 36)) for i in range(0, n, step)],
@@ -196,7 +231,17 @@ def heat_grid(
     grid[r, col] = agg.get_column("top").fill_null(np.nan).to_numpy()
     bad[r, col] = agg.get_column("bad").to_numpy()
     zero[r, col] = agg.get_column("zero").to_numpy()
-    return grid, bad, zero
+    # a bucket of zeros holds black to its right like any value; one of only NaN/Inf
+    # (its × marks it) holds "no data": sentinels through the hold, -inf and +inf
+    marked = np.where(zero & np.isnan(grid), -np.inf, grid)
+    marked = np.where(bad & np.isnan(marked), np.inf, marked)
+    per_row = frame.partition_by("metric", as_dict=True)
+    steps = [np.empty(0)] * len(metrics)
+    for key, part in per_row.items():
+        steps[row_of[str(key[0])]] = np.unique(part.get_column("step").to_numpy())
+    held = hold_sparse(marked, steps, c.xspan / b)
+    zero |= np.isneginf(held)
+    return np.where(np.isinf(held), np.nan, held), bad, zero
 
 
 def tensor_panels(c: Canvas) -> set[str]:

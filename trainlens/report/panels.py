@@ -37,6 +37,7 @@ from trainlens.report.dashboard import dashboard
 from trainlens.report.legends import legends, tidy_log_axes
 from trainlens.report.model import DrawnFinding, Figures, Panel, run_series, summary_mfu
 from trainlens.report.multiples import other_panels, tensor_panels
+from trainlens.report.runs import runs_panel
 from trainlens.report.theme import DPI, mpl_text, style
 
 if TYPE_CHECKING:
@@ -65,10 +66,11 @@ def _build(c: Canvas) -> Figures:
     draw_checkpoints(c)
     drawn, undrawn = draw_findings(c)
     apply_limits(c)
+    runs_panel(c)
     tidy_log_axes(c)
     legends(c)
     place_labels(c)
-    return Figures(c.panels, drawn, undrawn)
+    return Figures(c.panels, drawn, undrawn, c.incident_labels)
 
 
 def build_figures(analyses: Sequence[Analysis], *, smoothing: float | None = None) -> Figures:
