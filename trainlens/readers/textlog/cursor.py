@@ -112,8 +112,9 @@ def strip_ansi(text: str) -> str:
 # bytes read at a time; each piece is cut at its last line end. The whole file as one
 # piece held its bytes, its text, a Python string per line and every field's strings at
 # once: a 289 MB Megatron log peaked at 2.9 GB over the imports (10x; bench/memory.py).
-# At 8 MB a piece's strings stay under ~100 MB and the per-piece calls cost ~1% of CPU.
-PIECE_BYTES = 8 << 20
+# A piece's strings take up to ~13x the piece: at 4 MB a 48 MB log peaked 200 MB over the
+# imports (8 MB: 270 MB), for the same CPU time (2.8 s; the calls per piece are few).
+PIECE_BYTES = 4 << 20
 
 
 @dataclass
