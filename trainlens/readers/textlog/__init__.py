@@ -54,8 +54,9 @@ line without a line end is read but left for the next read, which may see it fin
 resumed read that finds nothing new returns an empty run instead of failing. Line ends may
 be CRLF; a bare CR (a progress bar redrawn) keeps what was written after it.
 
-Matching is done by polars' regex engine over all lines at once (linear time); only the
-user's regex, which is a Python regex, is applied line by line.
+Matching is done by polars' regex engine over all lines of a piece at once (linear time),
+the file read a few MB at a time so that memory stays near the frame (see :mod:`.builtin`);
+only the user's regex, which is a Python regex, is applied line by line, to the whole text.
 
 The package, by job: :mod:`.shapes` (every shape as a table entry), :mod:`.pipeline` (the
 one pipeline that reads an entry), :mod:`.builtin` (all shapes of one file, which one wins),
