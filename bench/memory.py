@@ -24,6 +24,8 @@ practice:
 - ``jsonl``, ``csv``, ``tensorboard``, ``mlflow``: bench/generate.py's run of
   ``--steps`` steps (12 metrics);
 - ``text``: a Megatron-LM stdout of ``--steps`` iterations;
+- ``pandas-json``: a table of ``--steps`` / 25 rows (step, loss, lr, grad_norm, epoch)
+  saved by pandas ``DataFrame.to_json()`` in its default layout (orient 'columns');
 - ``wandb``: a run of ``--wandb-steps`` steps written by the W&B SDK (offline);
 - ``mlflow-sqlite``: ``--sqlite-steps`` steps of 4 metrics logged by ``MlflowClient``
   into a sqlite store.
@@ -208,6 +210,24 @@ def write_parquet_wide(path: Path, steps: int) -> None:
     df.to_parquet(path)
 
 
+def write_pandas_json(path: Path, rows: int) -> None:
+    """``df.to_json(path)``: one object of columns, each keyed by the index labels."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    s = np.arange(rows)
+    df = pd.DataFrame(
+        {
+            "step": s,
+            "loss": 2 + 1 / (1 + s / 1e3) + rng.normal(0, 0.01, rows),
+            "lr": 3e-4 * np.minimum(1, (s + 1) / 2000),
+            "grad_norm": np.abs(rng.normal(1, 0.2, rows)),
+            "epoch": s / 10000,
+        }
+    )
+    df.to_json(path)
+
+
 def write_text(path: Path, steps: int) -> None:
     """Megatron-LM's iteration lines (the layout of ../shared/real-logs' Megatron logs)."""
     rng = np.random.default_rng(0)
@@ -317,6 +337,11 @@ def inputs(args: argparse.Namespace, out: Path) -> list[Input]:
         Input("tensorboard", gen / "tb", from_generate("tensorboard")),
         Input("mlflow", gen / "mlruns", from_generate("mlflow")),
         Input("text", out / f"megatron-{steps}.log", lambda p: write_text(p, steps)),
+        Input(
+            "pandas-json",
+            out / f"to_json-{steps // 25}.json",
+            lambda p: write_pandas_json(p, steps // 25),
+        ),
         Input("wandb", out / f"wandb-{wb_steps}", lambda p: write_wandb(p, wb_steps)),
         Input(
             "mlflow-sqlite",

@@ -33,7 +33,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _shrink, _wandb
+from trainlens.readers import _pandas_json, _shrink, _wandb
 from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
 from trainlens.readers._repeated_keys import (
@@ -96,18 +96,26 @@ def _swap_nonfinite(body: bytes) -> bytes:
 
 def read(path: Path, opts: ReadOptions) -> list[Run]:
     source = str(path)
-    mapped, size = _read_guarded(path) if opts.start_offset == 0 else (None, 0)
+    # (a pandas to_json() table, one JSON object, is no JSON line: see _pandas_json)
+    table = _pandas_json.read_columns(path, source) if opts.start_offset == 0 else None
+    whole = opts.start_offset == 0 and table is None
+    mapped, size = _read_guarded(path) if whole else (None, 0)
     df: pl.DataFrame | None
-    if mapped is not None:
+    issues: list[DataIssue]
+    if table is not None:
+        df, issues, cursor = table
+        line_numbers = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
+    elif mapped is not None:
         df, cursor = mapped
         line_numbers = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
-        issues: list[DataIssue] = []
+        issues = []
     else:
         df, line_numbers, issues, cursor = _read_bytes(path, opts, size)
     if df is None or df.width == 0 or df.height == 0:
         raise UnreadableInputError(f"{path}: no JSON objects with metrics found")
     df = flatten_structs(_wandb.history_dump(df))  # (a saved run.history(): W&B's columns)
-    long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
+    unit = "row" if table is not None else "line"
+    long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers, unit=unit)
     issues.extend(more)
     if long.height == 0:
         stepless = [i for i in issues if i.kind == "bad-step"]

@@ -54,8 +54,9 @@ line without a line end is read but left for the next read, which may see it fin
 resumed read that finds nothing new returns an empty run instead of failing. Line ends may
 be CRLF; a bare CR (a progress bar redrawn) keeps what was written after it.
 
-Matching is done by polars' regex engine over all lines at once (linear time); only the
-user's regex, which is a Python regex, is applied line by line.
+Matching is done by polars' regex engine over all lines of a piece at once (linear time),
+the file read a few MB at a time so that memory stays near the frame (see :mod:`.builtin`);
+only the user's regex, which is a Python regex, is applied line by line, to the whole text.
 
 The package, by job: :mod:`.shapes` (every shape as a table entry), :mod:`.pipeline` (the
 one pipeline that reads an entry), :mod:`.builtin` (all shapes of one file, which one wins),
@@ -75,7 +76,7 @@ from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import Run, build_run
 from trainlens.readers.base import HEAD_BYTES, ReadOptions, run_name_for
 from trainlens.readers.textlog import builtin, cursor, deepspeed, user_regex, values
-from trainlens.readers.textlog.notes import final_error
+from trainlens.readers.textlog.notes import Notes, final_error
 from trainlens.readers.textlog.shapes import sniff_regex
 
 FORMAT = "text"
@@ -123,25 +124,14 @@ def sniff(path: Path, head: bytes) -> bool:
 def read(path: Path, opts: ReadOptions) -> list[Run]:
     source = str(path)
     start, notes = cursor.resume_offset(path, opts.start_offset, source)
-    chunk = cursor.read_chunk(path, start, notes)
-    if not chunk.data.strip() and not chunk.resumed:
-        raise UnreadableInputError(f"{path}: the file is empty")
-    lines = cursor.split_lines(cursor.decode(chunk.data, notes))
-
     meta: dict[str, Any] = {}
     if opts.regex:
-        long = user_regex.parse(lines.to_list(), opts.regex, notes)
-        meta["text_shapes"] = {"regex": int(long.get_column("lineno").n_unique())}
+        long, end = _read_regex(path, start, opts, notes, meta)
     else:
-        long = builtin.parse(lines, notes, meta)
-    long = values.parse(long, notes)
-    if long.height == 0 and not chunk.resumed:
-        raise _nothing_read(path, opts, lines)
-
-    columns = ["step", "metric", "value", *(["wall_time"] if "wall_time" in long.columns else [])]
+        long, end = _read_builtin(path, start, opts, notes, meta)
     logged_as: dict[str, str] = meta.pop("_logged_as", {})
     run = build_run(
-        long.select(columns),
+        long,
         name=run_name_for(path),
         source=source,
         fmt=FORMAT,
@@ -149,12 +139,47 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         metadata=meta,
         issues=notes.issues,
     )
-    run.cursor[source] = chunk.cursor
+    run.cursor[source] = end
     # DeepSpeed shapes are read under canonical names: show what the log calls them
     for canonical, shown in logged_as.items():
         if run.raw_names.get(canonical) == canonical:
             run.raw_names[canonical] = shown
     return [run]
+
+
+def _read_builtin(
+    path: Path, start: int, opts: ReadOptions, notes: Notes, meta: dict[str, Any]
+) -> tuple[pl.DataFrame, int]:
+    """The built-in shapes, the file read in pieces (see :mod:`.builtin`); the long
+    frame and the resume cursor."""
+    seen = cursor.Pieces(start)
+    reader = builtin.Reader(notes)
+    for text, last in cursor.pieces(path, seen):
+        reader.add(cursor.split_lines(text), last)
+    if not seen.text_seen and not start:
+        raise UnreadableInputError(f"{path}: the file is empty")
+    seen.note(notes)
+    long = reader.finish(meta)
+    if long.height == 0 and not start:
+        raise _nothing_read(path, opts, pl.concat(reader.errors))
+    return long, seen.cursor
+
+
+def _read_regex(
+    path: Path, start: int, opts: ReadOptions, notes: Notes, meta: dict[str, Any]
+) -> tuple[pl.DataFrame, int]:
+    """A user's regex, applied line by line to the whole text."""
+    chunk = cursor.read_chunk(path, start, notes)
+    if not chunk.data.strip() and not chunk.resumed:
+        raise UnreadableInputError(f"{path}: the file is empty")
+    lines = cursor.split_lines(cursor.decode(chunk.data, notes))
+    assert opts.regex is not None
+    long = user_regex.parse(lines.to_list(), opts.regex, notes)
+    meta["text_shapes"] = {"regex": int(long.get_column("lineno").n_unique())}
+    long = values.parse(long, notes)
+    if long.height == 0 and not chunk.resumed:
+        raise _nothing_read(path, opts, lines)
+    return long.select("step", "metric", "value"), chunk.cursor
 
 
 def _nothing_read(path: Path, opts: ReadOptions, lines: pl.Series) -> UnreadableInputError:

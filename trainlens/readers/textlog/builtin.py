@@ -4,6 +4,13 @@ Several shapes may share one file. Printed Trainer dicts carry no step and are u
 when no shape with real steps is in the file; DeepSpeed's engine lines only when no
 Megatron or ``key:value`` line is (Megatron-DeepSpeed prints both: its own lines are the
 record).
+
+The file is read in pieces (:func:`~.cursor.pieces`): each piece's values become numbers
+at once and only they are kept (line, field, step, the metric as a category, value), so
+the strings of one piece are alive at a time. What the file as a whole decides (which
+shapes win, the planned length, every note, DeepSpeed's and the Trainer dicts' step-less
+lines, which are kept as lines until then) is decided in :meth:`Reader.finish`, with the
+result and the notes of the file read at once.
 """
 
 from __future__ import annotations
@@ -13,10 +20,10 @@ from typing import Any
 
 import polars as pl
 
-from trainlens.readers.textlog import deepspeed
+from trainlens.readers.textlog import deepspeed, values
 from trainlens.readers.textlog import notes as dq
 from trainlens.readers.textlog.notes import Notes
-from trainlens.readers.textlog.pipeline import apply, empty_long, n_lines, trainer_dict_steps
+from trainlens.readers.textlog.pipeline import apply_from, empty_long, n_lines, trainer_dict_steps
 from trainlens.readers.textlog.shapes import MEG_MARK, SHAPES, Shape
 
 _MAX_WRAPPED_LINES = 5
@@ -25,54 +32,176 @@ _MEG_MARK_RE = re.compile(MEG_MARK)
 _MEG_CONTINUATION = re.compile(r"^[^|\[]*:[^|]*\|")
 
 
-def parse(lines: pl.Series, notes: Notes, meta: dict[str, Any]) -> pl.DataFrame:
-    """The long frame (``lineno, field, step, metric, raw``, and ``wall_time`` when
-    DeepSpeed timestamps give one) of every known shape in ``lines``; sets
-    ``meta["text_shapes"]`` (lines per shape) and ``max_steps``."""
-    df = (
-        join_wrapped_megatron(lines)
-        .to_frame("line")
-        .with_row_index("lineno", offset=1)
-        .with_columns(pl.col("lineno").cast(pl.Int64))
-    )
-    found: dict[str, list[pl.DataFrame]] = {}
-    stepless: list[pl.DataFrame] = []
-    total: int | None = None
-    hinted: dict[str, pl.DataFrame] = {}  # shapes that share a hint filter the lines once
-    for shape in SHAPES:
-        hint = shape.hint or shape.line
-        if hint not in hinted:
-            hinted[hint] = df.filter(pl.col("line").str.contains(hint))
-        lines_of = hinted[hint]
-        _note_unplaced(shape, df, notes)
-        if lines_of.height == 0:
-            continue
-        long, shape_total = apply(shape, lines_of)
-        (stepless if shape.stepless else found.setdefault(shape.name, [])).append(long)
-        total = total if total is not None else shape_total
-    parts = {name: pl.concat(longs) for name, longs in found.items()}
-    shapes = {name: n_lines(long) for name, long in parts.items()}
-    used = list(parts.values())
-    if stepless:
-        used += _trainer_dicts(pl.concat(stepless), shapes, notes)
-    meta["text_shapes"] = {k: v for k, v in shapes.items() if v}
-    if total is not None:
-        meta["max_steps"] = total
-    out = pl.concat(used or [empty_long()], how="vertical").sort(
-        "lineno", "field", maintain_order=True
-    )
-    out = dq.drop_mfu_placeholder(out, notes)
-    out = dq.drop_huge_steps(out, notes)
-    return _with_deepspeed(df, out, notes, meta)
+class Reader:
+    """Every built-in shape of a log, read piece by piece: :meth:`add` each piece's
+    lines in order, then :meth:`finish`."""
+
+    def __init__(self, notes: Notes) -> None:
+        self.notes = notes
+        self.lineno = 0  # lines before the piece
+        self.carry: pl.Series | None = None  # a wrapped iteration line a piece cut
+        self.fields = [0] * len(SHAPES)  # fields of each shape before the piece
+        self.unplaced = [(0, 0)] * len(SHAPES)  # (lines, first line) per shape
+        self.totals: list[int | None] = [None] * len(SHAPES)
+        self.seen: set[int] = set()  # shapes with lines
+        self.lines_of: dict[str, int] = {}  # lines with values per shape name
+        self.found: list[pl.DataFrame] = []
+        self.stepless: list[pl.DataFrame] = []
+        self.marked: list[pl.DataFrame] = []  # DeepSpeed's lines (lineno, line)
+        self.errors: list[pl.Series] = []  # lines that may end a crash
+        self.dropped = dq.Dropped()
+        self.bad = values.BadValues()
+
+    def add(self, lines: pl.Series, last: bool) -> None:
+        """Read the ``lines`` of one piece (``last``: the file's end)."""
+        if self.carry is not None:
+            lines = pl.concat([self.carry, lines])
+            self.carry = None
+        if not last:
+            lines, self.carry = _hold_back_wrapped(lines)
+        self.errors.append(lines.filter(lines.str.contains(dq.ERROR_HINT)))
+        df = (
+            join_wrapped_megatron(lines)
+            .to_frame("line")
+            .with_row_index("lineno", offset=self.lineno + 1)
+            .with_columns(pl.col("lineno").cast(pl.Int64))
+        )
+        self.lineno += lines.len()
+        self.marked.append(df.filter(pl.col("line").str.contains(deepspeed.MARKERS)))
+        found: dict[str, list[pl.DataFrame]] = {}
+        hinted: dict[str, pl.DataFrame] = {}  # shapes that share a hint filter the lines once
+        for i, shape in enumerate(SHAPES):
+            hint = shape.hint or shape.line
+            if hint not in hinted:
+                hinted[hint] = df.filter(pl.col("line").str.contains(hint))
+            lines_of = hinted[hint]
+            self._count_unplaced(i, shape, df)
+            if lines_of.height == 0:
+                continue
+            self.seen.add(i)
+            long, total, n_fields = apply_from(shape, lines_of, self.fields[i])
+            self.fields[i] += n_fields
+            if total is not None:
+                self.totals[i] = total
+            (self.stepless if shape.stepless else found.setdefault(shape.name, [])).append(long)
+        for name, longs in found.items():
+            self.lines_of[name] = self.lines_of.get(name, 0) + n_lines(pl.concat(longs))
+        if found:
+            out = pl.concat([x for xs in found.values() for x in xs])
+            self.found.append(self._numbers(out.sort("lineno", "field", maintain_order=True)))
+
+    def _numbers(self, long: pl.DataFrame) -> pl.DataFrame:
+        """A long frame with its values as numbers, what is left out counted."""
+        long = dq.drop_mfu_placeholder(long, self.dropped)
+        long = dq.drop_huge_steps(long, self.dropped)
+        return _compact(values.convert(long, self.bad))
+
+    def _count_unplaced(self, i: int, shape: Shape, df: pl.DataFrame) -> None:
+        if shape.unplaced is None:
+            return
+        unplaced = df.filter(pl.col("line").str.contains(shape.unplaced[0]))
+        if unplaced.height:
+            n, first = self.unplaced[i]
+            here = int(unplaced.get_column("lineno")[0])
+            self.unplaced[i] = (n + unplaced.height, first or here)
+
+    def finish(self, meta: dict[str, Any]) -> pl.DataFrame:
+        """The long frame (``step``, ``metric`` an Enum in order of first appearance,
+        ``value``, and ``wall_time`` when DeepSpeed timestamps give one); sets
+        ``meta["text_shapes"]`` (lines per shape) and ``max_steps``, and writes the notes
+        in the order a read of the whole file at once gave them."""
+        notes = self.notes
+        for i, shape in enumerate(SHAPES):
+            n, first = self.unplaced[i]
+            if shape.unplaced is not None and n:
+                notes.ignored(n, shape.unplaced[1], line=first)
+        seen = [SHAPES[i] for i in sorted(self.seen)]
+        shapes = {s.name: self.lines_of.get(s.name, 0) for s in seen if not s.stepless}
+        dicts = empty_long()
+        if self.stepless:
+            placed = _trainer_dicts(pl.concat(self.stepless), shapes, notes)
+            if placed:
+                dicts = dq.drop_mfu_placeholder(placed[0], self.dropped)
+                dicts = dq.drop_huge_steps(dicts, self.dropped)
+        meta["text_shapes"] = {k: v for k, v in shapes.items() if v}
+        total = next((t for t in self.totals if t is not None), None)
+        if total is not None:
+            meta["max_steps"] = total
+        self.dropped.note(notes)
+        marked = pl.concat(self.marked)
+        self.marked = []
+        out = self._with_deepspeed(marked, dicts, meta)
+        self.bad.note(notes)
+        columns = ["step", "metric", "value"] + (
+            ["wall_time"] if "wall_time" in out.columns else []
+        )
+        names = out.get_column("metric").unique(maintain_order=True).cast(pl.String)
+        return out.select(columns).with_columns(pl.col("metric").cast(pl.Enum(names.to_list())))
+
+    def _with_deepspeed(
+        self, marked: pl.DataFrame, dicts: pl.DataFrame, meta: dict[str, Any]
+    ) -> pl.DataFrame:
+        """The values read, with the DeepSpeed engine / DeepSpeed-Chat lines when no
+        Megatron or ``key:value`` line is in the file (Megatron-DeepSpeed prints both;
+        its own lines are the record)."""
+        found = (
+            pl.concat(self.found)
+            if self.found
+            else _compact(values.convert(empty_long(), self.bad))
+        )
+        self.found = []
+        shapes = meta["text_shapes"]
+        if not marked.height:
+            return pl.concat([found, self._as_numbers(dicts)])
+        if shapes.get("megatron") or shapes.get("key_value"):
+            n = marked.filter(pl.col("line").str.contains(deepspeed.SNIFF)).height
+            if n:
+                self.notes.ignored(
+                    n,
+                    "DeepSpeed engine line(s) were left out: the file's "
+                    "Megatron / key:value lines record the same steps",
+                )
+            return pl.concat([found, self._as_numbers(dicts)])
+        ds, counts = deepspeed.parse(marked)
+        if not sum(counts.values()):
+            return pl.concat([found, self._as_numbers(dicts)])
+        if shapes.pop("trainer_dict", None):
+            dicts = dicts.head(0)  # printed dicts carry no step; these lines do
+        dq.deepspeed(self.notes, counts)
+        shapes.update({k: v for k, v in counts.items() if v})
+        meta["_logged_as"] = deepspeed.logged_as(marked)
+        walls = deepspeed.wall_times(marked).with_columns(pl.col("lineno").cast(pl.UInt32))
+        out = pl.concat([found, self._as_numbers(dicts), self._as_numbers(ds)])
+        out = out.sort("lineno", "field", maintain_order=True)
+        return out.join(walls, on="lineno", how="left")
+
+    def _as_numbers(self, long: pl.DataFrame) -> pl.DataFrame:
+        return _compact(values.convert(long, self.bad))
 
 
-def _note_unplaced(shape: Shape, df: pl.DataFrame, notes: Notes) -> None:
-    if shape.unplaced is None:
-        return
-    pattern, why = shape.unplaced
-    unplaced = df.filter(pl.col("line").str.contains(pattern))
-    if unplaced.height:
-        notes.ignored(unplaced.height, why, line=int(unplaced.get_column("lineno")[0]))
+def _compact(long: pl.DataFrame) -> pl.DataFrame:
+    """What is kept per value: line and field (for order) as 32-bit integers, step, the metric as
+    a category, value (a 289 MB Megatron log's 9M values: 252 MB; as the strings of
+    the whole file's fields they were ~2 GB)."""
+    return long.select(
+        pl.col("lineno").cast(pl.UInt32),
+        pl.col("field").cast(pl.Int32),
+        "step",
+        pl.col("metric").cast(pl.Categorical),
+        "value",
+    )
+
+
+def _hold_back_wrapped(lines: pl.Series) -> tuple[pl.Series, pl.Series | None]:
+    """A piece's lines, and those to read with the next piece: from a wrapped iteration
+    line near the end on (its continuation may be in the next piece)."""
+    tail = lines.tail(_MAX_WRAPPED_LINES)
+    broken = tail.str.contains(MEG_MARK) & ~tail.str.strip_chars_end().str.ends_with("|")
+    at = broken.arg_true()
+    if at.len() == 0:
+        return lines, None
+    cut = lines.len() - tail.len() + int(at[0])
+    return lines.slice(0, cut), lines.slice(cut)
 
 
 def _trainer_dicts(pairs: pl.DataFrame, shapes: dict[str, int], notes: Notes) -> list[pl.DataFrame]:
@@ -86,39 +215,6 @@ def _trainer_dicts(pairs: pl.DataFrame, shapes: dict[str, int], notes: Notes) ->
         return []
     shapes["trainer_dict"] = n_dicts
     return [long]
-
-
-def _with_deepspeed(
-    df: pl.DataFrame, found: pl.DataFrame, notes: Notes, meta: dict[str, Any]
-) -> pl.DataFrame:
-    """Add the DeepSpeed engine / DeepSpeed-Chat lines when no Megatron or ``key:value``
-    line is in the file (Megatron-DeepSpeed prints both; its own lines are the record)."""
-    shapes = meta["text_shapes"]
-    # one pass over literal markers (0.04 s on a 1M-line llm.c log; contains_any took
-    # 0.14 s), then the patterns on the few lines that hold one
-    marked = df.filter(pl.col("line").str.contains(deepspeed.MARKERS))
-    if not marked.height:
-        return found
-    if shapes.get("megatron") or shapes.get("key_value"):
-        n_lines = marked.filter(pl.col("line").str.contains(deepspeed.SNIFF)).height
-        if n_lines:
-            notes.ignored(
-                n_lines,
-                "DeepSpeed engine line(s) were left out: the file's "
-                "Megatron / key:value lines record the same steps",
-            )
-        return found
-    ds, counts = deepspeed.parse(marked)
-    if not sum(counts.values()):
-        return found
-    if shapes.pop("trainer_dict", None):
-        found = found.head(0)  # printed dicts carry no step; these lines do
-    dq.deepspeed(notes, counts)
-    shapes.update({k: v for k, v in counts.items() if v})
-    meta["_logged_as"] = deepspeed.logged_as(marked)
-    walls = deepspeed.wall_times(marked)
-    out = pl.concat([found, ds]).sort("lineno", "field", maintain_order=True)
-    return out.join(walls, on="lineno", how="left")
 
 
 def join_wrapped_megatron(lines: pl.Series) -> pl.Series:

@@ -9,6 +9,7 @@ crashed before its first step) is reported with that exception quoted.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -20,6 +21,8 @@ _EXCEPTION = re.compile(
     r"((?:[A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(?:Error|Exception|Interrupt|Fault))"
     r"(?::[ \t]*(.*))?$"
 )
+# a line that may end a crash (a cheap screen before _EXCEPTION)
+ERROR_HINT = r"(?:Error|Exception|Interrupt|Fault)"
 # launchers' wrappers around a worker's error: the worker's own error says more
 _WRAPPER_ERRORS = {"ChildFailedError", "CalledProcessError"}
 
@@ -63,40 +66,65 @@ class Notes:
         self.add("ignored-lines", f"{count} {message}", line=line, count=count, severity="info")
 
 
-def drop_mfu_placeholder(long: pl.DataFrame, notes: Notes) -> pl.DataFrame:
+@dataclass
+class Dropped:
+    """The values left out over every piece of a read: negative mfu placeholders and
+    values on a line whose step does not fit 64 bits (with those lines, first 100)."""
+
+    mfu: int = 0
+    mfu_line: int | None = None
+    huge: int = 0
+    huge_lines: list[int] = field(default_factory=list)
+    n_huge_lines: int = 0
+
+    def note(self, notes: Notes) -> None:
+        if self.mfu and self.mfu_line is not None:
+            notes.add(
+                "ignored-values",
+                f"{self.mfu} negative mfu value(s) were left out: nanoGPT and llm.c "
+                "print -100% until they have timed their first iterations",
+                line=self.mfu_line,
+                count=self.mfu,
+                severity="info",
+            )
+        if self.huge:
+            lines, n = self.huge_lines, self.n_huge_lines
+            shown = ", ".join(notes.line(k) for k in lines[:5])
+            notes.add(
+                "bad-step",
+                f"{self.huge} value(s) on {n} line(s) whose step does not fit in "
+                f"64 bits were skipped ({shown}{'…' if n > 5 else ''})",
+                line=lines[0],
+                count=self.huge,
+                lines=lines[:100],
+            )
+
+
+def drop_mfu_placeholder(long: pl.DataFrame, dropped: Dropped) -> pl.DataFrame:
     """An ``mfu`` below zero is a placeholder, not a measurement: nanoGPT and llm.c print
-    ``-100%`` until they have timed their first iterations. Left out, with a note."""
+    ``-100%`` until they have timed their first iterations. Left out, counted."""
     placeholder = (pl.col("metric") == "mfu") & pl.col("raw").str.starts_with("-")
-    dropped = long.filter(placeholder)
-    if dropped.height == 0:
+    out = long.filter(placeholder)
+    if out.height == 0:
         return long
-    notes.add(
-        "ignored-values",
-        f"{dropped.height} negative mfu value(s) were left out: nanoGPT and llm.c "
-        "print -100% until they have timed their first iterations",
-        line=int(dropped.get_column("lineno")[0]),
-        count=dropped.height,
-        severity="info",
-    )
+    first = int(out.get_column("lineno").min())  # type: ignore[arg-type]
+    dropped.mfu += out.height
+    dropped.mfu_line = first if dropped.mfu_line is None else min(dropped.mfu_line, first)
     return long.filter(~placeholder)
 
 
-def drop_huge_steps(long: pl.DataFrame, notes: Notes) -> pl.DataFrame:
-    """Values whose line's step does not fit 64 bits (a 20-digit ``s:N``) are left out
-    with a note; the rest of the log is kept."""
+def drop_huge_steps(long: pl.DataFrame, dropped: Dropped) -> pl.DataFrame:
+    """Values whose line's step does not fit 64 bits (a 20-digit ``s:N``) are left out,
+    counted; the rest of the log is kept. (Pieces come in line order.)"""
     bad = long.filter(pl.col("step").is_null())
     if bad.height == 0:
         return long
     lines = bad.get_column("lineno").unique(maintain_order=True)
-    shown = ", ".join(notes.line(int(n)) for n in lines.head(5).to_list())
-    notes.add(
-        "bad-step",
-        f"{bad.height} value(s) on {lines.len()} line(s) whose step does not fit in "
-        f"64 bits were skipped ({shown}{'…' if lines.len() > 5 else ''})",
-        line=int(lines[0]),
-        count=bad.height,
-        lines=lines.head(100).to_list(),
-    )
+    dropped.huge += bad.height
+    dropped.n_huge_lines += lines.len()
+    room = 100 - len(dropped.huge_lines)
+    if room > 0:
+        dropped.huge_lines += [int(k) for k in lines.head(room).to_list()]
     return long.filter(pl.col("step").is_not_null())
 
 
@@ -156,7 +184,7 @@ def final_error(lines: pl.Series) -> str | None:
     (a launcher's wrapper only when nothing else), quoted, with how many lines repeat it."""
     found: list[tuple[str, str]] = []
     # (a Python loop only over the few lines naming an error, of a log with no metric)
-    for line in lines.filter(lines.str.contains(r"(?:Error|Exception|Interrupt|Fault)")):
+    for line in lines.filter(lines.str.contains(ERROR_HINT)):
         m = _EXCEPTION.match(line.strip())
         if m:
             found.append((m.group(1), (m.group(2) or "").strip()))

@@ -62,11 +62,11 @@ def last_total(matched: pl.DataFrame) -> int | None:
     return int(total[-1]) if total.len() else None
 
 
-def _fields(shape: Shape, matched: pl.DataFrame) -> pl.DataFrame:
-    """One row per field of each line: the line's columns, ``field`` (its order), ``key``,
-    ``value`` and, where the shape has them, ``unit``."""
+def _fields(shape: Shape, matched: pl.DataFrame, offset: int = 0) -> pl.DataFrame:
+    """One row per field of each line: the line's columns, ``field`` (its order, from
+    ``offset``), ``key``, ``value`` and, where the shape has them, ``unit``."""
     if "body" not in matched.columns:  # the line is one field: key and value groups
-        return matched.with_row_index("field")
+        return matched.with_row_index("field", offset=offset)
     body = pl.col("body")
     cut = body.str.split(shape.split) if shape.split is not None else None
     if shape.tokens is not None:
@@ -74,7 +74,7 @@ def _fields(shape: Shape, matched: pl.DataFrame) -> pl.DataFrame:
     if cut is None:
         raise ValueError(f"shape {shape.name}: a body needs split or tokens")
     out = matched.with_columns(cut.alias("_f")).drop("body").explode("_f")
-    out = out.with_row_index("field")
+    out = out.with_row_index("field", offset=offset)
     if shape.pair is not None:
         kv = pl.col("_f").str.splitn(shape.pair, 2)
         out = out.with_columns(
@@ -139,10 +139,21 @@ def _si_raw(raw: pl.Expr) -> pl.Expr:
 def apply(shape: Shape, lines: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
     """The values of every line of ``shape`` among ``lines`` (``lineno, line``) as the long
     frame, and the run's planned length when the shape gives one."""
+    long, total, _ = apply_from(shape, lines, 0)
+    return long, total
+
+
+def apply_from(
+    shape: Shape, lines: pl.DataFrame, field_offset: int
+) -> tuple[pl.DataFrame, int | None, int]:
+    """:func:`apply` on one piece of a file: ``field`` counts on from ``field_offset`` (the
+    fields of the pieces before), and the fields of this piece are counted too, so the
+    pieces give the numbers the whole file gives."""
     matched = match(shape, lines)
     if matched.height == 0:
-        return empty_long(), None
-    fields = _fields(shape, matched)
+        return empty_long(), None, 0
+    fields = _fields(shape, matched, field_offset)
+    n_fields = fields.height
     keep = pl.col("metric").is_not_null() & pl.col("raw").is_not_null()
     if shape.key_must is not None:
         keep = keep & pl.col("key").str.contains(shape.key_must)
@@ -155,7 +166,7 @@ def apply(shape: Shape, lines: pl.DataFrame) -> tuple[pl.DataFrame, int | None]:
         _raw(shape, fields.columns).alias("raw"),
         *(["key"] if shape.key_must is not None else []),
     ).filter(keep)
-    return long.select(list(LONG_SCHEMA)), last_total(matched)
+    return long.select(list(LONG_SCHEMA)), last_total(matched), n_fields
 
 
 def trainer_dict_steps(pairs: pl.DataFrame) -> tuple[pl.DataFrame, int]:
