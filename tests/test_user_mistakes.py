@@ -206,3 +206,15 @@ def test_report_has_a_default_folder(
     monkeypatch.chdir(tmp_path)
     assert main(["report", str(path)]) == 0
     assert (tmp_path / "trainlens-report" / "report.html").is_file()
+
+
+def test_convert_refuses_a_fifo_as_its_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    path = _run_file(tmp_path / "run.jsonl")
+    fifo = tmp_path / "out.csv"
+    os.mkfifo(fifo)
+    assert main(["convert", str(path), "-o", str(fifo), "--force"]) == 2
+    assert "not a regular file" in capsys.readouterr().err

@@ -147,6 +147,8 @@ def convert(runs: Run | Sequence[Run], out: str | Path, *, overwrite: bool = Tru
         raise UsageError(f"{out}: the folder {out.parent} does not exist")
     if out.is_dir():
         raise UsageError(f"{out}: is a folder; name the output file")
+    if out.exists() and not out.is_file():  # a FIFO would block the write for ever
+        raise UsageError(f"{out}: is not a regular file; name the output file")
     if out.exists() and not overwrite:
         raise UsageError(f"{out}: exists; pass --force to overwrite it")
     frame = _merged_frame([runs] if isinstance(runs, Run) else runs)
