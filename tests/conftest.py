@@ -7,6 +7,7 @@ slow"`` is the quick loop, the full suite runs them all.
 from __future__ import annotations
 
 import functools
+import http.server
 import json
 import os
 import subprocess
@@ -109,3 +110,19 @@ def run_wandb_offline(writer: Path, root: Path, *args: str) -> None:
         capture_output=True,
         timeout=300,
     )
+
+
+class WebhookRecorder(http.server.BaseHTTPRequestHandler):
+    """A webhook on 127.0.0.1 that keeps each JSON body POSTed to it: subclass it with
+    its own ``received`` list (``type("Hook", (WebhookRecorder,), {"received": []})``)."""
+
+    received: list[dict[str, Any]]
+
+    def do_POST(self) -> None:
+        n = int(self.headers.get("Content-Length", 0))
+        type(self).received.append(json.loads(self.rfile.read(n)))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_wandb_offline
+from tests.conftest import WebhookRecorder, run_wandb_offline
 from trainlens.cli import main
 from trainlens.core.sanitize import github_data, markdown, terminal, xml
 
@@ -121,19 +121,6 @@ def _on_tty(argv: list[str]) -> str:
     return b"".join(chunks).decode("utf-8").replace("\r\n", "\n")
 
 
-class _Hook(http.server.BaseHTTPRequestHandler):
-    received: list[dict[str, Any]]
-
-    def do_POST(self) -> None:
-        n = int(self.headers.get("Content-Length", 0))
-        type(self).received.append(json.loads(self.rfile.read(n)))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def _watch_outputs(paths: list[Path], tmp: Path) -> dict[str, str]:
     """One ``watch --once`` over ``paths`` into every sink: lines, JSON, notifications (to a
     webhook on 127.0.0.1), --exec (each run's environment saved), Prometheus (scraped from
@@ -150,7 +137,7 @@ def _watch_outputs(paths: list[Path], tmp: Path) -> dict[str, str]:
 
     received: list[dict[str, Any]] = []
     server = http.server.HTTPServer(
-        ("127.0.0.1", 0), type("Hook", (_Hook,), {"received": received})
+        ("127.0.0.1", 0), type("Hook", (WebhookRecorder,), {"received": received})
     )
     threading.Thread(target=server.serve_forever, daemon=True).start()
     env_dir = tmp / "exec"

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import WebhookRecorder
 from trainlens.cli import main
 from trainlens.core.findings import Finding, Severity
 from trainlens.watch.events import WatchEvent
@@ -33,24 +34,11 @@ from trainlens.watch.sinks.notify import ExecSink, NotifySink, redacted
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-class _Hook(http.server.BaseHTTPRequestHandler):
-    received: list[dict[str, Any]]
-
-    def do_POST(self) -> None:
-        n = int(self.headers.get("Content-Length", 0))
-        type(self).received.append(json.loads(self.rfile.read(n)))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def hook() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A webhook receiver on 127.0.0.1: (its apprise URL, the bodies it received)."""
     received: list[dict[str, Any]] = []
-    handler = type("Hook", (_Hook,), {"received": received})
+    handler = type("Hook", (WebhookRecorder,), {"received": received})
     server = http.server.HTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
