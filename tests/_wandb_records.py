@@ -16,10 +16,12 @@ HEADER = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
-def records(data: bytes) -> list[bytes]:
-    """Each record of a sound log, in order."""
+def records(data: bytes, at: list[int] | None = None) -> list[bytes]:
+    """Each record of a sound log, in order; ``at`` gets the offset of each whole (FULL)
+    record's data, -1 for one split over chunks."""
     assert data.startswith(MAGIC)
     pos, out, parts = len(MAGIC), [], b""
+    at = [] if at is None else at
     while pos + HEADER <= len(data):
         left = BLOCK - pos % BLOCK
         if left < HEADER:
@@ -34,12 +36,14 @@ def records(data: bytes) -> list[bytes]:
         pos += HEADER + length
         if kind == FULL:
             out.append(chunk)
+            at.append(pos - length)
         elif kind == FIRST:
             parts = chunk
         else:
             parts += chunk
             if kind == LAST:
                 out.append(parts)
+                at.append(-1)
     return out
 
 

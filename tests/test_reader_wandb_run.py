@@ -18,13 +18,13 @@ import json
 import math
 import shutil
 import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
 
+from tests._wandb_records import records as wandb_records
 from tests.conftest import FIXTURE_RUNS, run_wandb_offline
 from trainlens.cli import main
 from trainlens.core.errors import UnreadableInputError
@@ -141,42 +141,11 @@ def test_resumed_run_is_one_run_with_a_restart(wandb_runs: Path) -> None:
 # ---- the reference: W&B's own protobuf over a plain reading of the log ---------------------
 
 
-def _reference_records(data: bytes, at: list[int] | None = None) -> list[bytes]:
-    """Each record of a W&B log, one chunk at a time (LevelDB's log format); ``at`` gets
-    the offset of each whole (FULL) record's data, None for a split one."""
-    assert data[:4] == b":W&B"
-    pos, out, parts = 7, [], b""
-    at = [] if at is None else at
-    while pos + 7 <= len(data):
-        left = 32768 - pos % 32768
-        if left < 7:
-            pos += left
-            continue
-        crc, length, kind = struct.unpack_from("<IHB", data, pos)
-        if kind == 0:
-            pos += left
-            continue
-        chunk = data[pos + 7 : pos + 7 + length]
-        assert zlib.crc32(bytes([kind]) + chunk) == crc
-        pos += 7 + length
-        if kind == 1:
-            out.append(chunk)
-            at.append(pos - length)
-        elif kind == 2:
-            parts = chunk
-        else:
-            parts += chunk
-            if kind == 4:
-                out.append(parts)
-                at.append(-1)
-    return out
-
-
 def _reference_history(path: Path) -> list[tuple[int, str, float]]:
     from wandb.proto import wandb_internal_pb2 as pb
 
     rows = []
-    for raw in _reference_records(path.read_bytes()):
+    for raw in wandb_records(path.read_bytes()):
         record = pb.Record.FromString(raw)
         if record.WhichOneof("record_type") != "history":
             continue
@@ -413,7 +382,7 @@ def test_flipped_byte_is_a_bad_checksum_and_costs_one_record(
 
     data = bytearray(log.read_bytes())
     starts: list[int] = []
-    records = _reference_records(bytes(data), starts)
+    records = wandb_records(bytes(data), starts)
     at = next(  # inside a history record past the middle of the file
         a + len(r) // 2
         for r, a in zip(records, starts, strict=True)
