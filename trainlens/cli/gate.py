@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from trainlens.cli._options import IgnoreOpt, SelectOpt
 from trainlens.cli.app import app
+
+if TYPE_CHECKING:
+    from trainlens.core.config import Config
+    from trainlens.gate.golden import Golden
 
 
 class _Progress:
@@ -74,6 +78,53 @@ def gate(
             show_default=False,
         ),
     ] = None,
+    reference: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--reference",
+            help="Golden curves: a reference run (any format; repeat it for several seeds of "
+            "one config) or one golden file (trainlens' or Megatron-LM's golden values). Each "
+            "run's loss, val loss, grad norm, LR, step time and memory curves are compared "
+            "with them step by step (REF001).",
+            show_default=False,
+        ),
+    ] = None,
+    rtol: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--rtol",
+            help="With one reference: relative tolerance, VALUE for every curve or "
+            "METRIC=VALUE (repeatable) [default: per metric, docs/gate.md]",
+            show_default=False,
+        ),
+    ] = None,
+    atol: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--atol",
+            help="Absolute tolerance, VALUE or METRIC=VALUE (repeatable) [default: 0]",
+            show_default=False,
+        ),
+    ] = None,
+    align: Annotated[
+        str | None,
+        typer.Option(
+            "--align",
+            help="Compare curves on 'step' (default) or 'tokens' (runs of different batch "
+            "sizes; every run must log a cumulative tokens count).",
+            show_default=False,
+        ),
+    ] = None,
+    write_golden: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-golden",
+            help="Store the references' bands in this golden file (small: CI keeps it "
+            "instead of whole runs). Without --reference, the PATHS are the references and "
+            "nothing is gated.",
+            show_default=False,
+        ),
+    ] = None,
     output_format: Annotated[
         str,
         typer.Option(
@@ -127,6 +178,12 @@ def gate(
     cfg = load_config(config)
     cfg.apply_flags(select, ignore)
 
+    golden = None
+    if reference or rtol or atol or align or write_golden is not None:
+        golden = _golden(cfg, paths, reference, rtol, atol, write_golden, align)
+        if golden is None:  # --write-golden from the PATHS: nothing to gate
+            return 0
+
     progress = _Progress() if _progress_wanted() else None
     try:
         result = run_gate(
@@ -137,6 +194,7 @@ def gate(
             jobs=jobs,
             allow_unreadable=allow_unreadable,
             on_done=progress,
+            golden=golden,
         )
     finally:
         if progress is not None:
@@ -165,3 +223,71 @@ def gate(
         for r in result.unreadable:
             typer.echo(terminal(f"trainlens: error: {r.error}"), err=True)
     return result.exit_code(exit_zero=exit_zero)
+
+
+def _tolerances(values: list[str] | None, key: str) -> dict[str, float]:
+    from trainlens.core.errors import UsageError
+
+    out: dict[str, float] = {}
+    for raw in values or []:
+        metric, sep, num = raw.rpartition("=")
+        try:
+            x = float(num)
+        except ValueError:
+            raise UsageError(
+                f"--{key} {raw!r}: expected VALUE or METRIC=VALUE, e.g. --{key} 0.05 or "
+                f"--{key} train/loss=0.05"
+            ) from None
+        if not x >= 0:
+            raise UsageError(f"--{key} {raw!r}: a tolerance is a number >= 0")
+        out[metric if sep else "*"] = x
+    return out
+
+
+def _golden(
+    cfg: Config,
+    paths: list[str],
+    reference: list[Path] | None,
+    rtol: list[str] | None,
+    atol: list[str] | None,
+    write_golden: Path | None,
+    align: str | None = None,
+) -> Golden | None:
+    """The golden curves the gate compares with (None: only a golden file was written)."""
+    import dataclasses
+
+    from trainlens.core.errors import UsageError
+    from trainlens.gate import parse_rules
+    from trainlens.gate.golden import write_golden as store
+    from trainlens.gate.runner import load_reference
+
+    rules = parse_rules(cfg)
+    ref = rules.reference
+    tuning = {m: dict(f) for m, f in ref.tuning}
+    for key, table in (("rtol", _tolerances(rtol, "rtol")), ("atol", _tolerances(atol, "atol"))):
+        for m, x in table.items():
+            tuning.setdefault(m, {})[key] = x
+    if align is not None and align not in ("step", "tokens"):
+        raise UsageError(f"--align takes 'step' or 'tokens', not {align!r}")
+    ref = dataclasses.replace(
+        ref,
+        tuning=tuple((m, tuple(sorted(f.items()))) for m, f in tuning.items()),
+        align=align or ref.align,
+    )
+    rules = dataclasses.replace(rules, reference=ref)
+    sources = [str(p) for p in reference or []] or list(ref.paths)
+    only_write = not sources
+    if only_write:
+        if write_golden is None:
+            raise UsageError("--rtol / --atol / --align need --reference (or gate.reference.paths)")
+        sources = list(paths)
+    golden = load_reference(sources, cfg, rules)
+    if write_golden is not None:
+        store(golden, write_golden)
+        n = len(golden.references)
+        typer.echo(
+            f"gate: wrote {write_golden}: {len(golden.bands)} curves "
+            f"({', '.join(golden.bands)}) from {n} reference{'s' if n != 1 else ''}",
+            err=True,
+        )
+    return None if only_write else golden

@@ -17,4 +17,8 @@ GATE_CODES: dict[str, str] = {
     "DATA005": "restart-not-allowed",
     "CKPT008": "no-intact-checkpoint-at-end",
     "CKPT009": "best-val-checkpoint-missing",
+    # golden curves (--reference): trainlens/gate/reference.py
+    "REF001": "curve-departs",
+    "REF002": "curve-identical",
+    "REF003": "curve-not-compared",
 }

@@ -17,6 +17,7 @@ from trainlens.gate.rules import BaselineLimits, Checks
 class Outcome:
     check: CheckResult
     findings: list[Finding] = field(default_factory=list)
+    code: str | None = None  # the code it raises when not in CHECK_CODES (reference checks)
 
 
 def _finding(

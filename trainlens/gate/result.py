@@ -23,7 +23,7 @@ class CheckResult:
     """One check of one run: a detector that ran, or an outcome / baseline limit."""
 
     name: str  # "detector:grad_spikes", "check:max_final_val_loss", "baseline:throughput"
-    kind: str  # detector | outcome | baseline
+    kind: str  # detector | outcome | baseline | reference
     status: str = PASS  # pass | fail | skipped
     detail: str = ""  # why it was skipped, or what was measured
 
@@ -247,6 +247,7 @@ class GateResult:
     fail_on: str = "error"
     allow_unreadable: bool = False
     baseline: str | None = None
+    reference: str | None = None  # the golden curves' source (runs or a golden file)
     unused_acknowledgements: list[dict[str, Any]] = field(default_factory=list)
     #: entries found under the paths that are no file or folder (a FIFO, a socket, a
     #: device): never opened, listed so that nothing disappears silently
@@ -297,6 +298,7 @@ class GateResult:
             "verdict": self.verdict,
             "fail_on": self.fail_on,
             "baseline": self.baseline,
+            "reference": self.reference,
             "counts": {
                 "runs": len(self.reports),
                 "passed": len(self.passed),

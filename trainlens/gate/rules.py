@@ -23,6 +23,7 @@ GATE_KEYS: dict[str, str] = {
     "fail_on": "exit 1 at or above this severity: none, info, warning, error (default error)",
     "checks": "outcome limits every run must meet ([tool.trainlens.gate.checks])",
     "baseline": "regression thresholds against --baseline ([tool.trainlens.gate.baseline])",
+    "reference": "golden curves every run is compared with ([tool.trainlens.gate.reference])",
     "overrides": "per-run-glob severity / select / ignore / detectors / checks",
     "acknowledge": "known incidents: runs glob + code + steps + reason",
 }
@@ -45,6 +46,16 @@ BASELINE_KEYS: dict[str, str] = {
     "max_val_loss_increase": "absolute increase of best or final val loss (default 0.01)",
     "max_time_to_target_increase": "fraction of the baseline's time to target (default 0.10)",
     "max_memory_growth": "fraction of the baseline's peak memory (default 0.10)",
+}
+REFERENCE_KEYS: dict[str, str] = {
+    "paths": "reference runs (seeds) or one golden file, relative to the config file",
+    "metrics": "curves compared besides the defaults (train/loss, val/loss, grad_norm, lr, "
+    "step_time, tokens_per_sec, mem/allocated, mem/reserved)",
+    "rtol": "one reference's relative tolerance: a number, or a table metric -> number",
+    "atol": "absolute tolerance: a number, or a table metric -> number",
+    "window": "trailing smoothing window in steps: a table metric -> steps",
+    "z": "band units a candidate must leave a seed band by (default 4)",
+    "align": "'step' (default) or 'tokens' (runs of different batch sizes; all log tokens)",
 }
 OVERRIDE_KEYS: dict[str, str] = {
     "runs": "a glob (or list of globs) matched against run names",
@@ -185,6 +196,69 @@ def parse_baseline(raw: Any, where: str, config_dir: str | None) -> BaselineLimi
 
 
 @dataclass(frozen=True)
+class ReferenceRules:
+    paths: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    #: metric -> MetricRule field -> value ("*": every metric)
+    tuning: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
+    z: float | None = None
+    align: str = "step"
+
+    def overrides(self) -> dict[str, dict[str, float]]:
+        from trainlens.gate.golden import METRICS
+
+        out: dict[str, dict[str, float]] = {}
+        for metric, fields in self.tuning:
+            targets = [*METRICS, *self.metrics] if metric == "*" else [metric]
+            for m in targets:
+                out.setdefault(m, {}).update(dict(fields))
+        return out
+
+
+def tolerance_table(raw: Any, key: str, where: str) -> dict[str, float]:
+    """``0.05`` (every metric) or ``{"train/loss" = 0.05}``; also ``metric=value``."""
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        return {"*": _number(raw, key, where, high=1e12)}
+    table = _table(raw, f"{key!r} in {where}")
+    return {str(m): _number(v, f"{key}.{m}", where, high=1e12) for m, v in table.items()}
+
+
+def parse_reference(raw: Any, where: str, config_dir: str | None) -> ReferenceRules:
+    table = _table(raw, where)
+    _check_keys(table, REFERENCE_KEYS, where)
+    paths: list[str] = []
+    raw_paths = table.get("paths", [])
+    if isinstance(raw_paths, str):
+        raw_paths = [raw_paths]
+    if not isinstance(raw_paths, list) or not all(isinstance(x, str) and x for x in raw_paths):
+        raise ConfigError(f"'paths' in {where} must be a path or a list of paths")
+    from pathlib import Path
+
+    for value in raw_paths:
+        p = Path(value)
+        paths.append(str(Path(config_dir) / p if not p.is_absolute() and config_dir else p))
+    metrics = table.get("metrics", [])
+    if not isinstance(metrics, list) or not all(isinstance(m, str) and m for m in metrics):
+        raise ConfigError(f"'metrics' in {where} must be a list of metric names")
+    tuning: dict[str, dict[str, float]] = {}
+    for key in ("rtol", "atol", "window"):
+        if key in table:
+            for m, v in tolerance_table(table[key], key, where).items():
+                tuning.setdefault(m, {})[key] = v
+    z = _number(table["z"], "z", where, high=1e3) if "z" in table else None
+    align = table.get("align", "step")
+    if align not in ("step", "tokens"):
+        raise ConfigError(f"'align' in {where} must be 'step' or 'tokens', not {align!r}")
+    return ReferenceRules(
+        align=align,
+        paths=tuple(paths),
+        metrics=tuple(metrics),
+        tuning=tuple((m, tuple(sorted(f.items()))) for m, f in tuning.items()),
+        z=z,
+    )
+
+
+@dataclass(frozen=True)
 class Override:
     runs: tuple[str, ...]
     severity: dict[str, str] = field(default_factory=dict)
@@ -225,6 +299,7 @@ class GateRules:
     fail_on: str | None = None
     checks: Checks = field(default_factory=Checks)
     baseline: BaselineLimits = field(default_factory=BaselineLimits)
+    reference: ReferenceRules = field(default_factory=ReferenceRules)
     overrides: tuple[Override, ...] = ()
     acknowledge: tuple[Acknowledgement, ...] = ()
 
@@ -308,6 +383,9 @@ def parse_rules(cfg: Config) -> GateRules:
         checks = parse_checks(table.get("checks", {}), f"{where[:-1]}.checks]")
         config_dir = str(cfg.path.parent) if cfg.path else None
         baseline = parse_baseline(table.get("baseline", {}), f"{where[:-1]}.baseline]", config_dir)
+        reference = parse_reference(
+            table.get("reference", {}), f"{where[:-1]}.reference]", config_dir
+        )
 
         overrides: list[Override] = []
         raw_overrides = table.get("overrides", [])
@@ -393,6 +471,7 @@ def parse_rules(cfg: Config) -> GateRules:
         fail_on=fail_on,
         checks=checks,
         baseline=baseline,
+        reference=reference,
         overrides=tuple(overrides),
         acknowledge=tuple(acks),
     )

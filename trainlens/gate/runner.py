@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainlens.core.config import Config
-from trainlens.core.errors import TrainlensError, UnreadableInputError
+from trainlens.core.errors import TrainlensError, UnreadableInputError, UsageError
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.incidents import Incident
 from trainlens.core.names import AliasTable
@@ -26,6 +26,7 @@ from trainlens.gate.baseline import Baseline, read_stored
 from trainlens.gate.checks import Outcome, baseline_checks, checkpoint_checks, outcome_checks
 from trainlens.gate.codes import CHECK_CODES, GATE_CODES
 from trainlens.gate.discover import Source, discover
+from trainlens.gate.golden import Golden
 from trainlens.gate.result import (
     FAIL,
     PASS,
@@ -48,6 +49,7 @@ class GateJob:
     fail_rank: int
     baseline: Baseline | None = None
     detect: bool = True  # False: summary and outcomes only (reading a baseline)
+    reference: Golden | None = None  # golden curves every run is compared with
 
 
 def _code_detectors() -> dict[str, str]:
@@ -120,9 +122,13 @@ def gate_run(run: Run, name: str, job: GateJob) -> RunReport:
         outcomes.extend(
             baseline_checks(job.rules.baseline, report.outcomes, base, base_name or "", why, checks)
         )
+    if job.reference is not None:
+        from trainlens.gate.reference import reference_checks
+
+        outcomes.extend(reference_checks(job.reference, run))
     severity = {k.upper(): Severity.parse(v) for k, v in cfg.severity.items()}
     for oc in outcomes:
-        code = CHECK_CODES[oc.check.name]
+        code = oc.code or CHECK_CODES[oc.check.name]
         if not _kept(code, cfg):
             oc.check.status, oc.check.detail = SKIPPED, f"{code} ignored by the config"
             checks_out.append(oc.check)
@@ -236,6 +242,51 @@ def load_baseline(path: str | Path, cfg: Config, rules: GateRules) -> Baseline:
     return Baseline(str(p), records)
 
 
+def load_reference(paths: Sequence[str | Path], cfg: Config, rules: GateRules) -> Golden:
+    """The golden curves: one stored golden file (trainlens' or Megatron-LM's), or the
+    bands of reference runs (every run found under ``paths``), read in this process."""
+    from trainlens.gate.golden import from_runs, read_golden
+    from trainlens.readers import ReadOptions, read_runs
+
+    ref = rules.reference
+    stored = []
+    for p in paths:
+        if not Path(p).exists():
+            raise UnreadableInputError(f"{p}: reference not found")
+        g = read_golden(Path(p))
+        if g is not None:
+            stored.append(g)
+    if stored:
+        if len(stored) > 1 or len(paths) > 1:
+            raise UsageError(
+                "a golden file is the whole reference: give it alone, or give the runs "
+                "it was made from"
+            )
+        return stored[0]
+    runs: list[tuple[str, Run]] = []
+    opts = ReadOptions(aliases=AliasTable(cfg.aliases))
+    for source in discover([str(p) for p in paths]):
+        try:
+            found = read_runs([source.path], options=opts)
+        except TrainlensError as exc:
+            raise UnreadableInputError(f"reference {exc}") from None
+        for run in found:
+            runs.append((source.name if len(found) == 1 else f"{source.name}/{run.name}", run))
+    if not runs:
+        raise UnreadableInputError(f"no reference run found in {', '.join(map(str, paths))}")
+    names = [n for n, _ in runs]
+    if len(set(names)) < len(names):  # two files of one name in different folders
+        runs = [(f"{n}#{i}", r) for i, (n, r) in enumerate(runs, 1)]
+    return from_runs(
+        runs,
+        metrics=list(ref.metrics),
+        overrides=ref.overrides(),
+        z=ref.z,
+        source=", ".join(map(str, paths)),
+        axis=ref.align,
+    )
+
+
 # ---- the pool -----------------------------------------------------------------------------
 
 _JOB: GateJob | None = None
@@ -297,4 +348,12 @@ def run_sources(
     return [r for rs in results for r in rs]
 
 
-__all__ = ["GATE_CODES", "GateJob", "gate_run", "gate_source", "load_baseline", "run_sources"]
+__all__ = [
+    "GATE_CODES",
+    "GateJob",
+    "gate_run",
+    "gate_source",
+    "load_baseline",
+    "load_reference",
+    "run_sources",
+]
