@@ -59,6 +59,16 @@ def report(
         ),
     ] = None,
     alias: AliasOpt = None,
+    reference: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--reference",
+            help="Golden curves (reference runs, or one golden file, as in 'gate "
+            "--reference'): the first run's curves are drawn over their band, departures "
+            "marked.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> int:
     """Write an HTML/Markdown report with annotated plots; several runs are overlaid."""
     from trainlens.api import analyze as analyze_paths
@@ -73,7 +83,15 @@ def report(
         cfg.schedule = parse_schedule(schedule)
     cfg.aliases = {**cfg.aliases, **parse_aliases(alias)}
     analyses = analyze_paths(paths, config=cfg, format=reader, runs=run, regex=regex)
-    written = write_report(analyses, output, smoothing=alpha)
+    drawn = []
+    if reference and analyses:
+        from trainlens.gate import parse_rules
+        from trainlens.gate.reference import overlays
+        from trainlens.gate.runner import load_reference
+
+        golden = load_reference([str(p) for p in reference], cfg, parse_rules(cfg))
+        drawn = overlays(golden, analyses[0].run)
+    written = write_report(analyses, output, smoothing=alpha, overlays=drawn)
     n = sum(len(a.findings) for a in analyses)
     typer.echo(f"report: {written} ({len(analyses)} run(s), {n} finding(s))")
     return 0

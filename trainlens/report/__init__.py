@@ -22,6 +22,7 @@ from trainlens.report.panels import DPI, DrawnFinding, Figures, Panel, build_fig
 
 if TYPE_CHECKING:
     from trainlens.core.analysis import Analysis
+    from trainlens.gate.reference import Overlay
 
 
 def _plain_text(figure: Figure) -> None:
@@ -30,7 +31,12 @@ def _plain_text(figure: Figure) -> None:
     and each gid as an ``id``; both hold names from the input (titles, legends, notes,
     ``series-<run>-<metric>``), so an ESC or a NUL in a metric name would make the file
     invalid XML. Labels already pass through ``mpl_text`` (the same rule, before layout);
-    this catches any other."""
+    this catches any other.
+
+    Laid out first: a secondary axis (the perplexity scale) has no limits of its own until
+    a draw, and asking its log locator for ticks before one raised "Data cannot be
+    log-scaled" on a loss panel whose limits the draw would have set."""
+    figure.draw_without_rendering()
     for artist in figure.findobj():
         gid = artist.get_gid()
         if gid is not None and xml(gid) != gid:
@@ -54,11 +60,17 @@ def _save(panel: Panel, out_dir: Path) -> bytes:
 
 
 def write_report(
-    analyses: Sequence[Analysis], out_dir: Path | str, *, smoothing: float | None = None
+    analyses: Sequence[Analysis],
+    out_dir: Path | str,
+    *,
+    smoothing: float | None = None,
+    overlays: Sequence[Overlay] = (),
 ) -> Path:
     """Write the report of these analyses into ``out_dir``; returns the path of report.html.
 
     ``smoothing``: α of a debiased EMA drawn over the raw values (None: raw only).
+    ``overlays``: a run's curves against golden references
+    (:func:`trainlens.gate.reference.overlays`), drawn in their own section.
     """
     from trainlens import __version__
     from trainlens.report.html import render_html
@@ -74,6 +86,10 @@ def write_report(
     except OSError as exc:
         raise UsageError(f"{out}: cannot create the report directory ({exc.strerror})") from None
     figures = build_figures(analyses, smoothing=smoothing)
+    if overlays:
+        from trainlens.report.golden import golden_panels
+
+        figures.panels.extend(golden_panels(overlays))
     with style():
         pngs = {p.key: _save(p, out) for p in figures.panels}
     page = render_html(analyses, figures, pngs, smoothing=smoothing, version=__version__)

@@ -29,6 +29,7 @@ SECTIONS = (
     ("runs", "Runs"),
     ("tensors", "Per-tensor signals"),
     ("other", "Other metrics"),
+    ("golden", "Against the references"),
 )
 
 CSS = """
