@@ -19,7 +19,6 @@ import os
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -198,35 +197,17 @@ def _many_names(path: Path, names: int, steps: int = 3) -> Path:
     return path
 
 
-def _analyze_seconds(path: Path) -> float:
-    """CPU seconds of this process (polars' threads too): on a shared CI machine the
-    wall clock measures the neighbours as much as the code."""
+def test_a_jsonl_with_many_metric_names_is_analyzed_whole(tmp_path: Path) -> None:
+    # 20k names (the grouped paths start at MANY_METRICS = 512): every name read, every
+    # value kept. How the cost grows with the names (linear: 100k names in ~7 s of CPU,
+    # over 400 s before) is measured in bench/many_names.py, not asserted here.
+    path = _many_names(tmp_path / "wide.jsonl", 20_000)
     from trainlens.api import analyze
 
-    t0 = time.process_time()
     (a,) = analyze([path])
-    took = time.process_time() - t0
-    assert len(a.summary["metrics"]) > 0 and a.findings == []
-    return took
-
-
-def test_a_jsonl_with_100k_metric_names_is_analyzed_in_seconds(tmp_path: Path) -> None:
-    path = _many_names(tmp_path / "wide.jsonl", 100_000)
-    assert path.stat().st_size > 6_000_000
-    took = _analyze_seconds(path)
-    # measured 7 s of CPU on a 2-core machine (over 400 s before); the bound is for CI
-    assert took < 60, f"analyze took {took:.1f} s for 100k metric names"
-
-
-def test_the_work_per_metric_is_linear(tmp_path: Path) -> None:
-    small = _many_names(tmp_path / "small.jsonl", 5_000)
-    large = _many_names(tmp_path / "large.jsonl", 20_000)
-    _analyze_seconds(small)  # (imports and first-call costs out of the comparison)
-    t_small = min(_analyze_seconds(small) for _ in range(3))
-    t_large = min(_analyze_seconds(large) for _ in range(3))
-    # 4× the names: ~4× the time when linear (4.7× measured alone, over 8× once at a load
-    # of 8 on 2 cores), 16× when quadratic (the old stalls loop)
-    assert t_large / t_small < 11, f"{t_small:.2f} s -> {t_large:.2f} s"
+    assert a.findings == []
+    assert a.run.frame.height == 20_000 * 3
+    assert len(a.run.metrics) == 20_000
 
 
 def _json_of(path: Path) -> str:
