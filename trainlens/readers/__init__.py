@@ -232,7 +232,7 @@ def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
     else:
         fmt = format or detect_format(path)
     try:
-        return _module(fmt).read(path, opts)
+        runs: list[Run] = _module(fmt).read(path, opts)
     except (UnicodeDecodeError, ValueError) as exc:
         if isinstance(exc, UnreadableInputError):
             raise
@@ -241,6 +241,14 @@ def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
             (line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__
         )
         raise UnreadableInputError(f"{path}: cannot be read as {fmt}: {why}") from None
+    # --- issue 26, CSV-family frameworks: Ultralytics' TensorBoard holds its results.csv
+    if fmt == "tensorboard":
+        from trainlens.readers import _fwtables
+
+        for run in runs:
+            _fwtables.finish(run)
+    # --- end CSV-family frameworks
+    return runs
 
 
 def _dedupe_names(runs: list[Run]) -> None:

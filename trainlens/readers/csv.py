@@ -12,6 +12,7 @@ A cell that is not a number is reported with its line and skipped; the rest is k
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import mmap
@@ -22,7 +23,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _shrink, _wandb
+from trainlens.readers import _fwtables, _shrink, _wandb
 from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long, without_pandas_index
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
@@ -98,6 +99,10 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
                 raise UnreadableInputError(f"{path}: no numeric metric columns found")
             return runs
     df = _wandb.history_dump(df)  # a saved run.history(): W&B's own columns
+    prep = _fwtables.prepare(df, path)  # a framework's own table (Ultralytics, timm, …)
+    df, issues = prep.df, [*issues, *prep.notes]
+    if prep.aliases:
+        opts = dataclasses.replace(opts, aliases=_fwtables.with_aliases(opts.aliases, prep.aliases))
     sessions = _fit_sessions(df)
     if sessions is not None:
         note = DataIssue(
@@ -112,11 +117,18 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             count=len(sessions),
             severity="info",
         )
-        return [
+        runs = [
             _one_run(seg, f"{name} fit {k}", source, opts, [*issues, note], size, first_line=line)
             for k, (line, seg, _) in enumerate(sessions, start=1)
         ]
-    return [_one_run(df, name, source, opts, issues, size)]
+    else:
+        runs = [_one_run(df, name, source, opts, issues, size)]
+    for run in runs:
+        if prep.framework is not None:
+            run.metadata["framework"] = prep.framework
+        run.metadata.update(prep.metadata)
+        _fwtables.finish(run)
+    return runs
 
 
 def _check_width(path: Path) -> None:
