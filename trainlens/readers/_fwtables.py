@@ -24,8 +24,8 @@ Each writer was read to decide (its code is named beside each rule):
   the run's params, Ray's bookkeeping (``done``, ``pid``, ``*_since_restore`` …) no metric.
 - **Stable-Baselines3** ``progress.csv`` (``logger.CSVOutputFormat``, a column added
   when a key first appears, earlier rows empty): ``time/total_timesteps`` is the step
-  (what SB3 passes to ``dump``), ``time/time_elapsed`` the wall time, ``time/fps``
-  environment steps per second (``samples_per_sec``).
+  (what SB3 passes to ``dump``), ``time/time_elapsed`` the wall time; ``time/fps`` is
+  the mean rate since the start, kept under its own name (no throughput).
 - **DVCLive** ``plots/metrics/<name>.tsv`` (``dvclive.plots.Metric``: ``[timestamp,]
   step, <leaf>``, the timestamp in ms): the metric is the file's path below
   ``plots/metrics`` (``train/loss.tsv`` is ``train/loss``); the folder reader is
@@ -109,9 +109,13 @@ def numeric_text(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(out) if out else df
 
 
+SOURCE_LINE = "_source_line"  # a row's line in the file, once rows were left out
+
+
 def repeated_headers(df: pl.DataFrame, source: str) -> tuple[pl.DataFrame, list[DataIssue]]:
     """Rows that repeat the header (a logger that writes its header at each fit into a file
-    opened for appending: fastai's ``CSVLogger(append=True)``) left out, with a note."""
+    opened for appending: fastai's ``CSVLogger(append=True)``) left out, with a note; the
+    rows kept carry their line in the file (:data:`SOURCE_LINE`), for later notes."""
     if not df.width or df.schema[df.columns[0]] != pl.String:
         return df, []
     first = df.columns[0]
@@ -132,7 +136,8 @@ def repeated_headers(df: pl.DataFrame, source: str) -> tuple[pl.DataFrame, list[
         count=n,
         severity="info",
     )
-    return numeric_text(df.filter(~again)), [note]
+    kept = df.with_columns(pl.int_range(2, df.height + 2, dtype=pl.Int64).alias(SOURCE_LINE))
+    return numeric_text(kept.filter(~again)), [note]
 
 
 # ---- recognising the writer ---------------------------------------------------------------
@@ -247,7 +252,8 @@ def _fastai(df: pl.DataFrame, source: str) -> Prepared:
         "train_loss is fastai's smoothed loss at the epoch's end"
     )
     if aliases:
-        msg += f"; {', '.join(aliases)} are validation metrics"
+        are = "are validation metrics" if len(aliases) > 1 else "is a validation metric"
+        msg += f"; {', '.join(aliases)} {are}"
     return Prepared(df, "fastai", [_note(source, "; ".join([msg, *notes]))], aliases)
 
 
@@ -261,8 +267,15 @@ RAY_BOOKKEEPING = (
     "warmup_time",
     "should_checkpoint",
     "episodes_this_iter",
-    "time_since_restore",
+    "checkpoint_dir_name",
+    "trial_id",
+    "experiment_id",
+    "experiment_tag",
+    "date",
+    "hostname",
+    "node_ip",
 )
+RAY_IDENTITY = ("trial_id", "experiment_id", "experiment_tag", "hostname")  # -> metadata
 
 
 def _ray(df: pl.DataFrame, source: str) -> Prepared:
@@ -271,6 +284,18 @@ def _ray(df: pl.DataFrame, source: str) -> Prepared:
     if config:
         last = df.select(config).tail(1).to_dicts()[0]
         params = {k[len("config/") :]: v for k, v in last.items() if v is not None}
+    ray = (
+        {
+            k: v
+            for k, v in df.select([c for c in RAY_IDENTITY if c in df.columns])
+            .tail(1)
+            .row(0, named=True)
+            .items()
+            if v is not None
+        }
+        if any(c in df.columns for c in RAY_IDENTITY)
+        else {}
+    )
     drop = [c for c in (*RAY_BOOKKEEPING, *config) if c in df.columns]
     df = df.drop(drop)
     renames = {"training_iteration": "step"}
@@ -288,7 +313,10 @@ def _ray(df: pl.DataFrame, source: str) -> Prepared:
         msg += f"; {len(config)} config/ column(s) are the run's params"
     if drop := [c for c in drop if not c.startswith("config/")]:
         msg += f"; Ray's bookkeeping ({', '.join(drop)}) is not a metric"
-    return Prepared(df, "ray", [_note(source, msg)], aliases, {"params": params} if params else {})
+    meta: dict[str, Any] = {"ray": ray} if ray else {}
+    if params:
+        meta["params"] = params
+    return Prepared(df, "ray", [_note(source, msg)], aliases, meta)
 
 
 SB3_PARTS = {  # algorithms that log only parts of their objective (weights not in the file)
@@ -315,8 +343,11 @@ def _sb3(df: pl.DataFrame, source: str) -> Prepared:
             f"; only loss parts are logged ({', '.join(parts)}), no total: no train/loss "
             "(the algorithm's weights of the parts are not in the file)"
         )
-    aliases = {"time/fps": Alias("samples_per_sec")}
-    return Prepared(df, "stable-baselines3", [_note(source, msg)], aliases)
+    if "time/fps" in df.columns:
+        # (SB3: fps = timesteps since the start / seconds since the start; as throughput,
+        # the first rollout's warm-up read as a 24 % drop on a healthy PPO run)
+        msg += "; time/fps is a mean since the start, not the rate at the step: no throughput"
+    return Prepared(df, "stable-baselines3", [_note(source, msg)])
 
 
 def _ultralytics(df: pl.DataFrame, source: str) -> Prepared:

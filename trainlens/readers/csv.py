@@ -167,8 +167,12 @@ def _fit_sessions(df: pl.DataFrame) -> list[tuple[int, pl.DataFrame, str]] | Non
     if (d == 0).any() or not (d < 0).any():
         return None  # one session (or repeated epochs: not this layout)
     cuts = [0, *(int(i) + 1 for i in (d < 0).nonzero()[0]), df.height]
-    # data lines are numbered from 2 (line 1 is the header)
-    return [(a + 2, df.slice(a, b - a), col) for a, b in itertools.pairwise(cuts)]
+    # data lines are numbered from 2 (line 1 is the header), unless rows were left out
+    lines = df.get_column(_fwtables.SOURCE_LINE) if _fwtables.SOURCE_LINE in df.columns else None
+    return [
+        (a + 2 if lines is None else int(lines[a]), df.slice(a, b - a), col)
+        for a, b in itertools.pairwise(cuts)
+    ]
 
 
 def _one_run(
@@ -184,6 +188,9 @@ def _one_run(
     issues = [*issues, *note]
     # data lines are numbered from 2 (line 1 is the header)
     line_numbers = pl.Series("_line", range(first_line, first_line + df.height), dtype=pl.Int64)
+    if _fwtables.SOURCE_LINE in df.columns:  # rows were left out: each keeps its own line
+        line_numbers = df.get_column(_fwtables.SOURCE_LINE).alias("_line")
+        df = df.drop(_fwtables.SOURCE_LINE)
     long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
     if long.height == 0:
         raise UnreadableInputError(f"{source}: no numeric metric columns found")
