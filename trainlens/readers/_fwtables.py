@@ -188,7 +188,7 @@ def prepare(df: pl.DataFrame, path: Path) -> Prepared:
     if metric is not None and "step" in df.columns and df.width <= 3:
         out = _dvclive(df, metric, source)
     else:
-        fw = recognise(df.columns)
+        fw = recognise([c for c in df.columns if c != SOURCE_LINE])
         out = _PREPARE[fw](df, source) if fw in _PREPARE else Prepared(df)
     out.notes[:0] = notes
     return out
@@ -239,7 +239,13 @@ def _fastai(df: pl.DataFrame, source: str) -> Prepared:
     table = AliasTable()
     aliases = {}
     for col in df.columns:
-        if col in ("epoch", "train_loss", "valid_loss", "epoch_time") or col.startswith("train_"):
+        if col in (
+            "epoch",
+            "train_loss",
+            "valid_loss",
+            "epoch_time",
+            SOURCE_LINE,
+        ) or col.startswith("train_"):
             continue
         base = col[len("valid_") :] if col.startswith("valid_") else col
         hit = table.lookup(base)
