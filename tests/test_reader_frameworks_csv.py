@@ -124,15 +124,41 @@ def _ultralytics_tensorboard(logdir: Path) -> None:
 
 
 def test_ultralytics_tensorboard_reads_like_its_results_csv(tmp_path: Path) -> None:
-    _ultralytics_tensorboard(tmp_path)
-    assert detect_format(tmp_path) == "tensorboard"
-    tb, csv = _one(tmp_path), _one(ULTRA / "results.csv")
+    # (its default run folder is runs/detect/train: no Keras train/ split for all that)
+    logdir = tmp_path / "runs" / "detect" / "train"
+    _ultralytics_tensorboard(logdir)
+    assert detect_format(logdir) == "tensorboard"
+    tb, csv = _one(logdir), _one(ULTRA / "results.csv")
+    assert tb.name == "train" and not any(m.startswith("train/train/") for m in tb.metrics)
     assert tb.raw_names["lr"] == csv.raw_names["lr"] == "lr/pg0"
     for metric in ("train/loss", "val/loss", "lr"):
         t_steps, t_vals = _values(tb, metric)
         c_steps, c_vals = _values(csv, metric)
         assert t_steps == c_steps
         assert np.allclose(t_vals, c_vals, rtol=1e-5, equal_nan=True)  # float32 in TB
+
+
+def test_ultralytics_old_tensorboard_running_means_per_batch_end_in_the_epoch_mean(
+    tmp_path: Path,
+) -> None:
+    """Before 8.1 the callback wrote the running mean loss at every batch, all at step
+    epoch + 1, and no lr: the last value of each epoch (the epoch's mean) stands."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    logdir = tmp_path / "train"
+    with SummaryWriter(str(logdir)) as writer:
+        for epoch in range(10):
+            batches = [3.0 - 0.2 * epoch + 0.1 * b for b in range(4)]
+            for b in range(4):
+                mean = sum(batches[: b + 1]) / (b + 1)
+                for part in ("box_loss", "cls_loss", "dfl_loss"):
+                    writer.add_scalar(f"train/{part}", mean, epoch + 1)
+            writer.add_scalar("metrics/mAP50(B)", 0.1 * epoch, epoch + 1)
+    run = _one(logdir)
+    steps, loss = _values(run, "train/loss")
+    assert steps == list(range(1, 11))
+    assert loss[0] == pytest.approx(3 * (3.0 + 3.1 + 3.2 + 3.3) / 4)
+    assert "running mean" in _notes(run) and not run.has("lr")
 
 
 @pytest.mark.skipif(not _installed("ultralytics"), reason="ultralytics not installed")

@@ -150,8 +150,10 @@ FASTAI_TIME = re.compile(r"^\s*(?:(\d+):)?(\d+):(\d\d)\s*$")
 def recognise(columns: list[str]) -> str | None:
     """The framework whose writer makes a table with these (stripped) column names."""
     cols = set(columns)
-    if any(c.startswith("lr/pg") for c in cols) and any(ULTRALYTICS_METRIC.match(c) for c in cols):
-        return "ultralytics"
+    if any(ULTRALYTICS_METRIC.match(c) for c in cols) and any(
+        c.startswith("lr/pg") or ULTRALYTICS_LOSS.match(c) for c in cols
+    ):
+        return "ultralytics"  # (its TensorBoard before 8.1 holds no lr/pg*)
     if "training_iteration" in cols and cols & {"time_this_iter_s", "time_total_s"}:
         return "ray"
     if "time/total_timesteps" in cols and cols & {"time/fps", "time/iterations"}:
@@ -402,6 +404,12 @@ def finish(run: Run) -> None:
                 f"lr is {group} (the weights' param group; the bias group warms up "
                 "from warmup_bias_lr downwards)"
             )
+    if any(i.kind == "duplicate-step" for i in run.data_quality):
+        said.append(
+            "values repeating an epoch are expected: before 8.1 the TensorBoard callback "
+            "wrote the epoch's running mean loss at every batch (the last, the epoch's mean, "
+            "stands), and the final validation of best.pt is logged at the last epoch again"
+        )
     run.data_quality.append(_note(run.source, "; ".join(said)))
 
 
