@@ -267,6 +267,8 @@ def sb3_progress(tmp_path_factory: pytest.TempPathFactory) -> Path:
             logger.record("train/loss", 5.0 / it)
             logger.record("train/learning_rate", 3e-4)
             logger.record("train/entropy_loss", -0.69 + 0.01 * it)
+            # what SB3's explained_variance gives for returns with no variance
+            logger.record("train/explained_variance", math.nan if it < 4 else 0.1 * it)
         logger.dump(step=2048 * it)
     logger.close()
     return folder / "progress.csv"
@@ -277,9 +279,14 @@ def test_sb3_progress_steps_are_timesteps_and_sparse_columns_are_absent(
 ) -> None:
     run = _one(sb3_progress)
     assert run.metadata["framework"] == "stable-baselines3"
-    steps, loss = _values(run, "train/loss")
+    # the RL objective is no training loss to judge: its own name, not train/loss
+    assert not run.has("train/loss")
+    steps, loss = _values(run, "train/rl_loss")
     assert steps == [2048 * it for it in range(2, 13)]  # nothing at the first dump
     assert loss[0] == pytest.approx(2.5)
+    # SB3's NaN for an undefined explained variance is left out, and counted in a note
+    assert _values(run, "train/explained_variance")[0][0] == 2048 * 4
+    assert "2 NaN value(s) of train/explained_variance" in _notes(run)
     assert _values(run, "rollout/ep_rew_mean")[0][0] == 2048
     assert _values(run, "lr")[1] == [3e-4] * 11
     assert not run.has("samples_per_sec")  # fps is a mean since the start
@@ -299,8 +306,24 @@ def test_sb3_actor_critic_losses_are_parts_and_no_total_is_made(tmp_path: Path) 
         logger.dump(step=100 * it)
     logger.close()
     run = _one(tmp_path / "progress.csv")
-    assert not run.has("train/loss")
+    assert not run.has("train/loss") and not run.has("train/rl_loss")
     assert "no total" in _notes(run) and "train/actor_loss" in _notes(run)
+
+
+@pytest.mark.slow  # (a real training loop: ~5 s of CPU)
+def test_sb3_ppo_run_is_silent(tmp_path: Path) -> None:
+    """A real PPO run on CartPole (SB3's own training loop and logger): read as SB3 and
+    no warning — its loss rises as returns grow, which is no fault in RL."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.logger import configure
+
+    model = sb3.PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=2, seed=0)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(64 * 12)
+    (a,) = analyze(tmp_path / "progress.csv")
+    assert a.run.metadata["framework"] == "stable-baselines3"
+    assert a.run.has("train/rl_loss") and a.run.has("rollout/ep_rew_mean")
+    assert [f.code for f in a.findings if f.severity.rank >= Severity.WARNING.rank] == []
 
 
 # ---- DVCLive ------------------------------------------------------------------------------

@@ -156,7 +156,10 @@ def recognise(columns: list[str]) -> str | None:
         return "ultralytics"  # (its TensorBoard before 8.1 holds no lr/pg*)
     if "training_iteration" in cols and cols & {"time_this_iter_s", "time_total_s"}:
         return "ray"
-    if "time/total_timesteps" in cols and cols & {"time/fps", "time/iterations"}:
+    if ("time/total_timesteps" in cols and cols & {"time/fps", "time/iterations"}) or (
+        any(c.startswith("rollout/") for c in cols)
+        and all(c.startswith(SB3_NAMESPACES) for c in cols)
+    ):
         return "stable-baselines3"
     if columns and columns[0] == "epoch" and "train_loss" in cols:
         if columns[-1] == "time" and "valid_loss" in cols:
@@ -327,6 +330,7 @@ def _ray(df: pl.DataFrame, source: str) -> Prepared:
     return Prepared(df, "ray", [_note(source, msg)], aliases, meta)
 
 
+SB3_NAMESPACES = ("rollout/", "time/", "train/", "eval/")
 SB3_PARTS = {  # algorithms that log only parts of their objective (weights not in the file)
     "train/policy_loss",
     "train/actor_loss",
@@ -337,14 +341,32 @@ SB3_PARTS = {  # algorithms that log only parts of their objective (weights not 
 
 
 def _sb3(df: pl.DataFrame, source: str) -> Prepared:
-    renames = {"time/total_timesteps": "step"}
+    renames = {}
+    said = ["read as a Stable-Baselines3 progress.csv"]
+    if "time/total_timesteps" in df.columns:
+        renames["time/total_timesteps"] = "step"
+        said.append("time/total_timesteps (environment steps) is the step")
     if "time/time_elapsed" in df.columns:
         renames["time/time_elapsed"] = "wall_time"
-    df = df.drop([c for c in ("step", "wall_time") if c in df.columns]).rename(renames)
-    msg = (
-        "read as a Stable-Baselines3 progress.csv: time/total_timesteps (environment "
-        "steps) is the step, time/time_elapsed the wall time (seconds since the start)"
-    )
+        said.append("time/time_elapsed the wall time (seconds since the start)")
+    df = df.drop([c for c in renames.values() if c in df.columns]).rename(renames)
+    msg = ": ".join([said[0], ", ".join(said[1:])]) if len(said) > 1 else said[0]
+    aliases = {}
+    if "train/loss" in df.columns:
+        # (PPO's clipped surrogate + value loss, DQN's TD loss: their targets move with
+        # the policy, so they rise as returns grow; judged as a training loss, three
+        # healthy public SB3 runs (PPO, DQN) drew 64 findings, one an error)
+        aliases["train/loss"] = Alias(SB3_LOSS)
+        msg += (
+            f"; train/loss is the RL objective, whose targets move with the policy: read as "
+            f"{SB3_LOSS}, not judged as a training loss (rollout/ep_rew_mean is the signal)"
+        )
+    df, undefined = _undefined_nans(df, "train/explained_variance")
+    if undefined:
+        msg += (
+            f"; {undefined} NaN value(s) of train/explained_variance are SB3's 'undefined' "
+            "(returns with no variance), not a numeric failure: left out"
+        )
     parts = sorted(SB3_PARTS & set(df.columns))
     if "train/loss" not in df.columns and parts:
         msg += (
@@ -355,7 +377,19 @@ def _sb3(df: pl.DataFrame, source: str) -> Prepared:
         # (SB3: fps = timesteps since the start / seconds since the start; as throughput,
         # the first rollout's warm-up read as a 24 % drop on a healthy PPO run)
         msg += "; time/fps is a mean since the start, not the rate at the step: no throughput"
-    return Prepared(df, "stable-baselines3", [_note(source, msg)])
+    return Prepared(df, "stable-baselines3", [_note(source, msg)], aliases)
+
+
+SB3_LOSS = "train/rl_loss"
+
+
+def _undefined_nans(df: pl.DataFrame, col: str) -> tuple[pl.DataFrame, int]:
+    """``col`` with its NaN cells made absent, and how many there were."""
+    if col not in df.columns or not df.schema[col].is_float():
+        return df, 0
+    nan = df.get_column(col).is_nan()
+    n = int(nan.sum())
+    return (df.with_columns(pl.when(nan).then(None).otherwise(pl.col(col)).alias(col)), n)
 
 
 def _ultralytics(df: pl.DataFrame, source: str) -> Prepared:
