@@ -338,7 +338,8 @@ def test_dvclive_folder_is_one_run_named_by_the_metric_paths() -> None:
     steps, loss = _values(run, "train/loss")
     assert steps == list(range(20)) and loss[0] == pytest.approx(2.2)
     assert run.raw_names["val/loss"] == "eval/loss"
-    assert run.metadata["params"] == {"lr": 0.003, "epochs": 20}
+    assert run.metadata["dvclive"]["params"] == {"lr": 0.003, "epochs": 20}
+    assert "params" not in run.metadata  # DVCLive's step is no optimizer step
     # the same run from the folder above, from plots/ and from plots/metrics/
     for where in (folder, folder / "dvclive" / "plots", folder / "dvclive" / "plots" / "metrics"):
         assert _values(_one(where), "train/loss") == (steps, loss)

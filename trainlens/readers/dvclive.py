@@ -5,9 +5,11 @@ also ``timestamp``, in ms) to ``<dir>/plots/metrics/train/loss.tsv``: the metric
 file's path below ``plots/metrics`` (the TSV's own column holds only the last part).
 Pointed at the ``dvclive/`` folder, its ``plots/`` or ``plots/metrics/``, or a folder
 holding ``dvclive/``, every TSV is read (each as the CSV reader reads a table, notes
-naming the file and line) and the metrics make one run, named after the folder above
-``plots``. ``params.yaml`` beside ``plots/`` is the run's params; ``metrics.json`` (the
-last values only) is left alone: the TSVs hold the history.
+naming the file and line) and the metrics make one run, named after the project folder
+holding ``dvclive/``. ``params.yaml`` beside ``plots/`` is kept as metadata
+(``dvclive.params``), not as the declared schedule (the step is DVCLive's, not the
+optimizer's); ``metrics.json`` (the last values only) is left alone: the TSVs hold the
+history.
 """
 
 from __future__ import annotations
@@ -121,4 +123,17 @@ def _params(root: Path, issues: list[DataIssue]) -> dict[str, object]:
     except RefusedFile as exc:
         issues.append(DataIssue(kind="bad-config", source=str(params), message=exc.reason))
         return {}
-    return {"params": data} if isinstance(data, dict) and data else {}
+    if not isinstance(data, dict) or not data:
+        return {}
+    # (not ``params``, where the run-config lookup takes the declared LR schedule from:
+    # DVCLive's step counts next_step() calls — an epoch, a logging interval — not
+    # optimizer steps; HF's DVCLiveCallback run declared max_steps 7500 over 14 steps
+    # and drew LR001 "decays over ~150 steps, not the declared 7500")
+    issues.append(
+        _fwtables._note(
+            str(params),
+            "params.yaml is kept as the run's metadata (dvclive.params), not as its "
+            "schedule: DVCLive's step counts next_step() calls, not optimizer steps",
+        )
+    )
+    return {"dvclive": {"params": data}}
