@@ -48,6 +48,7 @@ import polars as pl
 
 from trainlens.core.names import Alias, AliasTable
 from trainlens.core.run import DataIssue, Run
+from trainlens.readers._wide import STEP_KEYS
 
 NOTE_KIND = "framework"
 DERIVED = "framework_derived"  # metadata: the metrics a framework rule made (finish)
@@ -94,10 +95,12 @@ def strip_header(df: pl.DataFrame) -> pl.DataFrame:
 def numeric_text(df: pl.DataFrame) -> pl.DataFrame:
     """Text columns whose every cell is a number once its padding is stripped (a padded
     ``'%23.5g'`` cell) as numbers: whole numbers as Int64, so a padded ``epoch`` is still
-    the step."""
+    the step. A step column read as text is left so: the CSV reader reads one holding a
+    fraction as text on purpose, to parse each step exactly (2**63-1 is no float)."""
     out = []
+    steps = {k.lower() for k in STEP_KEYS}
     for name, dtype in df.schema.items():
-        if dtype != pl.String:
+        if dtype != pl.String or name.strip().lower() in steps:
             continue
         col = df.get_column(name).str.strip_chars()
         filled = int(col.is_not_null().sum()) - int((col == "").sum())
