@@ -111,6 +111,22 @@ def test_ultralytics_run_folder_is_read_and_the_nan_epoch_is_the_incident(
     assert {f.code for f in a.findings if f.severity.rank >= Severity.WARNING.rank} == {"NAN001"}
 
 
+def test_ultralytics_bad_cell_is_named_by_line_and_the_other_epochs_are_kept(
+    tmp_path: Path,
+) -> None:
+    lines = (ULTRA / "results.csv").read_text().splitlines()
+    cells = lines[4].split(",")  # epoch 4
+    cells[2] = "1.2x"  # train/box_loss
+    lines[4] = ",".join(cells)
+    (tmp_path / "results.csv").write_text("\n".join(lines) + "\n")
+    run = _one(tmp_path / "results.csv")
+    bad = [i for i in run.data_quality if i.kind == "non-numeric"]
+    assert len(bad) == 1 and bad[0].location == "line 5" and "train/box_loss" in bad[0].message
+    # no sum where a part is missing; every other epoch and every other metric is kept
+    assert 4 not in _values(run, "train/loss")[0] and len(_values(run, "train/loss")[0]) == 11
+    assert _values(run, "train/cls_loss")[0] == list(range(1, 13))
+
+
 def _ultralytics_tensorboard(logdir: Path) -> None:
     """What the callback writes: on_train_epoch_end the train losses and the lrs, on
     on_fit_epoch_end the validator's metrics and val losses, all at step epoch + 1."""
