@@ -33,11 +33,18 @@ FORMATS: dict[str, str] = {
     "mlflow": "trainlens.readers.mlflow",
     "parquet": "trainlens.readers.parquet",
     "hf-trainer": "trainlens.readers.hf_trainer",
+    # --- issue 26, CSV-family frameworks (a folder of one TSV per metric)
+    "dvclive": "trainlens.readers.dvclive",
+    # --- end CSV-family frameworks
     "keras-history": "trainlens.readers.keras_history",  # one JSON object: before jsonl
     "jsonl": "trainlens.readers.jsonl",
     "csv": "trainlens.readers.csv",
     "text": "trainlens.readers.textlog",
 }
+
+# --- issue 26, CSV-family frameworks: folder layouts sniffed after the stores above
+FOLDER_FORMATS_CSV = ("dvclive",)
+# --- end CSV-family frameworks
 
 BINARY_FORMATS = frozenset(
     {"wandb-run", "tensorboard", "mlflow", "parquet"}
@@ -132,7 +139,7 @@ def detect_format(path: Path) -> str:
     """The format of ``path``, sniffed from its content or layout."""
     require_file_or_folder(path)
     if path.is_dir():
-        for fmt in ("wandb-run", "mlflow", "tensorboard", "hf-trainer"):
+        for fmt in ("wandb-run", "mlflow", "tensorboard", "hf-trainer", *FOLDER_FORMATS_CSV):
             if _sniff.may_be(fmt, path, b"") and _module(fmt).sniff(path, b""):
                 return fmt
         raise _no_run_in_folder(path)
@@ -232,7 +239,7 @@ def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
     else:
         fmt = format or detect_format(path)
     try:
-        return _module(fmt).read(path, opts)
+        runs: list[Run] = _module(fmt).read(path, opts)
     except (UnicodeDecodeError, ValueError) as exc:
         if isinstance(exc, UnreadableInputError):
             raise
@@ -241,6 +248,14 @@ def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
             (line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__
         )
         raise UnreadableInputError(f"{path}: cannot be read as {fmt}: {why}") from None
+    # --- issue 26, CSV-family frameworks: Ultralytics' TensorBoard holds its results.csv
+    if fmt == "tensorboard":
+        from trainlens.readers import _fwtables
+
+        for run in runs:
+            _fwtables.finish(run)
+    # --- end CSV-family frameworks
+    return runs
 
 
 def _dedupe_names(runs: list[Run]) -> None:

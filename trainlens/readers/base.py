@@ -42,6 +42,24 @@ def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
         return fh.read(n)
 
 
+#: file names that say what a file is, not which run: the run is named after its folder
+#: (issue 26: Ultralytics' results.csv, timm's summary.csv, Ray's and SB3's progress.csv,
+#: fastai's history.csv)
+GENERIC_STEMS = frozenset(
+    {
+        "metrics",
+        "trainer_state",
+        "log",
+        "train",
+        "events",
+        "results",
+        "summary",
+        "progress",
+        "history",
+    }
+)
+
+
 def run_name_for(path: Path) -> str:
     """A readable default run name: the file's stem, or the folder's name."""
     if path.is_dir():
@@ -51,7 +69,7 @@ def run_name_for(path: Path) -> str:
         if stem.endswith(suffix):
             stem = stem[: -len(suffix)]
             break
-    if stem in {"metrics", "trainer_state", "log", "train", "events"} and path.parent.name:
+    if stem in GENERIC_STEMS and path.parent.name:
         return path.parent.resolve().name
     return stem
 

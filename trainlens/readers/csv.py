@@ -12,6 +12,7 @@ A cell that is not a number is reported with its line and skipped; the rest is k
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import mmap
@@ -22,7 +23,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _shrink, _wandb
+from trainlens.readers import _fwtables, _shrink, _wandb
 from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long, without_pandas_index
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
@@ -98,6 +99,10 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
                 raise UnreadableInputError(f"{path}: no numeric metric columns found")
             return runs
     df = _wandb.history_dump(df)  # a saved run.history(): W&B's own columns
+    prep = _fwtables.prepare(df, path)  # a framework's own table (Ultralytics, timm, …)
+    df, issues = prep.df, [*issues, *prep.notes]
+    if prep.aliases:
+        opts = dataclasses.replace(opts, aliases=_fwtables.with_aliases(opts.aliases, prep.aliases))
     sessions = _fit_sessions(df)
     if sessions is not None:
         note = DataIssue(
@@ -112,11 +117,18 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
             count=len(sessions),
             severity="info",
         )
-        return [
+        runs = [
             _one_run(seg, f"{name} fit {k}", source, opts, [*issues, note], size, first_line=line)
             for k, (line, seg, _) in enumerate(sessions, start=1)
         ]
-    return [_one_run(df, name, source, opts, issues, size)]
+    else:
+        runs = [_one_run(df, name, source, opts, issues, size)]
+    for run in runs:
+        if prep.framework is not None:
+            run.metadata["framework"] = prep.framework
+        run.metadata.update(prep.metadata)
+        _fwtables.finish(run)
+    return runs
 
 
 def _check_width(path: Path) -> None:
@@ -155,8 +167,12 @@ def _fit_sessions(df: pl.DataFrame) -> list[tuple[int, pl.DataFrame, str]] | Non
     if (d == 0).any() or not (d < 0).any():
         return None  # one session (or repeated epochs: not this layout)
     cuts = [0, *(int(i) + 1 for i in (d < 0).nonzero()[0]), df.height]
-    # data lines are numbered from 2 (line 1 is the header)
-    return [(a + 2, df.slice(a, b - a), col) for a, b in itertools.pairwise(cuts)]
+    # data lines are numbered from 2 (line 1 is the header), unless rows were left out
+    lines = df.get_column(_fwtables.SOURCE_LINE) if _fwtables.SOURCE_LINE in df.columns else None
+    return [
+        (a + 2 if lines is None else int(lines[a]), df.slice(a, b - a), col)
+        for a, b in itertools.pairwise(cuts)
+    ]
 
 
 def _one_run(
@@ -172,6 +188,9 @@ def _one_run(
     issues = [*issues, *note]
     # data lines are numbered from 2 (line 1 is the header)
     line_numbers = pl.Series("_line", range(first_line, first_line + df.height), dtype=pl.Int64)
+    if _fwtables.SOURCE_LINE in df.columns:  # rows were left out: each keeps its own line
+        line_numbers = df.get_column(_fwtables.SOURCE_LINE).alias("_line")
+        df = df.drop(_fwtables.SOURCE_LINE)
     long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
     if long.height == 0:
         raise UnreadableInputError(f"{source}: no numeric metric columns found")

@@ -53,6 +53,8 @@ from trainlens.readers._wide import enum_runs
 from trainlens.readers.base import ReadOptions
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from trainlens.readers._tbrows import FileData, RunParts
     from trainlens.readers._tbtags import Tags
 
@@ -165,6 +167,19 @@ def _keras_label(split: str, tag: str, batch_axis: bool) -> str:
 def _split_groups(dirs: dict[Path, list[Path]]) -> dict[Path, Path]:
     """Each ``train/`` or ``validation/`` events folder -> the run folder it belongs to."""
     return {d: d.parent for d in dirs if d.name in SPLIT_DIRS}
+
+
+def _keras_split(d: Path, fds: list[FileData], tags: Tags, dirs: Iterable[Path]) -> bool:
+    """A ``train/`` folder is a Keras split unless it stands alone (no ``validation/``
+    beside it) and every tag in it is already namespaced: Ultralytics names its run
+    folder ``train`` (``runs/detect/train``) and logs ``train/box_loss``,
+    ``metrics/mAP50(B)``; read as a split, they became ``train/train/box_loss``."""
+    import numpy as np
+
+    if d.name != "train" or (d.parent / "validation") in set(dirs):
+        return True
+    ids = set().union(*(set(np.unique(fd.rows.tag).tolist()) for fd in fds))
+    return not ids or not all(b"/" in tags.names[t] for t in ids)
 
 
 def _split_renames(
@@ -481,6 +496,7 @@ def _read_file(path: Path, opts: ReadOptions) -> list[Run]:
     if not len(fd.rows.record) and opts.start_offset == 0:
         raise _no_scalars(path, [fd])
     parts = RunParts([fd], [None])
+    split = split and _keras_split(path.resolve().parent, [fd], tags, [])
     if split:  # one file of a Keras logdir: named and mapped as its run would be
         parts = RunParts(*_split_renames({path.resolve().parent: [fd]}, tags))
         name = path.resolve().parent.parent.name
@@ -520,7 +536,11 @@ def _group_runs(
     folded = _folded_scalars(root, dirs, data, tags)
     # (tensorboardX writes add_scalars("loss", {"train": …}) to loss/train: folded above,
     # not a Keras split; one under a Keras split folder is left a run of its own)
-    splits = {d: p for d, p in _split_groups(dirs).items() if d not in folded}
+    splits = {
+        d: p
+        for d, p in _split_groups(dirs).items()
+        if d not in folded and _keras_split(d, data[d], tags, dirs)
+    }
     folded = {d: f for d, f in folded.items() if f[0] not in splits}
     from trainlens.readers._tbrows import RunParts
 
