@@ -172,6 +172,7 @@ def test_nan_loss_and_error_incident_fire_at_the_nan(recorded: Any, tmp_path: Pa
             rec,
             [
                 _silent(rec, "TrainlensNaNLoss", i - 1),
+                # both clauses hold here (NaN value, NAN001 opened): still one alert
                 _fires(rec, "TrainlensNaNLoss", i),
                 _fires(rec, "TrainlensNaNLoss", end),
                 _silent(rec, "TrainlensErrorIncident", i - 1),
