@@ -179,6 +179,8 @@ def record(
         state.runs.append(live)
         sink.emit(live.event("run-appeared", "following"))
         ticks = len(pieces) + int(tail / interval)
+        # one tick as trainlens.watch.loop.watch ticks (keep the two in step when the loop
+        # changes): poll, take the chunk, judge when due, check for a stall, announce, update
         for i in range(ticks):
             now[0] = i * interval
             if 0 < i < len(pieces):

@@ -117,6 +117,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Any:
             if name == "inf_loss":
                 src = _monitor_run(root / "src", name, layers=2, steps=60, inf_from=40)
                 cache[name] = record(src, work, steps=20, tail=TAIL)
+            elif name == "monitor_finished":  # the Monitor closed at the end of training
+                src = _monitor_run(root / "src", name, layers=2, steps=200, inf_from=None)
+                cache[name] = record(src, work, steps=20, tail=2100.0)
             elif name == "short":  # two pieces: every family has its samples
                 src = fixture_path("nan_divergence")
                 cache[name] = record(src, work, steps=50, stop_step=100)
@@ -322,8 +325,10 @@ def test_no_rule_fires_on_a_healthy_run_that_finished(recorded: Any, tmp_path: P
     "counts as stalled 30 s after its last record",
 )
 def test_run_stalled_stays_silent_after_a_normal_end(recorded: Any, tmp_path: Path) -> None:
-    rec = recorded("healthy_constant")
-    last = rec.index_of_step(800)
+    """A run trainlens' Monitor wrote and closed when training ended, watched 35 min past
+    its last record (the fixture runs were written before the Monitor marked an end)."""
+    rec = recorded("monitor_finished")
+    last = rec.index_of_step(200)
     tests = [_silent(rec, "TrainlensRunStalled", j) for j in range(last, len(rec.scrapes), PER_MIN)]
     _ok(promtool_test(tmp_path, rec, tests))
 
