@@ -86,6 +86,15 @@ def watch(
             show_default=False,
         ),
     ] = None,
+    prometheus_tensors: Annotated[
+        int | None,
+        typer.Option(
+            "--prometheus-tensors",
+            help="Export the K most telling per-tensor series of each family (grad_norm/, "
+            "update_ratio/) per run; 0: none [default: 8].",
+            show_default=False,
+        ),
+    ] = None,
     hold_steps: Annotated[
         float | None,
         typer.Option(
@@ -149,6 +158,7 @@ def watch(
         exec=exec_cmd,
         exit_on=exit_on,
         prometheus=prometheus,
+        prometheus_tensors=prometheus_tensors,
         hold_steps=hold_steps,
         hold_seconds=hold_seconds,
     )

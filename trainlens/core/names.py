@@ -202,6 +202,17 @@ PATTERN_ALIASES: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
+#: The per-tensor families: ``<family>/<tensor>``, one series per parameter tensor (a large
+#: model logs hundreds), beside the family's global figure (``grad_norm``).
+TENSOR_FAMILIES = ("grad_norm", "update_ratio")
+
+
+def tensor_family(metric: str) -> str | None:
+    """``grad_norm`` for ``grad_norm/<tensor>`` (a per-tensor series), else None."""
+    head, sep, rest = metric.partition("/")
+    return head if sep and rest and head in TENSOR_FAMILIES else None
+
+
 # Per-device GPU metrics (the device rule): ``gpu<i>/<field>``, one name per device, so
 # measured energy (calculators/energy.py) finds every GPU's power by one name. A device
 # prefix — W&B's system metrics ``gpu.<i>.`` (``system/gpu.0.powerWatts``; ``system.`` in

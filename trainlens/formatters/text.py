@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainlens.core.names import tensor_family
 from trainlens.core.sanitize import terminal_lines
 from trainlens.formatters.incidents import incident_lines, runs_table
 
@@ -47,9 +48,7 @@ def duration_text(seconds: float | None) -> str:
 
 def _metric_list(metrics: dict[str, Any], limit: int = 14) -> str:
     names = list(metrics)
-    per_tensor = [
-        n for n in names if n.count("/") and n.split("/")[0] in {"grad_norm", "update_ratio"}
-    ]
+    per_tensor = [n for n in names if tensor_family(n)]
     main = [n for n in names if n not in per_tensor]
     text = ", ".join(main[:limit]) + (
         f", … ({len(main) - limit} more)" if len(main) > limit else ""

@@ -23,6 +23,7 @@ WATCH_KEYS = {
     "exit_on": "end the watch with exit 1 at the first finding at or above: warning or error",
     "exec": "a command run once per announced finding, the finding in its environment",
     "prometheus": "HOST:PORT to serve /metrics on",
+    "prometheus_tensors": "per-tensor series exported per family and run (8; 0: none)",
     "stall_factor": "a run is stalled after its usual gap between records x this (default 10)",
     "min_stall_seconds": "... and at least this many seconds (default 30)",
     "judge_budget": "share of one core the re-judging may take on average (default 0.03)",
@@ -40,6 +41,9 @@ class WatchSettings:
     exit_on: str | None = None
     exec: str | None = None
     prometheus: str | None = None
+    # 8 of each per-tensor family (grad_norm/, update_ratio/): 16 series a run, where the
+    # fixture runs' 4-layer model logs 58 and a large model hundreds (docs/watch.md)
+    prometheus_tensors: int = 8
     stall_factor: float = 10.0
     min_stall_seconds: float = 30.0
     judge_budget: float = 0.03
@@ -103,6 +107,12 @@ def _checked(key: str, value: Any, where: str) -> Any:
                 f"{where}: 'exit_on' must be one of {', '.join(EXIT_LEVELS)} or none, not {value!r}"
             )
         return None if value.lower() == "none" else value.lower()
+    if key == "prometheus_tensors":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(
+                f"{where}: 'prometheus_tensors' must be a whole number of at least 0, not {value!r}"
+            )
+        return value
     if key == "prometheus":
         if not isinstance(value, str):
             raise ConfigError(f"{where}: 'prometheus' must be HOST:PORT, not {value!r}")

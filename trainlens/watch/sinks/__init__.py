@@ -87,7 +87,7 @@ def build_sink(settings: Any, *, json: bool, tty: bool) -> Fanout:
         _need("prometheus_client", "--prometheus")
         from trainlens.watch.sinks.prometheus import PrometheusSink
 
-        sinks.append(PrometheusSink(settings.prometheus))
+        sinks.append(PrometheusSink(settings.prometheus, tensors=settings.prometheus_tensors))
     if settings.notify:
         _need("apprise", "--notify")
         from trainlens.watch.sinks.notify import NotifySink
