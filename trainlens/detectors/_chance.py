@@ -27,8 +27,10 @@ _NOT = re.compile(r"balanced|_vs_|loss|err")
 MIN_GAIN = 0.02
 #: an accuracy at most this (as a fraction) is "at 0"
 ZERO = 1e-6
-#: the accuracy lies within this share of 1 / k, and the loss within this share of ln k
+#: the loss lies within this share of ln k, and the accuracy's mean within this share
+#: of 1 / k or ``CHANCE_ABS`` of it (a small eval set: 40 samples give ±0.05 at k = 10)
 CHANCE_TOL = 0.10
+CHANCE_ABS = 0.05
 #: accuracy values needed to judge
 MIN_VALUES = 5
 
@@ -85,20 +87,22 @@ def judge(run: Run, metric: str, since: int, loss_level: float) -> Accuracy | No
         if v.max() > 100.0:
             return None
         v = v / 100.0  # a percentage
-    start, best, end = float(np.median(v[:3])), float(v.max()), float(np.median(v[-3:]))
-    improved = best - start > max(MIN_GAIN, 3 * _noise(v)) and end - start > MIN_GAIN / 2
+    # levels, not single values: a per-batch accuracy of 16 samples moves in steps of 1/16
+    seg = max(3, v.size // 10)
+    start, best, end = float(np.median(v[:seg])), float(v.max()), float(np.median(v[-seg:]))
+    improved = end - start > max(MIN_GAIN, 3 * _noise(v) / math.sqrt(seg))
     chance: float | None = None
     classes: int | None = None
     if not improved:
         if best <= ZERO:
             chance = 0.0
-        elif 0.0 < end <= 0.5:
-            k = round(1.0 / end)
-            ln_k = math.log(k) if k >= 2 else 0.0
+        elif 0.5 < loss_level < 14.0:  # ln 2 … ln 1.2M: k classes at the uniform guess
+            k = round(math.exp(loss_level))
+            mean = float(v.mean())
             if (
-                k >= 2
-                and abs(end - 1.0 / k) <= CHANCE_TOL / k
-                and abs(loss_level - ln_k) <= CHANCE_TOL * ln_k
+                abs(loss_level - math.log(k)) <= CHANCE_TOL * math.log(k)
+                and abs(mean - 1.0 / k) <= max(CHANCE_TOL / k, CHANCE_ABS)
+                and end <= 1.0 / k + max(CHANCE_TOL / k, CHANCE_ABS)
             ):
                 chance, classes = 1.0 / k, k
     return Accuracy(metric, int(s[0]), int(s[-1]), start, best, end, improved, chance, classes)
