@@ -29,8 +29,9 @@ Default thresholds
     noisy ones is not taken for a turning point; with fewer the lowest stands. When the
     trainer recorded its best checkpoint by this metric (HF's ``best_model_checkpoint``
     at a step where the metric equals ``best_metric``), that evaluation is the best and
-    the finding names the checkpoint to keep (``evidence.best_checkpoint``). The training loss must have
-    fallen over the same steps (smoothed, by more than its own noise). This is the
+    the finding names the checkpoint to keep (``evidence.best_checkpoint``). The
+    training loss must have fallen over the same steps (smoothed, by more than its own
+    noise). This is the
     "generalization loss" criterion of early stopping (Prechelt 1998, "Early Stopping —
     But When?", GL_α with α = 2 %) with a noise guard. Severity: warning; error when
     the rise (from the level around the best) exceeds ``error_rise`` = 10 %. Without a
