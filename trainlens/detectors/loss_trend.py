@@ -355,7 +355,7 @@ def _not_decreasing(
             resumed=start.resumed,
             warmup_end=start.warmup_end,
             fitted_drop_rel=fitted_drop / scale if scale else 0.0,
-            accuracy_metric=(stuck or learned).metric if (stuck or learned) else None,
+            accuracy_metric=named.metric if (named := stuck or learned) else None,
             accuracy_chance=stuck.chance if stuck else None,
         )
     ]
