@@ -108,11 +108,23 @@ def judge(run: Run, metric: str, since: int, loss_level: float) -> Accuracy | No
     return Accuracy(metric, int(s[0]), int(s[-1]), start, best, end, improved, chance, classes)
 
 
+def _level(run: Run, metric: str) -> float | None:
+    """The median of a loss over the run: where a model at chance keeps it (ln k)."""
+    if not run.has(metric):
+        return None
+    _, v = run.series(metric, finite=True)
+    return float(np.median(v)) if v.size else None
+
+
 def accuracies(run: Run, since: int, loss_level: float) -> list[Accuracy]:
-    """Every accuracy-like metric the run logs, judged from ``since`` on."""
+    """Every accuracy-like metric the run logs, judged from ``since`` on; a validation
+    accuracy against the validation loss' median for the ln k check (when logged), a
+    training one against ``loss_level`` (the train loss' early level)."""
+    val_level = _level(run, "val/loss")
     out = []
     for m in accuracy_metrics(run.metrics):
-        a = judge(run, m, since, loss_level)
+        level = val_level if m.startswith("val") and val_level is not None else loss_level
+        a = judge(run, m, since, level)
         if a is not None:
             out.append(a)
     return out

@@ -36,7 +36,11 @@ What it flags
       rose (more than 2 points and 3 of its noise sigmas) makes it info (it does learn).
     - **LOSS004** — an accuracy-like metric stayed at chance (as above) while the loss did
       fall: the model learned the label prior, predicts one class, or the accuracy is not
-      computed on its predictions. Only when LOSS002 did not fire and no accuracy improved.
+      computed on its predictions. Only when LOSS002 did not fire and no accuracy of the
+      same split improved; a validation accuracy at chance (beside a validation loss whose
+      median is ln k) while the training accuracy rose is a model that memorizes (a public
+      7-epoch Keras log: train accuracy 0.52 → 0.90, val_accuracy 0.40–0.55, val_loss
+      ≈ ln 2). Judged also on logs too short for a loss trend (under `min_points`).
     - **LOSS003** — after it had fallen, the smoothed training loss rises above its running
       minimum by a clear margin and stays there for a long stretch. A single spike is removed
       by the smoothing (spikes are `grad_spikes`' job: GRAD001 / LOSS001). The finding
@@ -236,6 +240,13 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         raise Skip(f"needs {LOSS}, not logged")
     steps_all, v_all = run.series(LOSS, finite=True)
     if steps_all.size < p.min_points:
+        # too short for a trend, not for an accuracy that never left chance (a 7-epoch
+        # Keras log: val_accuracy 0.5 -> 0.4 beside val_loss ln 2, train accuracy 0.9)
+        if steps_all.size >= 2:
+            level = float(np.median(v_all[:3]))
+            chance = _at_chance(accuracies(run, int(steps_all[0]), level), steps_all, v_all)
+            if chance:
+                return chance
         raise Skip(
             f"{LOSS} has {steps_all.size} finite value{'s' * (steps_all.size != 1)}; a trend "
             f"needs at least {p.min_points}"
@@ -366,17 +377,33 @@ def _at_chance(accs: list[Accuracy], st: np.ndarray, v: np.ndarray) -> list[Find
     at ln k) while the loss did fall: what fell is the loss of predicting the label
     prior, or the accuracy is computed on something else than what is learned."""
     stuck = next((a for a in accs if a.chance is not None), None)
-    if stuck is None or any(a.improved for a in accs):
+    if stuck is None:
         return []
+    split = stuck.metric.split("/")[0]
+    if any(a.improved and a.metric.split("/")[0] == split for a in accs):
+        return []
+    # a validation accuracy at chance while the training one rose: it memorizes
+    trained = next((a for a in accs if a.improved and not a.metric.startswith("val")), None)
+    went = f"{LOSS} went {float(v[0]):.4g} → {float(v[-1]):.4g}"
+    if split == "val" and trained is not None:
+        why = (
+            f" while {trained.metric} rose from {trained.start:.3g} to {trained.end:.3g} and "
+            f"{went}: it memorizes the training set and learns nothing that carries over; "
+            "check that the validation labels and preprocessing match the training ones, "
+            "and use more data, augmentation or a smaller model."
+        )
+    else:
+        why = (
+            f" while {went}: the model never beat chance; check that the labels match the "
+            "inputs and the accuracy is computed on the model's predictions (not a constant "
+            "or the wrong axis), and whether it predicts one class."
+        )
     return [
         finding(
             "LOSS004",
             CODES["LOSS004"],
             "warning",
-            f"{stuck.words} while {LOSS} went {float(v[0]):.4g} → {float(v[-1]):.4g}: the "
-            "model never beat chance; check that the labels match the inputs and the "
-            "accuracy is computed on the model's predictions (not a constant or the wrong "
-            "axis), and whether it predicts one class.",
+            stuck.words + why,
             metric=stuck.metric,
             step_start=stuck.first_step,
             step_end=stuck.last_step,

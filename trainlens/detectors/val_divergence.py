@@ -19,11 +19,15 @@ Default thresholds
     the rise from the best to the mean of the last three evaluations must exceed both
     ``min_rise`` = 2 % of the best value and ``noise_k`` = 3 times the evaluation noise
     seen before the best (robust scale of the second differences of the last 8
-    evaluations up to it, MAD × 1.4826 / √6; with fewer than five of them, of the
-    successive differences of all evaluations, MAD × 1.4826 / √2): the swings after the
+    evaluations up to it, MAD × 1.4826 / √6; with fewer than five of them, the smaller
+    of that scale over all evaluations and of their successive differences' MAD ×
+    1.4826 / √2): the swings after the
     best are what is judged, not part of the yardstick — an HF run whose eval loss was
     lowest (0.232) at step 800, then 0.25–0.30 for seven evals and 0.288 at the end
-    (+24 %) got nothing when they were. The Theil–Sen slope of the evaluations after the
+    (+24 %) got nothing when they were. A loss that rose at each of the ``min_after``
+    evaluations after the best passes the noise guard whatever the noise (Prechelt's
+    UP_s criterion; ``evidence.rose_each_eval``): a 7-epoch Keras log, 0.457 then 0.469,
+    0.498, 0.534, was silent. The Theil–Sen slope of the evaluations after the
     best must be positive. From 20 evaluations on, the best level is the median of the
     five evaluations around the best one, so a lucky low evaluation among thousands of
     noisy ones is not taken for a turning point; with fewer the lowest stands. When the
@@ -128,6 +132,16 @@ def trainer_best(run: Run, metric: str, s: np.ndarray, v: np.ndarray) -> tuple[i
     if at.size == 0 or not np.isclose(float(v[at[0]]), float(best), rtol=1e-6, atol=1e-12):
         return None
     return step, path
+
+
+def _noise2(v: np.ndarray) -> float:
+    """The noise of a series as the robust scale of its second differences (MAD × 1.4826
+    / √6): a trend, steady or turning, drops out, where first differences count a steep
+    early fall as noise (a 7-epoch Keras log: 1.54 → 0.81 → 0.71 made the guard 0.19)."""
+    if v.size < 4:
+        return _noise(v)
+    d2 = np.diff(v, 2)
+    return float(np.median(np.abs(d2 - np.median(d2))) * MAD_TO_SIGMA / np.sqrt(6))
 
 
 def _train_change(run: Run, start: int, end: int) -> tuple[float, float] | None:
@@ -282,8 +296,12 @@ def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding
     # noise of the whole series counts the rise itself, and the swings after the best
     # (0.25 <-> 0.30) absorbed a +24 % rise
     before = _noise_before(v, best)
-    noise = before if before is not None else _noise(v)
-    if rel_level < params.min_rise or rise < params.noise_k * noise:
+    noise = before if before is not None else min(_noise(v), _noise2(v))
+    # Prechelt's UP_s: an eval loss that rose at each of the ``min_after`` evaluations
+    # after the best is a turning point whatever the noise (three successive rises by
+    # chance: 1 in 8 at most, and each must add to the rise)
+    ups = bool(np.all(np.diff(v[best : best + params.min_after + 1]) > 0))
+    if rel_level < params.min_rise or (rise < params.noise_k * noise and not ups):
         return None
     slope = theil_sen(np.r_[best_v, after], np.r_[s[best], s[best + 1 :]]).slope
     if not slope > 0:
@@ -333,6 +351,7 @@ def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding
         share_after_best=share_after,
         eval_noise=noise,
         noise_from="before-best" if before is not None else "all-evals",
+        rose_each_eval=ups,
         best_checkpoint=kept[1] if kept is not None else None,
         train_at_best=train[0] if train else None,
         train_final=train[1] if train else None,
