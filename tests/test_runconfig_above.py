@@ -88,3 +88,20 @@ def test_no_hydra_dir_four_levels_up(tmp_path: Path) -> None:
     _summary_writer(out / "a" / "b" / "c" / "tb")
     _run, ctx = _context(out / "a" / "b" / "c" / "tb")
     assert ctx["schedule"] == {} and ctx["source"] is None
+
+
+def test_wandb_run_folder_inside_a_hydra_output_dir(tmp_path: Path) -> None:
+    """W&B's own files/config.yaml (only W&B's keys: the script passed no config) is found
+    first, beside the run; the schedule comes from the Hydra config two folders up."""
+    pytest.importorskip("wandb")
+    from tests.conftest import run_wandb_offline
+
+    out = _hydra_out(tmp_path)
+    run_wandb_offline(Path(__file__).with_name("_wandb_plain_writer.py"), out, "60")
+    [run_dir] = (out / "wandb").glob("*run-*plain01")
+    run, ctx = _context(run_dir)
+    assert run.format == "wandb-run"
+    assert ctx["schedule"] == DECLARED
+    assert ctx["source"] == str(out / ".hydra" / "config.yaml")
+    [note] = [d for d in run.data_quality if d.kind == "run-config"]
+    assert "2 folders above" in note.message

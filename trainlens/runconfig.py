@@ -245,20 +245,48 @@ def find_run_config(
                 )
             continue
         if isinstance(data, dict) and data:  # a list or a scalar is no run config
-            up = _levels_up(cand, run)
-            if up and notes is not None:
-                notes.append(
-                    DataIssue(
-                        kind="run-config",
-                        source=str(cand),
-                        message=(
-                            f"run config read from {cand} ({up} folder{'s' * (up > 1)} above "
-                            "the run's): its declared schedule and model are used"
-                        ),
-                        severity="info",
-                    )
-                )
+            _note_above(cand, run, notes)
             return unwrap_wandb(data), str(cand)
+    return {}, None
+
+
+def _note_above(cand: Path, run: Run, notes: list[DataIssue] | None) -> None:
+    """An info note when the config used lies in a folder above the run's own."""
+    up = _levels_up(cand, run)
+    if up and notes is not None:
+        notes.append(
+            DataIssue(
+                kind="run-config",
+                source=str(cand),
+                message=(
+                    f"run config read from {cand} ({up} folder{'s' * (up > 1)} above the "
+                    "run's): its declared schedule and model are used"
+                ),
+                severity="info",
+            )
+        )
+
+
+def config_above(
+    run: Run, used: str | None, notes: list[DataIssue] | None = None
+) -> tuple[dict[str, Any], str | None]:
+    """A Hydra config in a folder above the run's, other than ``used``: asked when the
+    config beside the run declares no schedule (a W&B run folder's own ``config.yaml``
+    holds only W&B's keys unless the script passed its config to ``wandb.init``)."""
+    src = Path(run.source)
+    folder = src if src.is_dir() else src.parent
+    for d in [folder.parents[i] for i in range(min(PARENT_LEVELS, len(folder.parents)))]:
+        for n in PARENT_CANDIDATES:
+            cand = d / n
+            if str(cand) == used or not cand.is_file():
+                continue
+            try:
+                data = _read(cand)
+            except RefusedFile:
+                continue  # (noted when find_run_config met it first; else not the run's)
+            if isinstance(data, dict) and data:
+                _note_above(cand, run, notes)
+                return data, str(cand)
     return {}, None
 
 
