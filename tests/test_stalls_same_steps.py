@@ -68,6 +68,6 @@ def test_same_steps_keep_what_the_search_keeps(
         }
     )
     run = build_run(df, name="r", source="mem", fmt="jsonl")
-    got, _ = stalls._timed_rows(run)
+    got, _, _ = stalls._timed_rows(run)
     want = _timed_rows_by_search(run)
     assert got.equals(want)

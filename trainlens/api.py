@@ -47,7 +47,13 @@ def build_context(run: Run, config: Config) -> Context:
     The user's schedule (``--schedule``, ``[tool.trainlens]``) is strict (ConfigError); a
     run's own config that cannot be read or understood is a data-quality note on the run
     and the run is judged without it (:mod:`trainlens.runconfig`)."""
-    from trainlens.runconfig import find_run_config, model_info, normalize_schedule, run_schedule
+    from trainlens.runconfig import (
+        config_above,
+        find_run_config,
+        model_info,
+        normalize_schedule,
+        run_schedule,
+    )
 
     ctx = Context()
     notes: list[DataIssue] = []
@@ -55,9 +61,18 @@ def build_context(run: Run, config: Config) -> Context:
     if config.schedule:
         ctx.schedule = normalize_schedule(config.schedule, origin="schedule")
         ctx.schedule_source = str(config.path) if config.path else "flags"
-    elif raw:
-        ctx.schedule = run_schedule(raw, origin or "run config", notes)
-        ctx.schedule_source = origin if ctx.schedule else None
+    else:
+        if raw:
+            ctx.schedule = run_schedule(raw, origin or "run config", notes)
+            ctx.schedule_source = origin if ctx.schedule else None
+        if not ctx.schedule and run.source:
+            # the config beside the run declares none (a W&B run's own config.yaml of
+            # W&B's keys only): a Hydra output folder above it may
+            above, where = config_above(run, origin, notes)
+            if above:
+                ctx.schedule = run_schedule(above, where or "run config", notes)
+                ctx.schedule_source = where if ctx.schedule else None
+                raw = raw or above
     # the machine the log's writer recorded (W&B's GPU model and count) comes last: the
     # run's config and the user's say what the run used
     machine = run.metadata.get("machine")

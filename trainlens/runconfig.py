@@ -4,8 +4,12 @@
 folder of the file it was read from):
 ``<stem>.config.json``, config.json, run_config.json, trainlens.json, hparams.yaml/.yml
 (Lightning), config.yaml/.yml (W&B beside an exported file), ``files/config.yaml`` (a W&B
-run folder), ``.hydra/config.yaml`` (Hydra), then ``../.hydra/config.yaml`` one level up.
-The first file that holds a mapping is the run config.
+run folder), ``.hydra/config.yaml`` (Hydra), then ``.hydra/config.yaml`` in the folders
+above, up to :data:`PARENT_LEVELS` levels: a logger's folder inside a Hydra output dir
+(``outputs/<date>/<time>/`` holding ``.hydra/`` beside ``tb/``, ``tb/lightning_logs/
+version_0/`` or ``wandb/run-…/``). The first file that holds a mapping is the run config;
+one found above the run's folder is said in an info note (``run-config``: which file, how
+many levels up), since nothing in the run's own folder points there.
 YAML is read by :mod:`trainlens.core.yamlio` (safe, bounded; Lightning's ``!!python/…``
 tags are read as the plain data under them). A W&B ``config.yaml`` is unwrapped: each key
 is ``{value: …, desc: …}``, and ``_wandb`` / ``wandb_version`` are W&B's own.
@@ -50,8 +54,11 @@ CANDIDATES = (
     "files/config.yaml",
     ".hydra/config.yaml",
 )
-#: looked for in the parent of the run's folder (a Hydra output dir holding the logger's)
+#: looked for in the folders above the run's (a Hydra output dir holding the logger's)
 PARENT_CANDIDATES = (".hydra/config.yaml",)
+#: how many folders up: ``tb/`` (1), ``wandb/run-…/`` (2), ``tb/lightning_logs/version_0/``
+#: (3) inside ``outputs/<date>/<time>/``
+PARENT_LEVELS = 3
 
 SCHEDULE_KEYS: dict[str, tuple[str, ...]] = {
     "shape": (
@@ -173,7 +180,16 @@ def _candidates(run: Run) -> list[Path]:
         folder, names = src.parent, [f"{src.stem}.config.json", *CANDIDATES]
     else:  # a Run made in memory: its source names no place to look
         return []
-    return [folder / n for n in names] + [folder.parent / n for n in PARENT_CANDIDATES]
+    above = [folder.parents[i] for i in range(min(PARENT_LEVELS, len(folder.parents)))]
+    return [folder / n for n in names] + [d / n for d in above for n in PARENT_CANDIDATES]
+
+
+def _levels_up(config: Path, run: Run) -> int:
+    """How many folders above the run's own the config file's folder lies (0: beside)."""
+    src = Path(run.source)
+    folder = src if src.is_dir() else src.parent
+    owner = config.parent.parent if config.parent.name == ".hydra" else config.parent
+    return folder.parents.index(owner) + 1 if owner in folder.parents else 0
 
 
 def _read(path: Path) -> Any:
@@ -229,7 +245,48 @@ def find_run_config(
                 )
             continue
         if isinstance(data, dict) and data:  # a list or a scalar is no run config
+            _note_above(cand, run, notes)
             return unwrap_wandb(data), str(cand)
+    return {}, None
+
+
+def _note_above(cand: Path, run: Run, notes: list[DataIssue] | None) -> None:
+    """An info note when the config used lies in a folder above the run's own."""
+    up = _levels_up(cand, run)
+    if up and notes is not None:
+        notes.append(
+            DataIssue(
+                kind="run-config",
+                source=str(cand),
+                message=(
+                    f"run config read from {cand} ({up} folder{'s' * (up > 1)} above the "
+                    "run's): its declared schedule and model are used"
+                ),
+                severity="info",
+            )
+        )
+
+
+def config_above(
+    run: Run, used: str | None, notes: list[DataIssue] | None = None
+) -> tuple[dict[str, Any], str | None]:
+    """A Hydra config in a folder above the run's, other than ``used``: asked when the
+    config beside the run declares no schedule (a W&B run folder's own ``config.yaml``
+    holds only W&B's keys unless the script passed its config to ``wandb.init``)."""
+    src = Path(run.source)
+    folder = src if src.is_dir() else src.parent
+    for d in [folder.parents[i] for i in range(min(PARENT_LEVELS, len(folder.parents)))]:
+        for n in PARENT_CANDIDATES:
+            cand = d / n
+            if str(cand) == used or not cand.is_file():
+                continue
+            try:
+                data = _read(cand)
+            except RefusedFile:
+                continue  # (noted when find_run_config met it first; else not the run's)
+            if isinstance(data, dict) and data:
+                _note_above(cand, run, notes)
+                return data, str(cand)
     return {}, None
 
 

@@ -7,6 +7,7 @@ Severity by code
     |---|---|---|
     | LOSS002 | loss-not-decreasing | warning (flat near its initial value, or exactly the same at every step) · info (fell only during warmup, flat since; or the log resumes a run) |
     | LOSS003 | loss-diverging | warning (rose and stayed up) · error (ends above where it started) · info (came back down) |
+    | LOSS004 | accuracy-at-chance | warning (an accuracy stayed at 0, or at 1/k beside a loss at ln k, while the loss fell) |
 
 What it flags
     - **LOSS002** — after warmup the training loss never gets meaningfully below its early
@@ -21,6 +22,25 @@ What it flags
       logging intervals past step 1, or its epoch counter starts at 2 or more — a flat loss
       is what a converged run does: info, with advice about the resume (LR after resuming,
       optimizer state), never "check that labels match the inputs".
+      **Practical, not only statistical, significance**: a decrease whose Theil–Sen slope
+      is significant but adds up to less than `min_rel_decrease` of the loss over the
+      judged stretch is no learning (three real W&B runs: 3.661 → 3.668, 4.43 → 4.40,
+      4.45 → 4.39 over 40 epochs with accuracy at 0 were called healthy), and a smoothed
+      curve that dipped below the early level must stay there for `min_below_frac` of the
+      points to count as a descent. Where an **accuracy-like metric** is logged
+      (`train/accuracy`, `val/accuracy`, `val/<set>_accuracy`, `top1` …; see
+      `_chance.py`), its distance from chance decides too: an accuracy that stayed at 0,
+      or at 1/k while the loss sits at ln k (a k-class model predicting the uniform
+      distribution), makes a flat loss a warning — also one that fell only during
+      warmup, or in a resumed log — and the message says so; an accuracy that clearly
+      rose (more than 2 points and 3 of its noise sigmas) makes it info (it does learn).
+    - **LOSS004** — an accuracy-like metric stayed at chance (as above) while the loss did
+      fall: the model learned the label prior, predicts one class, or the accuracy is not
+      computed on its predictions. Only when LOSS002 did not fire and no accuracy of the
+      same split improved; a validation accuracy at chance (beside a validation loss whose
+      median is ln k) while the training accuracy rose is a model that memorizes (a public
+      7-epoch Keras log: train accuracy 0.52 → 0.90, val_accuracy 0.40–0.55, val_loss
+      ≈ ln 2). Judged also on logs too short for a loss trend (under `min_points`).
     - **LOSS003** — after it had fallen, the smoothed training loss rises above its running
       minimum by a clear margin and stays there for a long stretch. A single spike is removed
       by the smoothing (spikes are `grad_spikes`' job: GRAD001 / LOSS001). The finding
@@ -53,7 +73,10 @@ What it flags
     (`val_divergence`).
 
     Evidence — LOSS002: `initial`, `early`, `final`, `rel_change`, `total_decrease`,
-    `slope`, `slope_low`, `slope_high`, `noise`. LOSS003: `min_step`, `min_loss`,
+    `slope`, `slope_low`, `slope_high`, `noise`, `fitted_drop_rel` (the slope × the
+    judged span, over the early level), `accuracy_metric`, `accuracy_chance` (0, 1/k or
+    null). LOSS004: `accuracy_start`, `accuracy_best`, `accuracy_end`, `chance`,
+    `classes`, `loss_start`, `loss_end`. LOSS003: `min_step`, `min_loss`,
     `peak_step`, `peak_loss`, `rise`, `rise_rel`, `end_loss`, `initial_loss`, `recovered`,
     `stretch_steps`, `smooth_window`.
 
@@ -92,7 +115,9 @@ Default thresholds and their source
     | `min_after_warmup_frac` | 0.25 | LOSS002 judges after the run's warmup only when that leaves a quarter of the points |
     | `seg_frac` | 0.10 | early / final level = median of the first / last 10 % of post-warmup points |
     | `min_rel_decrease` | 0.02 | LOSS002 needs the final level not 2 % below the early one, and the smoothed curve never 2 % (or `noise_k` = 4 noise σ) below it — SageMaker Debugger's `LossNotDecreasing` (a minimum percentage decrease, `diff_percent`, between checks) made into one judgement over the run, with a `ReduceLROnPlateau`-style relative threshold |
-    | `slope_confidence` | 0.99 | and the Theil–Sen slope's 99 % interval (Sen 1968; ≤ 500 evenly spaced points) does not lie below zero |
+    | `slope_confidence` | 0.99 | and the Theil–Sen slope's 99 % interval (Sen 1968; ≤ 500 evenly spaced points) does not lie below zero — or it does, but the slope over the judged span adds up to less than `min_rel_decrease` of the loss (practical significance) |
+    | `min_below_frac` | 0.25 | a smoothed loss below the early level by the margin for a quarter of the points is a descent |
+    | accuracy at chance | 2 points, 10 % | `_chance.py`: an accuracy that never rose 2 points (nor 3 noise σ) above its start, and is 0 or within 10 % of 1/k with the early loss within 10 % of ln k — a classifier predicting the uniform distribution over k classes has cross-entropy ln k and accuracy 1/k |
     | `min_total_decrease` | 0.05 | warning when the final loss is within 5 % of the initial one; info when it fell earlier (during warmup) |
     | `smooth_frac` | 0.02 | LOSS003 smoothing: centered rolling median over 2 % of the points (5…1001); beyond `max_smooth_points` = 20 000 points the curve is first reduced to block medians |
     | `rise_rel` | 0.05 | the smoothed loss must exceed its running minimum by max(5 %, 4 noise σ) — SageMaker's `increase_threshold_percent` default for a loss allowed to rise |
@@ -109,6 +134,10 @@ Known false positives
 
 Measured
     - modded-nanogpt records and the BLOOM notes: nothing.
+    - The real-log corpus (tests/real_logs.yml) and the fixture runs: the same findings
+      before and after practical significance and the accuracy check; the detector cases
+      of the three W&B runs' shapes (40 epochs, -0.7 %…-1.3 %, accuracy 0) were silent
+      before and are LOSS002 warnings now.
     - Fixture runs: `lr_shock_diverge` LOSS003 warning from step 400 (the shock) to the end;
       `lr_shock_recover` LOSS003 info 391–473 (came back down); `slow_loader` LOSS003 info
       620–732 (+18 %, back down: the padding injected there changes what the loss averages
@@ -131,12 +160,14 @@ import polars as pl
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.core.stats import MAD_TO_SIGMA, median_rows, runs_of, theil_sen
+from trainlens.detectors._chance import Accuracy, accuracies
 from trainlens.detectors._start import Start, run_start
 from trainlens.detectors.base import Context, Skip, finding
 
 CODES = {
     "LOSS002": "loss-not-decreasing",
     "LOSS003": "loss-diverging",
+    "LOSS004": "accuracy-at-chance",
 }
 
 LOSS = "train/loss"
@@ -153,6 +184,9 @@ class Params:
     seg_frac: float = 0.10
     min_rel_decrease: float = 0.02
     min_total_decrease: float = 0.05
+    #: the smoothed loss below the early level by the margin for this share of the
+    #: post-warmup points is a descent (a dip that came straight back is none)
+    min_below_frac: float = 0.25
     noise_k: float = 4.0
     slope_confidence: float = 0.99
     max_fit_points: int = 500
@@ -206,6 +240,13 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         raise Skip(f"needs {LOSS}, not logged")
     steps_all, v_all = run.series(LOSS, finite=True)
     if steps_all.size < p.min_points:
+        # too short for a trend, not for an accuracy that never left chance (a 7-epoch
+        # Keras log: val_accuracy 0.5 -> 0.4 beside val_loss ln 2, train accuracy 0.9)
+        if steps_all.size >= 2:
+            level = float(np.median(v_all[:3]))
+            chance = _at_chance(accuracies(run, int(steps_all[0]), level), steps_all, v_all)
+            if chance:
+                return chance
         raise Skip(
             f"{LOSS} has {steps_all.size} finite value{'s' * (steps_all.size != 1)}; a trend "
             f"needs at least {p.min_points}"
@@ -229,7 +270,10 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     if not any(f.severity.rank >= 1 for f in diverging):
         # the smoothed curve after warmup: the whole log's, from there on (one smoothing)
         sm_k = sm if keep.all() else sm[rst >= st[0]]
-        out.extend(_not_decreasing(st, v, sm_k if sm_k.size else sm, noise, initial, start, p))
+        level = float(np.median(v[: max(3, int(p.seg_frac * v.size))]))
+        accs = accuracies(run, int(st[0]), level)
+        flat = _not_decreasing(st, v, sm_k if sm_k.size else sm, noise, initial, start, accs, p)
+        out.extend(flat or _at_chance(accs, st, v))
     return out
 
 
@@ -263,6 +307,7 @@ def _not_decreasing(
     noise: float,
     initial: float,
     start: Start,
+    accs: list[Accuracy],
     p: Params,
 ) -> list[Finding]:
     n = v.size
@@ -272,15 +317,32 @@ def _not_decreasing(
     if scale < 1e-8 and abs(final) < 1e-8:
         return []  # a loss at zero has converged
     margin = max(p.min_rel_decrease * scale, p.noise_k * noise)
-    lowest = float(np.min(sm))
-    if final < early - margin or lowest < early - margin:
+    # below the early level for a while (a dip that came straight back is no descent;
+    # one that stayed down and then climbed back is LOSS003's)
+    below = float(np.mean(sm < early - margin))
+    if final < early - margin or below >= p.min_below_frac:
         return []
     idx = np.linspace(0, n - 1, min(n, p.max_fit_points)).astype(np.int64)
     fit = theil_sen(v[idx], st[idx].astype(np.float64), p.slope_confidence)
-    if fit.high_slope < 0:
-        return []  # a small but significant decrease: still learning
+    # practical, not only statistical, significance: a decrease that the slope's 99 %
+    # interval proves but that adds up to less than min_rel_decrease of the loss over
+    # the whole stretch (real W&B runs: 4.45 -> 4.39 over 40 epochs, accuracy at 0) is
+    # a run that does not learn
+    fitted_drop = -float(fit.slope) * float(st[-1] - st[0])
+    if fit.high_slope < 0 and fitted_drop >= p.min_rel_decrease * scale:
+        return []  # a small but significant and sizeable decrease: still learning
     total = (initial - final) / abs(initial) if initial else 0.0
     sev, what = _flat_text(st, v, early, final, initial, total, start, p)
+    stuck = next((a for a in accs if a.chance is not None), None)
+    learned = next((a for a in accs if a.improved), None)
+    if stuck is not None:
+        sev, what = "warning", f"{what}; {stuck.words}: the model never beat chance"
+    elif learned is not None:
+        sev = "info"
+        what = (
+            f"{what}; but {learned.metric} rose from {learned.start:.3g} to {learned.best:.3g}"
+            ", so it does learn: the loss may be dominated by a term that cannot fall"
+        )
     change = final - early
     return [
         finding(
@@ -303,6 +365,55 @@ def _not_decreasing(
             constant=bool(np.ptp(v) == 0.0),
             resumed=start.resumed,
             warmup_end=start.warmup_end,
+            fitted_drop_rel=fitted_drop / scale if scale else 0.0,
+            accuracy_metric=named.metric if (named := stuck or learned) else None,
+            accuracy_chance=stuck.chance if stuck else None,
+        )
+    ]
+
+
+def _at_chance(accs: list[Accuracy], st: np.ndarray, v: np.ndarray) -> list[Finding]:
+    """LOSS004: an accuracy-like metric that never left chance (0, or 1 / k beside a loss
+    at ln k) while the loss did fall: what fell is the loss of predicting the label
+    prior, or the accuracy is computed on something else than what is learned."""
+    stuck = next((a for a in accs if a.chance is not None), None)
+    if stuck is None:
+        return []
+    split = stuck.metric.split("/")[0]
+    if any(a.improved and a.metric.split("/")[0] == split for a in accs):
+        return []
+    # a validation accuracy at chance while the training one rose: it memorizes
+    trained = next((a for a in accs if a.improved and not a.metric.startswith("val")), None)
+    went = f"{LOSS} went {float(v[0]):.4g} → {float(v[-1]):.4g}"
+    if split == "val" and trained is not None:
+        why = (
+            f" while {trained.metric} rose from {trained.start:.3g} to {trained.end:.3g} and "
+            f"{went}: it memorizes the training set and learns nothing that carries over; "
+            "check that the validation labels and preprocessing match the training ones, "
+            "and use more data, augmentation or a smaller model."
+        )
+    else:
+        why = (
+            f" while {went}: the model never beat chance; check that the labels match the "
+            "inputs and the accuracy is computed on the model's predictions (not a constant "
+            "or the wrong axis), and whether it predicts one class."
+        )
+    return [
+        finding(
+            "LOSS004",
+            CODES["LOSS004"],
+            "warning",
+            stuck.words + why,
+            metric=stuck.metric,
+            step_start=stuck.first_step,
+            step_end=stuck.last_step,
+            accuracy_start=stuck.start,
+            accuracy_best=stuck.best,
+            accuracy_end=stuck.end,
+            chance=stuck.chance,
+            classes=stuck.classes,
+            loss_start=float(v[0]),
+            loss_end=float(v[-1]),
         )
     ]
 

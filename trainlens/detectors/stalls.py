@@ -27,6 +27,12 @@ What it flags
       excess over the expected length is at least (`factor` − 1) typical steps, it at least
       doubles the expected interval (sparse logging), and the excess is at least
       `min_gap_s`.
+    - **One step axis.** A series whose points were written when the densest one stood at
+      10× their steps or more is on another axis (Keras' `epoch_loss` at step = epoch
+      beside `batch_loss` at step = iteration): it adds no points, and a gap in which it
+      logged (or within a second after it) is the end of an epoch — the validation and
+      the epoch's logs — not a stall. Runs of more than 512 metrics are grouped at once
+      and not split by axis.
     - **Routine pauses**: when at least `min_recurring` candidates exist (evals, periodic
       checkpoints), their median excess is the routine pause, and only gaps
       `recurring_factor` × longer are reported.
@@ -61,6 +67,9 @@ Measured
     - A JSONL crash-resume written in the test: no stall without a requeue pause; a 900 s
       requeue → warning at the resumed step 601 (`across_restart`).
     - Real logs: none carries wall-clock times (skipped).
+    - A Keras-style logdir of two 3000-batch epochs with a 25 s validation after each
+      (`tests/test_stalls_axes.py`): warnings at steps 3000 and 6000 before the axes were
+      told apart, nothing after; a 60 s pause at batch 1200 is still a warning there.
 
 Example
     ```
@@ -109,7 +118,32 @@ def _fmt_s(x: float) -> str:
     return f"{x:.3g} s"
 
 
-def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool]:
+def _other_axis(dense_steps: np.ndarray, dense_wall: np.ndarray, sf: pl.DataFrame) -> bool:
+    """Whether a series is logged against another step axis than the densest one: Keras'
+    ``epoch_loss`` at step = epoch beside ``batch_loss`` at step = iteration. When its
+    points were written the dense series stood at ``axis_ratio`` times their steps or more
+    (epoch 1 is written when the batches are at step 3000); a series of the same axis —
+    an eval at step 1500, written when the batches are at 1500 — stands at about 1."""
+    steps = sf.get_column("step").to_numpy()
+    wall = sf.get_column("wall_time").to_numpy()
+    ok = (steps >= 1) & np.isfinite(wall)
+    if not ok.any() or dense_steps.size < 2:
+        return False
+    clock = np.maximum.accumulate(np.where(np.isfinite(dense_wall), dense_wall, -np.inf))
+    at = np.searchsorted(clock, wall[ok], side="right") - 1
+    seen = at >= 0
+    if not seen.any():
+        return False
+    stood = dense_steps[at[seen]] / steps[ok][seen]
+    return float(np.median(stood)) >= AXIS_RATIO
+
+
+#: a series whose points were written when the densest one stood at this many times
+#: their steps is on another step axis (epochs beside iterations)
+AXIS_RATIO = 10.0
+
+
+def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool, np.ndarray]:
     """(step, superseded, wall_time) rows that carry every step's wall time, and whether
     they are one row per step (only the densest metric's).
 
@@ -117,9 +151,13 @@ def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool]:
     reading it; metrics logged on the same lines share steps and times, so the densest
     timed metric plus the steps only sparser metrics have (and superseded rows) give the
     same points. With many metrics, a view and a search per metric cost more than one
-    grouping: :func:`_timed_rows_grouped`."""
+    grouping: :func:`_timed_rows_grouped`.
+
+    Series of another step axis (:func:`_other_axis`) are left out of the rows; their
+    wall times come back as the third item: when an epoch ended (Keras writes the epoch's
+    logs after its validation)."""
     if len(run.metrics) > MANY_METRICS:
-        return _timed_rows_grouped(run), False
+        return _timed_rows_grouped(run), False, np.empty(0)
     timed: list[tuple[str, pl.DataFrame]] = []
     for metric in run.metrics:
         sf = run.series_frame(metric)
@@ -127,11 +165,18 @@ def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool]:
             timed.append((metric, sf))
     if not timed:
         schema = {"step": pl.Int64, "superseded": pl.Boolean, "wall_time": pl.Float64}
-        return pl.DataFrame(schema=schema), True
+        return pl.DataFrame(schema=schema), True, np.empty(0)
     timed.sort(key=lambda t: -t[1].height)
     _, dense = timed[0]
     dense_steps = dense.get_column("step").to_numpy()  # increasing (series_frame)
     dense_wall = dense.get_column("wall_time").to_numpy()
+    other = [sf for _, sf in timed[1:] if _other_axis(dense_steps, dense_wall, sf)]
+    ends = (
+        np.concatenate([sf.get_column("wall_time").to_numpy() for sf in other])
+        if other
+        else np.empty(0)
+    )
+    timed = [timed[0]] + [(m, sf) for m, sf in timed[1:] if not any(sf is o for o in other)]
     parts = [dense.select("step", pl.lit(False).alias("superseded"), "wall_time")]
     for _, sf in timed[1:]:
         steps = sf.get_column("step").to_numpy()
@@ -159,7 +204,7 @@ def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool]:
         parts.append(
             run.frame.filter(pl.col("superseded")).select("step", "superseded", "wall_time")
         )
-    return pl.concat(parts), len(parts) == 1
+    return pl.concat(parts), len(parts) == 1, ends[np.isfinite(ends)]
 
 
 def _timed_rows_grouped(run: Run) -> pl.DataFrame:
@@ -182,24 +227,37 @@ def _timed_rows_grouped(run: Run) -> pl.DataFrame:
     return pl.concat(parts)
 
 
-def _points(run: Run) -> tuple[np.ndarray, np.ndarray]:
-    """Step and wall time of each logged point (the earliest wall time of any metric at
-    that step; superseded values apart), in wall-clock order."""
-    rows, one_per_step = _timed_rows(run)
+def _points(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step and wall time of each logged point of the run's step axis (the earliest wall
+    time of any metric at that step; superseded values apart), in wall-clock order; and
+    the wall times of the points of another axis (epoch ends)."""
+    rows, one_per_step, ends = _timed_rows(run)
     rows = rows.filter(pl.col("wall_time").is_not_null() & pl.col("wall_time").is_finite())
     if one_per_step:
         s = rows.get_column("step").to_numpy()
         w = rows.get_column("wall_time").to_numpy()
         if bool(np.all(w[1:] >= w[:-1])):
-            return s, w  # in step order, one per step, and the clock never goes back
+            return s, w, ends  # in step order, one per step, and the clock never goes back
     pts = (
         rows.group_by("step", "superseded").agg(pl.col("wall_time").min()).sort("wall_time", "step")
     )
-    return pts.get_column("step").to_numpy(), pts.get_column("wall_time").to_numpy()
+    return pts.get_column("step").to_numpy(), pts.get_column("wall_time").to_numpy(), ends
+
+
+def _epoch_ends(w: np.ndarray, ends: np.ndarray, slack: float) -> np.ndarray:
+    """For each gap between consecutive points, whether another axis logged in it (or
+    within ``slack`` seconds after it): the end of an epoch, whose validation and epoch
+    logs fill the gap — not a stall."""
+    if not ends.size:
+        return np.zeros(max(w.size - 1, 0), dtype=bool)
+    e = np.sort(ends)
+    first = np.searchsorted(e, w[:-1], side="right")  # the first end after the gap opens
+    last = np.searchsorted(e, w[1:] + slack, side="right")
+    return last > first
 
 
 def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
-    s, w = _points(run)
+    s, w, ends = _points(run)
     if s.size == 0:
         raise Skip("needs wall-clock times (a time/timestamp per logged step), not logged")
     if s.size < 3:
@@ -218,6 +276,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         (excess >= (params.factor - 1.0) * typical)
         & (gap >= 2.0 * expected)
         & (excess >= params.min_gap_s)
+        & ~_epoch_ends(w, ends, max(params.min_gap_s, typical))
     )
     routine = None
     if cand.sum() >= params.min_recurring:

@@ -18,11 +18,24 @@ Default thresholds
     At least ``min_evals`` = 5 evaluations, ``min_after`` = 3 of them after the best;
     the rise from the best to the mean of the last three evaluations must exceed both
     ``min_rise`` = 2 % of the best value and ``noise_k`` = 3 times the evaluation noise
-    (robust scale of successive differences, MAD × 1.4826 / √2), and the Theil–Sen slope
-    of the evaluations after the best must be positive. The best level is the median
-    of the five evaluations around the best one, so a lucky low evaluation among
-    thousands of noisy ones is not taken for a turning point. The training loss must have
-    fallen over the same steps (smoothed, by more than its own noise). This is the
+    seen before the best (robust scale of the second differences of the last 8
+    evaluations up to it, MAD × 1.4826 / √6; with fewer than five of them, the smaller
+    of that scale over all evaluations and of their successive differences' MAD ×
+    1.4826 / √2): the swings after the
+    best are what is judged, not part of the yardstick — an HF run whose eval loss was
+    lowest (0.232) at step 800, then 0.25–0.30 for seven evals and 0.288 at the end
+    (+24 %) got nothing when they were. A loss that rose at each of the ``min_after``
+    evaluations after the best passes the noise guard whatever the noise (Prechelt's
+    UP_s criterion; ``evidence.rose_each_eval``): a 7-epoch Keras log, 0.457 then 0.469,
+    0.498, 0.534, was silent. The Theil–Sen slope of the evaluations after the
+    best must be positive. From 20 evaluations on, the best level is the median of the
+    five evaluations around the best one, so a lucky low evaluation among thousands of
+    noisy ones is not taken for a turning point; with fewer the lowest stands. When the
+    trainer recorded its best checkpoint by this metric (HF's ``best_model_checkpoint``
+    at a step where the metric equals ``best_metric``), that evaluation is the best and
+    the finding names the checkpoint to keep (``evidence.best_checkpoint``). The
+    training loss must have fallen over the same steps (smoothed, by more than its own
+    noise). This is the
     "generalization loss" criterion of early stopping (Prechelt 1998, "Early Stopping —
     But When?", GL_α with α = 2 %) with a noise guard. Severity: warning; error when
     the rise (from the level around the best) exceeds ``error_rise`` = 10 %. Without a
@@ -81,6 +94,54 @@ def _noise(v: np.ndarray) -> float:
         return 0.0
     d = np.diff(v)
     return float(np.median(np.abs(d - np.median(d))) * MAD_TO_SIGMA / np.sqrt(2))
+
+
+def _noise_before(v: np.ndarray, best: int) -> float | None:
+    """The eval noise seen before the best evaluation: the robust scale of the second
+    differences of the last ``_BEFORE`` evaluations up to the best (MAD × 1.4826 / √6; a
+    smooth descent's curvature drops out, as its steady fall does not from first
+    differences). None with fewer than five of them: too few to say."""
+    seg = v[max(0, best + 1 - _BEFORE) : best + 1]
+    if seg.size < 5:
+        return None
+    d2 = np.diff(seg, 2)
+    return float(np.median(np.abs(d2 - np.median(d2))) * MAD_TO_SIGMA / np.sqrt(6))
+
+
+#: evaluations before the best that give the eval noise to judge the ones after it by
+_BEFORE = 8
+#: from this many evaluations on, the best level is the median of the five around the
+#: lowest (a lucky low among many noisy evaluations is no turning point); below it the
+#: lowest value stands, as it does when the trainer kept it as its best checkpoint
+_MANY_EVALS = 20
+_CKPT_STEP = re.compile(r"checkpoint-(\d+)/*$")
+
+
+def trainer_best(run: Run, metric: str, s: np.ndarray, v: np.ndarray) -> tuple[int, str] | None:
+    """(step, path) of the trainer's own best checkpoint when it was chosen by ``metric``:
+    HF's ``best_model_checkpoint`` (``…/checkpoint-800``) at a step where ``metric`` is the
+    recorded ``best_metric``. None when the run records none, or chose by another metric."""
+    path, best = run.metadata.get("best_model_checkpoint"), run.metadata.get("best_metric")
+    if not isinstance(path, str) or not isinstance(best, (int, float)):
+        return None
+    m = _CKPT_STEP.search(path)
+    if m is None:
+        return None
+    step = int(m.group(1))
+    at = np.flatnonzero(s == step)
+    if at.size == 0 or not np.isclose(float(v[at[0]]), float(best), rtol=1e-6, atol=1e-12):
+        return None
+    return step, path
+
+
+def _noise2(v: np.ndarray) -> float:
+    """The noise of a series as the robust scale of its second differences (MAD × 1.4826
+    / √6): a trend, steady or turning, drops out, where first differences count a steep
+    early fall as noise (a 7-epoch Keras log: 1.54 → 0.81 → 0.71 made the guard 0.19)."""
+    if v.size < 4:
+        return _noise(v)
+    d2 = np.diff(v, 2)
+    return float(np.median(np.abs(d2 - np.median(d2))) * MAD_TO_SIGMA / np.sqrt(6))
 
 
 def _train_change(run: Run, start: int, end: int) -> tuple[float, float] | None:
@@ -213,6 +274,9 @@ def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding
     if v.size < params.min_evals:
         return None
     best = int(np.argmin(v))
+    kept = trainer_best(run, metric, s, v)
+    if kept is not None:
+        best = int(np.flatnonzero(s == kept[0])[0])  # the trainer's own best checkpoint
     after = v[best + 1 :]
     if after.size < params.min_after:
         return None
@@ -221,12 +285,23 @@ def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding
     tail_mean = float(after[-tail_n:].mean())
     # whether it rose is judged from the level around the best evaluation, not from the
     # single lowest one: among thousands of noisy evaluations the lowest is an outlier,
-    # and every later evaluation would look like a rise from it
-    best_level = float(np.median(v[max(best - 2, 0) : best + 3]))
+    # and every later evaluation would look like a rise from it. With few evaluations,
+    # or the trainer's own best, the lowest stands: the median of five around it took in
+    # two of the risen ones (an HF run: best 0.232, then 0.25-0.30 for seven evals)
+    many = v.size >= _MANY_EVALS and kept is None
+    best_level = float(np.median(v[max(best - 2, 0) : best + 3])) if many else best_v
     rise = tail_mean - best_level
     rel_level = rise / max(abs(best_level), 1e-12)
-    noise = _noise(v)
-    if rel_level < params.min_rise or rise < params.noise_k * noise:
+    # the evals after the best are judged against the eval noise seen before it: the
+    # noise of the whole series counts the rise itself, and the swings after the best
+    # (0.25 <-> 0.30) absorbed a +24 % rise
+    before = _noise_before(v, best)
+    noise = before if before is not None else min(_noise(v), _noise2(v))
+    # Prechelt's UP_s: an eval loss that rose at each of the ``min_after`` evaluations
+    # after the best is a turning point whatever the noise (three successive rises by
+    # chance: 1 in 8 at most, and each must add to the rise)
+    ups = bool(np.all(np.diff(v[best : best + params.min_after + 1]) > 0))
+    if rel_level < params.min_rise or (rise < params.noise_k * noise and not ups):
         return None
     slope = theil_sen(np.r_[best_v, after], np.r_[s[best], s[best + 1 :]]).slope
     if not slope > 0:
@@ -248,7 +323,12 @@ def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding
     task = _task_still_improved(run, domain, int(s[best]))
     if task is not None and severity == "error":
         severity = "warning"  # the task metric says the model still got better
-    advice = task[1] if task is not None else f"keep the step-{int(s[best])} checkpoint"
+    if task is not None:
+        advice = task[1]
+    elif kept is not None:
+        advice = f"keep {kept[1]} (the trainer's best_model_checkpoint, step {kept[0]})"
+    else:
+        advice = f"keep the step-{int(s[best])} checkpoint"
     return finding(
         "VAL001",
         CODES["VAL001"],
@@ -270,6 +350,9 @@ def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding
         rise_rel_level=rel_level,
         share_after_best=share_after,
         eval_noise=noise,
+        noise_from="before-best" if before is not None else "all-evals",
+        rose_each_eval=ups,
+        best_checkpoint=kept[1] if kept is not None else None,
         train_at_best=train[0] if train else None,
         train_final=train[1] if train else None,
         gap_at_best=(best_v - train[0]) if train else None,
