@@ -462,13 +462,19 @@ def _gpu(v: Any) -> bool:
     return isinstance(v, str) and bool(v.strip()) and not _NOT_A_GPU.match(v.strip())
 
 
-def model_info(raw: dict[str, Any]) -> dict[str, Any]:
-    """Model size and hardware keys (scalars only: a list of layer widths is no count)."""
+def model_keys(raw: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Model size and hardware keys, each with the key as written in the config (so a
+    figure computed from it can say where it came from: ``dtype: float32``)."""
     leaves = _index(raw)
-    out: dict[str, Any] = {}
+    out: dict[str, tuple[str, Any]] = {}
     for key, spellings in MODEL_KEYS.items():
         accept = _gpu if key == "gpu" else _scalar
         hit = _pick(leaves, spellings, frozenset({"model", "hardware"}), accept)
         if hit is not None:
-            out[key] = hit[1]
+            out[key] = hit
     return out
+
+
+def model_info(raw: dict[str, Any]) -> dict[str, Any]:
+    """Model size and hardware keys (scalars only: a list of layer widths is no count)."""
+    return {key: value for key, (_shown, value) in model_keys(raw).items()}
