@@ -69,8 +69,10 @@ def build_context(run: Run, config: Config) -> Context:
     ctx.model_sources = {
         **{k: "the machine the log recorded" for k in machine},
         **{k: f"the run config's `{w}: {v}` ({where})" for k, (w, v) in declared.items()},
-        **{k: config.model_flags.get(k, f"[tool.trainlens.model] in {file_origin}")
-           for k in config.model},
+        **{
+            k: config.model_flags.get(k, f"[tool.trainlens.model] in {file_origin}")
+            for k in config.model
+        },
     }
     # once per run: analyze and report may both build the context of one run
     run.data_quality.extend(n for n in notes if n not in run.data_quality)
