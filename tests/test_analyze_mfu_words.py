@@ -71,7 +71,7 @@ def test_the_default_precision_and_a_config_files_are_named(
     run = _plain_run(tmp_path / "run" / "metrics.jsonl")
     _, summary = analyze_json(capsys, str(run), "--params", "1e8", "--gpu", "h100")
     assert summary["mfu"]["dtype"] == "bf16"
-    assert summary["mfu"]["dtype_source"].startswith("bf16 by default (none given")
+    assert summary["mfu"]["dtype_source"] == "bf16 by default, none given; --dtype sets it"
     assert summary["mfu"]["mean"] == pytest.approx(6 * 1e8 * 50_000 / H100_BF16)
 
     cfg = tmp_path / "trainlens.toml"

@@ -103,10 +103,8 @@ def dtype_of(model: dict[str, Any]) -> str:
     return DTYPES.get(dtype, dtype)
 
 
-DEFAULT_DTYPE_SOURCE = (
-    "bf16 by default (none given: --dtype, [tool.trainlens.model] dtype or the run config's "
-    "dtype/precision sets it)"
-)
+#: where the precision came from when nothing said: bf16, the usual training precision
+DEFAULT_DTYPE_SOURCE = "bf16 by default, none given; --dtype sets it"
 
 
 def dtype_source(model: dict[str, Any], sources: dict[str, str] | None) -> str:
@@ -171,6 +169,13 @@ def mfu_of(
     return Mfu(values, row.name, dtype, peak, n_gpus, params, dtype_source(model, sources))
 
 
+def _user_gave(sources: dict[str, str], key: str) -> bool:
+    """Whether the user set ``key`` (a flag or the config file), not the run's own config:
+    a run config with a model size and no GPU is common, and no mistake of the user's."""
+    where = sources.get(key, "")
+    return where.startswith("--") or where.startswith("[tool.trainlens.model]")
+
+
 def _check_words(got: Mfu, sources: dict[str, str]) -> str:
     """What to check when the MFU is impossible, the parameter count named by its source."""
     where = sources.get("n_params")
@@ -220,6 +225,11 @@ def add_efficiency(
     sources = sources or {}
     raw_params = model.get("n_params")
     if raw_params is None:
+        if _user_gave(sources, "gpu"):  # --gpu alone: say what MFU still needs
+            summary["efficiency_note"] = (
+                f"MFU not computed: the GPU is given ({sources['gpu']}) but not the model's "
+                "parameter count (--params or [tool.trainlens.model] n_params)"
+            )
         return
     try:
         params = parse_number(raw_params, "n_params")
@@ -245,6 +255,16 @@ def add_efficiency(
             row = gpu_row(str(gpu_name), None, [])
         except TrainlensError as exc:
             summary["efficiency_note"] = f"MFU not computed: {exc}"
+    if row is None and not gpu_name and _user_gave(sources, "n_params"):
+        summary["efficiency_note"] = (
+            f"MFU not computed: the parameter count is given ({sources['n_params']}) but not "
+            "the GPU (--gpu or [tool.trainlens.model] gpu)"
+        )
+    elif row is not None and not run.has("tokens_per_sec"):
+        summary["efficiency_note"] = (
+            "MFU not computed: the run logs no tokens/s (tokens_per_sec or one of its "
+            "aliases; --alias maps another name to it)"
+        )
     if row is not None and run.has("tokens_per_sec"):
         try:
             got: Mfu | None = mfu_of(run, model, row, sources)
