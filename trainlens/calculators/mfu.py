@@ -36,7 +36,7 @@ LOW_MFU_CAUSES = (
 
 #: the best MFU published for large jobs, the bar a figure near 100 % is set against
 #: (PaLM 540B: 46.2 %, Chowdhery et al. 2022, table 3; MegaScale 175B on 12,288 GPUs:
-#: 55.2 %, Jiang et al. 2024, table 2)
+#: 55.2 %, Jiang et al. 2024, NSDI, abstract)
 BEST_PUBLISHED = "46-55 %"
 
 WHY_IMPOSSIBLE = (
