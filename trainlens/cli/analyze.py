@@ -130,7 +130,8 @@ def analyze(
         typer.Option(
             "--checkpoints",
             help="The run's checkpoint folder, audited to name the checkpoint to go back "
-            "to [default: found beside the run, or checkpoints in the config].",
+            "to [default: the run's own by its layout or run config, or checkpoints in "
+            "the config; others nearby are a note].",
             show_default=False,
         ),
     ] = None,
