@@ -1,5 +1,5 @@
-"""Build of the compiled TensorBoard and W&B lanes and the guard for mapped reads; everything
-else is declared in pyproject.toml.
+"""Build of the compiled TensorBoard and W&B lanes and the guard for mapped reads;
+everything else is declared in pyproject.toml.
 
 The extension is optional: where it does not compile (no C compiler, an unusual platform)
 the install goes on and trainlens reads TensorBoard and W&B files with its numpy readers."""

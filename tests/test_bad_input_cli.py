@@ -41,6 +41,37 @@ def test_internal_error_is_one_sentence_and_exit_2(
     assert len(err.strip().splitlines()) == 1
     assert "internal error" in err and "KeyError" in err and "an internal surprise" in err
     assert "bug in trainlens" in err and "report" in err and "--debug" in err
+    assert "report it at https://github.com/trainlens/trainlens/issues with" in err
+
+
+def test_the_issues_url_is_the_projects_and_read_from_the_metadata(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pyproject's [project.urls] Issues and the fallback constant agree; an installed
+    package's metadata is what the message names."""
+    import importlib.metadata
+    import tomllib
+
+    from trainlens.cli import ISSUES_URL, issues_url
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    urls = tomllib.loads(pyproject.read_text("utf-8"))["project"]["urls"]
+    assert urls["Issues"] == ISSUES_URL
+    assert set(urls) == {"Homepage", "Issues", "Changelog", "Documentation"}
+
+    class Meta:
+        def get_all(self, key: str) -> list[str]:
+            assert key == "Project-URL"
+            return ["Homepage, https://example.org", "Issues, https://example.org/bugs"]
+
+    monkeypatch.setattr(importlib.metadata, "metadata", lambda name: Meta())
+    assert issues_url() == "https://example.org/bugs"
+
+    def missing(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "metadata", missing)
+    assert issues_url() == ISSUES_URL
 
 
 @pytest.mark.usefixtures("broken_read")

@@ -83,7 +83,8 @@ def test_nanogpt_estimate_mfu(dt: float, expected: float) -> None:
     )
     assert result.mfu == pytest.approx(expected, rel=1e-4)
     if expected > 1:
-        assert any("above 100 %" in w and "peak or the params" in w for w in result.warnings)
+        assert result.impossible
+        assert any("134.7 % is impossible" in w and "peak given" in w for w in result.warnings)
     else:
         assert any("input pipeline" in w for w in result.warnings)  # below 20 %
 

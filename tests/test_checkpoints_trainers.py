@@ -191,3 +191,29 @@ def test_lightning_top_k_by_a_metric_is_not_a_cadence(lightning_run: Path, tmp_p
     assert all(c.selective and c.intact for c in inv.checkpoints)
     assert "CKPT003" not in {f.code for f in found}
     assert not any(c.selective for c in inventory(lightning_run).checkpoints)
+
+
+def test_analyze_audits_the_checkpoints_the_trainers_layouts_name(
+    hf_run: Path, lightning_run: Path, tmp_path: Path
+) -> None:
+    """analyze audits only what a run's layout names as its own: HF Trainer's
+    checkpoint-N in output_dir (its log is read from inside the newest), Lightning's
+    version_N/checkpoints/ beside metrics.csv. A copy of the HF run three levels under
+    the Lightning root is another run's: a note, not in the inventory."""
+    from trainlens.api import analyze
+
+    (hf,) = analyze([hf_run])
+    assert hf.context.checkpoints is not None
+    assert [c.step for c in hf.context.checkpoints.checkpoints] == [2, 4, 6, 8, 10]
+
+    root = tmp_path / "pl"
+    shutil.copytree(lightning_run, root)
+    csv = next(root.rglob("metrics.csv"))
+    shutil.copytree(hf_run, csv.parent / "a" / "b")  # b/checkpoint-N: three levels down
+    (pl,) = analyze([csv])
+    assert pl.context.checkpoints is not None
+    assert [(c.kind, c.step) for c in pl.context.checkpoints.checkpoints] == [
+        ("lightning", s) for s in (3, 6, 9, 12)
+    ]
+    [note] = [d for d in pl.run.data_quality if d.kind == "checkpoints-elsewhere"]
+    assert str(csv.parent / "a" / "b") in note.message

@@ -96,9 +96,37 @@ def test_mfu_above_100_percent_says_peak_or_params_wrong(
         "--layers", "12", "--heads", "12", "--head-dim", "64", "--seq-len", "1024",
     )  # fmt: skip
     assert rc == 0
-    assert out.startswith("MFU 134.7 %")
-    assert "warning: MFU above 100 % is impossible: the peak or the params are wrong" in out
-    assert "as given" in out  # a custom peak is labelled
+    assert out.startswith("MFU 134.7 %: impossible")
+    assert "warning: MFU 134.7 % is impossible: " in out
+    assert "Check the peak given (a dense rate, not the sparse headline)" in out
+    assert "(peak used: 312 TFLOP/s as given, taken as dense bf16)" in out
+
+
+def test_mfu_of_exactly_100_percent_is_impossible_and_names_peak_and_precision(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """6 × 1.3e9 × 40,000 = 312 TFLOP/s: exactly the A100's dense bf16 peak. It printed
+    "MFU 100.0 %" with no word; it is impossible, and the precision was the default."""
+    rc, out, _ = run(capsys, "mfu", "--params", "1.3e9", "--tps", "40000", "--gpu", "a100")
+    assert rc == 0
+    first = out.splitlines()[0]
+    assert first.startswith("MFU 100.0 %: impossible")
+    assert "A100 SXM4 40GB dense bf16 312 TFLOP/s; precision bf16 by default" in first
+    assert "warning: MFU 100.0 % is impossible: " in out
+    assert "no run reaches the dense peak" in out
+    # named --dtype: the words say so, and fp32's own peak gives its own figure
+    rc, out, _ = run(
+        capsys, "mfu", "--params", "1.3e9", "--tps", "40000", "--gpu", "a100", "--dtype", "fp32"
+    )
+    assert out.startswith("MFU 1600.0 %: impossible")
+    assert "dense fp32 19.5 TFLOP/s; precision from --dtype" in out
+    # just below: a figure that could be true gets no such words
+    rc, out, _ = run(capsys, "mfu", "--params", "1.3e9", "--tps", "39000", "--gpu", "a100")
+    assert out.startswith("MFU 97.5 %  (model FLOPs / A100 SXM4 40GB dense bf16")
+    assert "impossible" not in out
+    payload = run_json(capsys, "mfu", "--params", "1.3e9", "--tps", "40000", "--gpu", "a100")
+    assert payload["impossible"] is True
+    assert payload["dtype_source"].startswith("bf16 by default")
 
 
 def test_mfu_below_20_percent_names_the_usual_causes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -218,3 +218,97 @@ def test_convert_refuses_a_fifo_as_its_output(
     os.mkfifo(fifo)
     assert main(["convert", str(path), "-o", str(fifo), "--force"]) == 2
     assert "not a regular file" in capsys.readouterr().err
+
+
+# ---- the sweep of issue 25 item 1d: each command given wrong values as a new user would ----
+
+
+def _lm_run(path: Path) -> Path:
+    """A per-token LM loss with tokens/s: the summary shows perplexity."""
+    with path.open("w") as fh:
+        for i in range(200):
+            loss = 3.0 * math.exp(-i / 50) + 1.0
+            fh.write(json.dumps({"step": i, "loss": loss, "tokens_per_sec": 5e4}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        # caught before this sweep: kept so they stay caught
+        (["analyze", "RUN", "--fail-on", "warn"], "--fail-on must be one of none, info"),
+        (["analyze", "RUN", "--color", "sometimes"], "--color must be one of auto, always"),
+        (["analyze", "RUN", "--gpus", "0"], "--gpus must be at least 1"),
+        (["analyze", "RUN", "--params", "-5"], "--params must be positive"),
+        (["gate", "DIR", "--fail-on", "warn"], "--fail-on must be one of none, info"),
+        (["gate", "DIR", "--baseline", "nosuch.json"], "nosuch.json: baseline not found"),
+        (["gate", "DIR", "-j", "0"], "--jobs must be at least 1"),
+        (["checkpoints", "DIR", "--fail-on", "warn"], "--fail-on must be one of"),
+        (["mfu", "--params", "1e9", "--tps", "0", "--gpu", "h100"], "--tps must be greater"),
+        (["mfu", "--params", "-1e9", "--tps", "10", "--gpu", "h100"], "--params must be pos"),
+        (["mfu", "--params", "nan", "--tps", "10", "--gpu", "h100"], "must be a finite number"),
+        (["mfu", "--params", "1e9", "--tps", "10", "--peak-tflops", "0"], "--peak-tflops must"),
+        (["flops", "--params", "1e9", "--gpu", "h1000"], "unknown GPU 'h1000'"),
+        (["memory", "--params", "7B", "--gpu", "h1000"], "unknown GPU 'h1000'"),
+        (["energy", "--gpu-hours", "10", "--gpu", "h1000"], "unknown GPU 'h1000'"),
+        (["energy", "--gpu-hours", "10", "--gpu", "h100", "--pue", "0.5"], "PUE is at least 1"),
+        (["report", "RUN", "--smooth", "2"], "--smooth must be in (0, 1]"),
+        # quiet before: a typo'd schedule key was dropped, an impossible plan was judged
+        (["analyze", "RUN", "--schedule", "cosine:warmupp=10"], "unknown key 'warmupp'"),
+        (
+            ["analyze", "RUN", "--schedule", "cosine:warmup_steps=-10,total_steps=100"],
+            "warmup_steps must be 0 or more",
+        ),
+        (
+            ["analyze", "RUN", "--schedule", "cosine:peak_lr=1e-3,min_lr=1e-2,total_steps=100"],
+            "min_lr 0.01 is above peak_lr 0.001",
+        ),
+        # quiet before: --run was ignored by every reader but MLflow's
+        (["analyze", "RUN", "--run", "nosuch"], "--run selects runs in an MLflow store"),
+        (["convert", "RUN", "-o", "OUT", "--run", "abc"], "--run selects runs in an MLflow"),
+        (["report", "RUN", "--run", "abc", "-o", "OUT"], "--run selects runs in an MLflow"),
+        # watch named the config key ("flag: 'exit_on' must be ..."), not the flag typed
+        (["watch", "RUN", "--once", "--exit-on", "warn"], "--exit-on must be one of info"),
+        (["watch", "RUN", "--once", "--hold-steps", "-1"], "--hold-steps must be a number"),
+        (["watch", "RUN", "--once", "--prometheus", "x"], "--prometheus: 'x' is not HOST:PORT"),
+    ],
+)
+def test_each_wrong_value_is_exit_2_in_one_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    run = _run_file(tmp_path / "runs" / "a" / "metrics.jsonl", nan_at=None)
+    where = {"RUN": str(run), "DIR": str(tmp_path / "runs"), "OUT": str(tmp_path / "o.csv")}
+    assert main([where.get(a, a) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert says in err, err
+    assert "Traceback" not in err and "internal error" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_half_the_mfu_inputs_is_said_not_dropped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--gpu without --params (or the reverse) printed no MFU and no word."""
+    run = _lm_run(tmp_path / "run.jsonl")
+    bare = _run_file(tmp_path / "bare.jsonl", nan_at=None)  # no tokens/s
+    cases = [
+        ([str(run), "--gpu", "h100"], "the GPU is given (--gpu) but not the model's parameter"),
+        ([str(run), "--params", "1e8"], "the parameter count is given (--params) but not the GPU"),
+        ([str(bare), "--params", "1e8", "--gpu", "h100"], "the run logs no tokens/s"),
+    ]
+    for args, says in cases:
+        assert main(["analyze", *args]) == 0
+        [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("mfu ")]
+        assert "MFU not computed: " + says in line
+
+
+def test_a_language_model_run_gets_its_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The perplexity axis' log ticks were asked for before the axis had limits (by the
+    report's text guard): every run with a per-token loss ended in an internal error."""
+    run = _lm_run(tmp_path / "run.jsonl")
+    assert main(["report", str(run), "-o", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "loss.png").stat().st_size > 0
+    assert "internal error" not in capsys.readouterr().err

@@ -349,7 +349,9 @@ def test_a_bad_flag_is_a_usage_error_not_a_traceback(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert p.returncode == 2 and "exit_on" in p.stderr and "Traceback" not in p.stderr
+    assert (
+        p.returncode == 2 and "--exit-on must be one of" in p.stderr and "Traceback" not in p.stderr
+    )
     p = subprocess.run(
         [sys.executable, "-m", "trainlens", "watch", str(tmp_path / "nope.jsonl")],
         capture_output=True,

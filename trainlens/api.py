@@ -50,7 +50,7 @@ def build_context(run: Run, config: Config) -> Context:
     from trainlens.runconfig import (
         config_above,
         find_run_config,
-        model_info,
+        model_keys,
         normalize_schedule,
         run_schedule,
     )
@@ -76,10 +76,18 @@ def build_context(run: Run, config: Config) -> Context:
     # the machine the log's writer recorded (W&B's GPU model and count) comes last: the
     # run's config and the user's say what the run used
     machine = run.metadata.get("machine")
-    ctx.model = {
-        **(machine if isinstance(machine, dict) else {}),
-        **(model_info(raw) if raw else {}),
-        **config.model,
+    machine = machine if isinstance(machine, dict) else {}
+    declared = model_keys(raw) if raw else {}
+    ctx.model = {**machine, **{k: v for k, (_w, v) in declared.items()}, **config.model}
+    where = origin.removesuffix(" (params)") if origin else "the run config"
+    file_origin = str(config.path) if config.path else "the config"
+    ctx.model_sources = {
+        **{k: "the machine the log recorded" for k in machine},
+        **{k: f"the run config's `{w}: {v}` ({where})" for k, (w, v) in declared.items()},
+        **{
+            k: config.model_flags.get(k, f"[tool.trainlens.model] in {file_origin}")
+            for k in config.model
+        },
     }
     # once per run: analyze and report may both build the context of one run
     run.data_quality.extend(n for n in notes if n not in run.data_quality)
@@ -105,7 +113,7 @@ def analyze_run(run: Run, config: Config | None = None) -> Analysis:
 
     add_energy(run, ctx.model, summary)  # measured GPU power needs no model size
     if ctx.model:
-        add_efficiency(run, ctx.model, summary)
+        add_efficiency(run, ctx.model, summary, ctx.model_sources)
     result: DetectionResult = run_detectors(run, config, ctx)
     from trainlens.checkpoints.attach import analysis_checkpoints
 

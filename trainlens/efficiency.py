@@ -103,6 +103,19 @@ def dtype_of(model: dict[str, Any]) -> str:
     return DTYPES.get(dtype, dtype)
 
 
+#: where the precision came from when nothing said: bf16, the usual training precision
+DEFAULT_DTYPE_SOURCE = "bf16 by default, none given; --dtype sets it"
+
+
+def dtype_source(model: dict[str, Any], sources: dict[str, str] | None) -> str:
+    """Where the precision came from, in words: ``from --dtype``, ``from the run config's
+    `dtype: float32` (path)``, or that it is the default."""
+    if not model.get("dtype"):
+        return DEFAULT_DTYPE_SOURCE
+    where = (sources or {}).get("dtype")
+    return f"from {where}" if where else f"{model['dtype']} as given"
+
+
 def attention_per_token(model: dict[str, Any]) -> float:
     """Attention FLOPs per token when layers, heads, head_dim and seq_len are known, else 0."""
     layers, heads, seq_len = _int(model, "layers"), _int(model, "heads"), _int(model, "seq_len")
@@ -122,9 +135,15 @@ class Mfu:
     peak_flops: float
     n_gpus: int
     params: float
+    dtype_source: str
 
 
-def mfu_of(run: Run, model: dict[str, Any], row: GPU | None = None) -> Mfu:
+def mfu_of(
+    run: Run,
+    model: dict[str, Any],
+    row: GPU | None = None,
+    sources: dict[str, str] | None = None,
+) -> Mfu:
     """The run's MFU from its logged tokens/s: the one computation behind analyze's summary
     and the gate's MFU check (6·N plus the attention term where the shape is known).
     Raises TrainlensError (a sentence) when the model size, the GPU or tokens/s is missing."""
@@ -135,18 +154,82 @@ def mfu_of(run: Run, model: dict[str, Any], row: GPU | None = None) -> Mfu:
     row = gpu_row(str(model.get("gpu")) if row is None else row, None, [])
     assert row is not None
     dtype = dtype_of(model)
+    from trainlens.calculators.hardware import DTYPES as TABLE_DTYPES
+
+    if dtype not in TABLE_DTYPES:
+        raise TrainlensError(
+            f"the precision {model.get('dtype')!r} ({dtype_source(model, sources)}) has no "
+            f"peak in the hardware table (it knows {', '.join(TABLE_DTYPES)}); --dtype sets it"
+        )
     peak = dense_peak(row, dtype, None)
     assert peak is not None
     n_gpus = _int(model, "n_gpus") or 1
     _, tps = run.series("tokens_per_sec")
     values = mfu_series(tps, params, peak, n_gpus, attention_per_token(model))
-    return Mfu(values, row.name, dtype, peak, n_gpus, params)
+    return Mfu(values, row.name, dtype, peak, n_gpus, params, dtype_source(model, sources))
 
 
-def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> None:
-    """Add ``mfu`` and ``compute`` to ``summary`` (and an ``mfu`` series to the run)."""
+def _user_gave(sources: dict[str, str], key: str) -> bool:
+    """Whether the user set ``key`` (a flag or the config file), not the run's own config:
+    a run config with a model size and no GPU is common, and no mistake of the user's."""
+    where = sources.get(key, "")
+    return where.startswith("--") or where.startswith("[tool.trainlens.model]")
+
+
+def _check_words(got: Mfu, sources: dict[str, str]) -> str:
+    """What to check when the MFU is impossible, the parameter count named by its source."""
+    where = sources.get("n_params")
+    return (
+        f"N = {got.params:.3g} ({'from ' + where if where else 'n_params'}: the non-embedding "
+        "parameters), the tokens/s the run logged (the whole job's, counted once) and the "
+        "precision"
+    )
+
+
+def _mfu_entry(got: Mfu, finite: np.ndarray, sources: dict[str, str]) -> dict[str, Any]:
+    """The summary's ``mfu`` entry: the figure, the peak and precision it rests on, and a
+    ``problem`` sentence when it is impossible (the formatters print it beneath)."""
+    from trainlens.calculators.mfu import impossible_message, is_impossible, peak_words
+
+    mean, median = float(finite.mean()), float(np.median(finite))
+    entry: dict[str, Any] = {
+        "mean": mean,
+        "p50": median,
+        "gpu": got.gpu,
+        "dtype": got.dtype,
+        "dtype_source": got.dtype_source,
+        "peak_flops": got.peak_flops,
+        "n_gpus": got.n_gpus,
+        "impossible": is_impossible(mean),
+        "text": (
+            f"MFU mean {mean:.1%} (median {median:.1%}) of {got.n_gpus} × {got.gpu}, dense "
+            f"{got.dtype} {got.peak_flops / 1e12:g} TFLOP/s (precision {got.dtype_source}), "
+            f"6·N with N = {got.params:.3g}"
+        ),
+    }
+    if entry["impossible"]:
+        peak = peak_words(got.gpu, got.dtype, got.peak_flops, got.dtype_source)
+        entry["problem"] = impossible_message(mean, "MFU", _check_words(got, sources), peak)
+    return entry
+
+
+def add_efficiency(
+    run: Run,
+    model: dict[str, Any],
+    summary: dict[str, Any],
+    sources: dict[str, str] | None = None,
+) -> None:
+    """Add ``mfu`` and ``compute`` to ``summary`` (and an ``mfu`` series to the run).
+    ``sources`` says where each model key came from (:class:`Context.model_sources`), for
+    the words that name the precision and what to check."""
+    sources = sources or {}
     raw_params = model.get("n_params")
     if raw_params is None:
+        if _user_gave(sources, "gpu"):  # --gpu alone: say what MFU still needs
+            summary["efficiency_note"] = (
+                f"MFU not computed: the GPU is given ({sources['gpu']}) but not the model's "
+                "parameter count (--params or [tool.trainlens.model] n_params)"
+            )
         return
     try:
         params = parse_number(raw_params, "n_params")
@@ -172,9 +255,19 @@ def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> 
             row = gpu_row(str(gpu_name), None, [])
         except TrainlensError as exc:
             summary["efficiency_note"] = f"MFU not computed: {exc}"
+    if row is None and not gpu_name and _user_gave(sources, "n_params"):
+        summary["efficiency_note"] = (
+            f"MFU not computed: the parameter count is given ({sources['n_params']}) but not "
+            "the GPU (--gpu or [tool.trainlens.model] gpu)"
+        )
+    elif row is not None and not run.has("tokens_per_sec"):
+        summary["efficiency_note"] = (
+            "MFU not computed: the run logs no tokens/s (tokens_per_sec or one of its "
+            "aliases; --alias maps another name to it)"
+        )
     if row is not None and run.has("tokens_per_sec"):
         try:
-            got: Mfu | None = mfu_of(run, model, row)
+            got: Mfu | None = mfu_of(run, model, row, sources)
         except TrainlensError as exc:
             summary["efficiency_note"] = f"MFU not computed: {exc}"
             got = None
@@ -185,19 +278,7 @@ def add_efficiency(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> 
             run.metadata.setdefault("derived", []).append("mfu")
             finite = values[np.isfinite(values)]
             if finite.size:
-                summary["mfu"] = {
-                    "mean": float(finite.mean()),
-                    "p50": float(np.median(finite)),
-                    "gpu": got.gpu,
-                    "dtype": got.dtype,
-                    "peak_flops": got.peak_flops,
-                    "n_gpus": got.n_gpus,
-                    "text": (
-                        f"MFU mean {finite.mean():.1%} (median {np.median(finite):.1%}) of "
-                        f"{got.n_gpus} × {got.gpu}, dense {got.dtype} "
-                        f"{got.peak_flops / 1e12:g} TFLOP/s, 6·N with N = {params:.3g}"
-                    ),
-                }
+                summary["mfu"] = _mfu_entry(got, finite, sources)
     chosen = summary.get("energy")
     if isinstance(chosen, dict) and chosen.get("kwh") is not None:
         # the energy entry's figure (measured when the run sampled its GPUs' power);

@@ -472,13 +472,38 @@ def read_schedule(raw: dict[str, Any]) -> tuple[dict[str, Any], list[ConfigProbl
     return out, []
 
 
+#: keys the user's schedule may hold: the canonical ones and every spelling of them
+USER_SCHEDULE_KEYS = frozenset(SCHEDULE_KEYS) | _SPELLINGS - frozenset(
+    s for spellings in MODEL_KEYS.values() for s in spellings
+)
+
+
 def normalize_schedule(raw: dict[str, Any], origin: str = "schedule") -> dict[str, Any]:
     """The user's declared schedule with canonical keys (empty when no shape is declared);
-    strict: a value that cannot be understood is a ConfigError naming the key."""
+    strict: a key it does not know, a value that cannot be understood or one that cannot
+    be (a negative step count, a floor above the peak) is a ConfigError naming the key."""
+    from trainlens.core.errors import did_you_mean
+
+    for key in raw:
+        if str(key).lower() not in USER_SCHEDULE_KEYS and not isinstance(raw[key], dict):
+            # a typo ("warmupp") was dropped without a word, and the plan judged without it
+            known = sorted({*SCHEDULE_KEYS, "warmup_ratio"})
+            raise ConfigError(
+                f"{origin}: unknown key {key!r}{did_you_mean(str(key), known)} (the keys: "
+                f"{', '.join(known)})"
+            )
     out, problems = read_schedule(raw)
     if problems:
         p = problems[0]
         raise ConfigError(f"{origin}: {p.message} (key {p.key!r})")
+    for key in (*_INT_KEYS, "peak_lr", "min_lr"):
+        if key in out and out[key] < 0:
+            raise ConfigError(f"{origin}: {key} must be 0 or more, got {out[key]:g}")
+    if out.get("peak_lr") is not None and out.get("min_lr", 0) > out["peak_lr"]:
+        raise ConfigError(
+            f"{origin}: min_lr {out['min_lr']:g} is above peak_lr {out['peak_lr']:g} (the "
+            "floor the schedule decays to is at most its peak)"
+        )
     return out
 
 
@@ -519,13 +544,19 @@ def _gpu(v: Any) -> bool:
     return isinstance(v, str) and bool(v.strip()) and not _NOT_A_GPU.match(v.strip())
 
 
-def model_info(raw: dict[str, Any]) -> dict[str, Any]:
-    """Model size and hardware keys (scalars only: a list of layer widths is no count)."""
+def model_keys(raw: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Model size and hardware keys, each with the key as written in the config (so a
+    figure computed from it can say where it came from: ``dtype: float32``)."""
     leaves = _index(raw)
-    out: dict[str, Any] = {}
+    out: dict[str, tuple[str, Any]] = {}
     for key, spellings in MODEL_KEYS.items():
         accept = _gpu if key == "gpu" else _scalar
         hit = _pick(leaves, spellings, frozenset({"model", "hardware"}), accept)
         if hit is not None:
-            out[key] = hit[1]
+            out[key] = hit
     return out
+
+
+def model_info(raw: dict[str, Any]) -> dict[str, Any]:
+    """Model size and hardware keys (scalars only: a list of layer widths is no count)."""
+    return {key: value for key, (_shown, value) in model_keys(raw).items()}

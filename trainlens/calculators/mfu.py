@@ -34,6 +34,38 @@ LOW_MFU_CAUSES = (
     "communication that is not overlapped with compute"
 )
 
+#: the best MFU published for large jobs, the bar a figure near 100 % is set against
+#: (PaLM 540B: 46.2 %, Chowdhery et al. 2022, table 3; MegaScale 175B on 12,288 GPUs:
+#: 55.2 %, Jiang et al. 2024, NSDI, abstract)
+BEST_PUBLISHED = "46-55 %"
+
+WHY_IMPOSSIBLE = (
+    "a step also runs memory-bound work (norms, softmax, the optimizer) and waits on data "
+    "and communication, so no run reaches the dense peak (the best published large runs "
+    f"reach {BEST_PUBLISHED})"
+)
+
+
+def is_impossible(fraction: float) -> bool:
+    """Whether an MFU (or HFU) cannot be true: it prints as 100.0 % or more. The one rule
+    behind ``trainlens mfu`` and analyze's summary."""
+    return round(100.0 * fraction, 1) >= 100.0
+
+
+def peak_words(gpu: str | None, dtype: str, peak_flops: float, dtype_source: str) -> str:
+    """The peak a figure was computed against, and where its precision came from:
+    ``H100 SXM dense fp32 66.9 TFLOP/s; precision from --dtype``."""
+    device = f"{gpu} " if gpu else ""
+    return f"{device}dense {dtype} {peak_flops / 1e12:g} TFLOP/s; precision {dtype_source}"
+
+
+def impossible_message(fraction: float, what: str, checks: str, peak: str) -> str:
+    """An MFU/HFU that cannot be true: the figure, why not, what to check, the peak used."""
+    return (
+        f"{what} {100.0 * fraction:.1f} % is impossible: {WHY_IMPOSSIBLE}. Check {checks} "
+        f"(peak used: {peak})."
+    )
+
 
 @dataclass(frozen=True)
 class MFUResult:
@@ -53,6 +85,8 @@ class MFUResult:
     dtype: str
     gpu: str | None
     recompute: str
+    dtype_source: str = "as given"  # "from --dtype", "bf16 by default, ...", ...
+    impossible: bool = False  # MFU or HFU at or above 100 % (is_impossible)
     warnings: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
@@ -97,12 +131,14 @@ def mfu(
     attn_flops_per_token: float | None = None,
     recompute: str = "none",
     table: HardwareTable | None = None,
+    dtype_source: str = "as given",
 ) -> MFUResult:
     """MFU (and HFU) of a job running ``tokens_per_sec`` over ``n_gpus`` devices.
 
     ``peak`` is the dense FLOP/s of one device; when omitted it comes from ``gpu``'s row for
     ``dtype``. The attention term comes from ``layers``/``heads``/``head_dim``/``seq_len``
-    (all four) or directly from ``attn_flops_per_token``.
+    (all four) or directly from ``attn_flops_per_token``. ``dtype_source`` says where the
+    precision came from (``from --dtype``, ``bf16 by default``); the result's words name it.
     """
     require_positive(params, "params")
     require_positive(tokens_per_sec, "tokens/s")
@@ -154,19 +190,26 @@ def mfu(
         )
 
     warnings: list[str] = []
-    peak_text = f"{peak_flops / 1e12:g} TFLOP/s dense {dtype}" + (
-        f" ({row.name})" if row is not None and peak is None else ""
-    )
-    if value > 1.0:
+    if peak is None:
+        peak_text = peak_words(row.name if row else None, dtype, peak_flops, dtype_source)
+        device = "the device and --dtype"
+    else:
+        peak_text = f"{peak_flops / 1e12:g} TFLOP/s as given, taken as dense {dtype}"
+        device = "the peak given (a dense rate, not the sparse headline)"
+    impossible = is_impossible(value) or is_impossible(hfu)
+    if is_impossible(value):
         warnings.append(
-            f"MFU above 100 % is impossible: the peak or the params are wrong. Check the "
-            f"device and dtype (peak used: {peak_text}), that N leaves out embeddings, and "
-            "that --gpus counts every device behind this tokens/s."
+            impossible_message(
+                value,
+                "MFU",
+                f"{device}, that N leaves out embeddings, and that --gpus counts every device "
+                "behind this tokens/s",
+                peak_text,
+            )
         )
-    elif hfu > 1.0:
+    elif is_impossible(hfu):
         warnings.append(
-            f"HFU above 100 % is impossible: check the recomputation mode and the peak "
-            f"({peak_text})."
+            impossible_message(hfu, "HFU", "the recomputation mode and the peak", peak_text)
         )
     elif value < LOW_MFU:
         warnings.append(
@@ -189,6 +232,8 @@ def mfu(
         dtype=dtype,
         gpu=row.name if row is not None else None,
         recompute=recompute,
+        dtype_source=dtype_source,
+        impossible=impossible,
         warnings=warnings,
         assumptions=assumptions,
     )

@@ -17,7 +17,7 @@ import os
 
 from trainlens.checkpoints._audit import audit_file, audit_folder
 from trainlens.checkpoints._budget import PickleBudget
-from trainlens.checkpoints._discover import MAX_ENTRIES, find
+from trainlens.checkpoints._discover import MAX_ENTRIES, Found, find
 from trainlens.checkpoints._files import CRC_BUDGET
 from trainlens.checkpoints._model import Checkpoint, Inventory, Pointer, Problem
 from trainlens.checkpoints.findings import CODES, Params, RunSteps, findings
@@ -36,6 +36,7 @@ __all__ = [
     "Problem",
     "RunSteps",
     "audit",
+    "audited",
     "findings",
     "inventory",
 ]
@@ -58,6 +59,17 @@ def inventory(
         raise UnreadableInputError(f"{p}: no such file or folder")
     require_file_or_folder(p)  # a FIFO named here would hang reading the run beside it
     root, found = find(p)
+    return audited(root, found, crc_budget=crc_budget, pickle_budget=pickle_budget)
+
+
+def audited(
+    root: str,
+    found: Found,
+    *,
+    crc_budget: int = CRC_BUDGET,
+    pickle_budget: PickleBudget | None = None,
+) -> Inventory:
+    """The inventory of what discovery found (named after ``root``), each one audited."""
     inv = Inventory(root=root)
     if found.truncated:
         inv.notes.append(f"more than {MAX_ENTRIES} entries under {root}: searched in part")

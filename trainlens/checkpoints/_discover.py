@@ -47,6 +47,20 @@ def find(path: str) -> tuple[str, Found]:
     return (root if found else start), found
 
 
+def find_in(shallow: list[str], deep: list[str]) -> Found:
+    """What the given folders hold: each ``shallow`` folder's own entries (a checkpoint
+    folder, file or pointer directly in it; no subfolder searched), each ``deep`` folder
+    searched down :data:`MAX_DEPTH` levels. The folders a run's layout names as its own
+    (:mod:`trainlens.checkpoints._owner`); no parent is tried."""
+    found = Found()
+    seen = [0]
+    for folder in shallow:
+        _walk(folder, 0, found, seen, 0)
+    for folder in deep:
+        _walk(folder, 0, found, seen, MAX_DEPTH)
+    return found
+
+
 def _walk(folder: str, depth: int, found: Found, seen: list[int], max_depth: int) -> None:
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)

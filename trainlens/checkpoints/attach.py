@@ -1,7 +1,10 @@
 """Checkpoints in ``analyze``: the CKPT findings and the checkpoint to go back to.
 
 :func:`analysis_checkpoints` runs after the detectors (:func:`trainlens.api.analyze_run`):
-it finds the checkpoints beside the run (or in ``[tool.trainlens] checkpoints``), audits
+it finds the run's own checkpoints (by its layout or config,
+:mod:`trainlens.checkpoints._owner`; or the folder ``--checkpoints`` /
+``[tool.trainlens] checkpoints`` names; what lies near the run and is not its own is a
+data-quality note naming the folder, never a finding), audits
 their structure (no CRC pass over them all: ``trainlens checkpoints`` does that; analyze
 must stay quick beside a folder of 50 GB checkpoints), checks the CRCs of each checkpoint
 it is about to name (passing a corrupt one over for the next older), adds the CKPT
@@ -22,24 +25,36 @@ if TYPE_CHECKING:
     from trainlens.core.run import Run
 
 
-def checkpoints_path(run: Run, config: Config) -> str | None:
-    """Where to look: the configured folder; none when the config says ``false``; else
-    beside the run when its source is on disk."""
+def checkpoints_path(config: Config) -> str | None:
+    """The folder the user named (``--checkpoints``, ``[tool.trainlens] checkpoints``),
+    searched as ``trainlens checkpoints`` searches; None when none is named."""
     setting = config.checkpoints
-    if setting is False:
-        return None
     if isinstance(setting, str) and setting:
         return setting
-    if not os.path.exists(run.source):
-        return None
-    from trainlens.checkpoints._layouts import folder_kind
+    return None
 
-    # HF Trainer's log is read from inside its newest checkpoint (checkpoint-200/
-    # trainer_state.json): its siblings are the run's checkpoints
-    here = os.path.dirname(os.path.abspath(run.source)) if os.path.isfile(run.source) else ""
-    if here and folder_kind(os.path.basename(here)) is not None:
-        return os.path.dirname(here)
-    return run.source
+
+def _inventory(run: Run, config: Config) -> tuple[Inventory | None, str | None]:
+    """The run's inventory (None when nothing is found or readable) and a note naming
+    checkpoints near the run that are not its own (:mod:`trainlens.checkpoints._owner`)."""
+    from trainlens.checkpoints import audited, inventory
+    from trainlens.core.errors import TrainlensError
+
+    named = checkpoints_path(config)
+    try:
+        if named is not None:
+            return inventory(named, crc_budget=0), None
+        if not os.path.exists(run.source):  # a Run made in memory names no place
+            return None, None
+        from trainlens.checkpoints._owner import own_checkpoints, stray_folders, stray_note
+
+        places, found = own_checkpoints(run)
+        note = stray_note(stray_folders(run, found), places.outside)
+        if not found and not found.pointers:
+            return None, note
+        return audited(places.root, found, crc_budget=0), note
+    except (TrainlensError, OSError):
+        return None, None
 
 
 def _kept(code: str, config: Config) -> bool:
@@ -54,22 +69,25 @@ def analysis_checkpoints(
 ) -> tuple[list[Finding], Inventory | None]:
     """The findings with the CKPT ones added and restart advice attached, and the
     inventory (None when no checkpoint or pointer was found)."""
-    where = checkpoints_path(run, config)
-    if where is None:
+    if config.checkpoints is False:
+        return findings, None
+    inv, note = _inventory(run, config)
+    if note is not None:
+        from trainlens.core.run import DataIssue
+
+        issue = DataIssue(
+            kind="checkpoints-elsewhere", source=run.source, message=note, severity="info"
+        )
+        if issue not in run.data_quality:  # analyze and report may both analyze a run
+            run.data_quality.append(issue)
+    if inv is None or (not inv.checkpoints and not inv.pointers):
         return findings, None
     import polars as pl
 
-    from trainlens.checkpoints import RunSteps, inventory
+    from trainlens.checkpoints import RunSteps
     from trainlens.checkpoints import findings as ckpt_findings
     from trainlens.checkpoints.advice import attach_restart_advice
-    from trainlens.core.errors import TrainlensError
 
-    try:
-        inv = inventory(where, crc_budget=0)
-    except (TrainlensError, OSError):
-        return findings, None
-    if not inv.checkpoints and not inv.pointers:
-        return findings, None
     _verify_named(inv, findings)
     pts = run.standing().group_by("step").agg(pl.col("wall_time").min()).sort("step")
     steps = RunSteps(pts.get_column("step").to_list(), pts.get_column("wall_time").to_list())

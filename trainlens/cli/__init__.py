@@ -74,6 +74,25 @@ def _debug_wanted(flag: bool) -> bool:
     return flag or os.environ.get(DEBUG_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+#: where bugs are reported; the installed package's metadata (pyproject's [project.urls]
+#: Issues) is asked first, this is the fallback (a source checkout run without install)
+ISSUES_URL = "https://github.com/trainlens/trainlens/issues"
+
+
+def issues_url() -> str:
+    """The issue tracker's address: ``Issues`` in the package metadata, else ISSUES_URL."""
+    try:
+        from importlib.metadata import metadata
+
+        for entry in metadata("trainlens").get_all("Project-URL") or []:
+            label, _, url = str(entry).partition(",")
+            if label.strip().lower() == "issues" and url.strip().startswith("https://"):
+                return url.strip()
+    except Exception:  # said while reporting another error: never raise here
+        pass
+    return ISSUES_URL
+
+
 def internal_error_message(exc: BaseException) -> str:
     """One sentence for an exception trainlens did not expect: what it was, that it is a
     bug, and how to report it."""
@@ -83,8 +102,8 @@ def internal_error_message(exc: BaseException) -> str:
     what = type(exc).__name__ + (f" ({detail})" if detail else "")
     return (
         f"trainlens: internal error: {what}; this is a bug in trainlens, not a problem with "
-        f"your run: please report it on the trainlens issue tracker (see the README) with "
-        f"this command line, rerun with --debug or {DEBUG_ENV}=1 for the traceback"
+        f"your run: please report it at {issues_url()} with this command line, rerun "
+        f"with --debug or {DEBUG_ENV}=1 for the traceback"
     )
 
 

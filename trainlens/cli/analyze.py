@@ -29,7 +29,9 @@ from trainlens.core.findings import fail_rank
 __all__ = ["FormatOpt", "ReaderOpt", "analyze", "convert"]
 
 
-def _model_overrides(params: str | None, gpu: str | None, gpus: int | None) -> dict[str, Any]:
+def _model_overrides(
+    params: str | None, gpu: str | None, gpus: int | None, dtype: str | None = None
+) -> dict[str, Any]:
     model: dict[str, Any] = {}
     if params is not None:
         from trainlens.calculators.units import parse_number
@@ -46,7 +48,23 @@ def _model_overrides(params: str | None, gpu: str | None, gpus: int | None) -> d
         if gpus < 1:
             raise UsageError("--gpus must be at least 1")
         model["n_gpus"] = gpus
+    if dtype is not None:
+        from trainlens.calculators.hardware import DTYPES
+        from trainlens.efficiency import dtype_of
+
+        # framework spellings (bfloat16, bf16-mixed) as in a run config, checked here
+        named = dtype_of({"dtype": dtype.strip()})
+        if named not in DTYPES:
+            raise UsageError(
+                f"--dtype must be one of {', '.join(DTYPES)} (or bfloat16, float16, float32, "
+                f"bf16-mixed, 16-mixed); got {dtype!r}"
+            )
+        model["dtype"] = named
     return model
+
+
+#: the flag that sets each model key, so a figure can say where its input came from
+MODEL_FLAGS = {"n_params": "--params", "gpu": "--gpu", "n_gpus": "--gpus", "dtype": "--dtype"}
 
 
 @app.command()
@@ -88,6 +106,15 @@ def analyze(
     gpus: Annotated[
         int | None, typer.Option("--gpus", help="Number of devices of the job.", show_default=False)
     ] = None,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype",
+            help="Training precision for MFU's peak: bf16, fp16, fp8, tf32, fp32 "
+            "[default: the run config's, else bf16].",
+            show_default=False,
+        ),
+    ] = None,
     fail_on: Annotated[
         str | None,
         typer.Option(
@@ -103,7 +130,8 @@ def analyze(
         typer.Option(
             "--checkpoints",
             help="The run's checkpoint folder, audited to name the checkpoint to go back "
-            "to [default: found beside the run, or checkpoints in the config].",
+            "to [default: the run's own by its layout or run config, or checkpoints in "
+            "the config; others nearby are a note].",
             show_default=False,
         ),
     ] = None,
@@ -149,7 +177,9 @@ def analyze(
         require_file_or_folder(checkpoints)  # said here: the audit's errors become notes
         cfg.checkpoints = str(checkpoints)
     cfg.aliases = {**cfg.aliases, **parse_aliases(alias)}
-    cfg.model = {**cfg.model, **_model_overrides(params, gpu, gpus)}
+    flagged = _model_overrides(params, gpu, gpus, dtype)
+    cfg.model = {**cfg.model, **flagged}
+    cfg.model_flags = {**cfg.model_flags, **{k: MODEL_FLAGS[k] for k in flagged}}
     threshold = fail_rank(fail_on or cfg.fail_on or "none")  # checked before the read
     from trainlens.formatters.color import color_choice
 

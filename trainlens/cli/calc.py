@@ -61,7 +61,9 @@ def mfu(
     gpus: Annotated[str, typer.Option("--gpus", help="Number of devices sharing the tokens/s.")] = (
         "1"
     ),
-    dtype: Annotated[str, typer.Option("--dtype", help=DTYPE_HELP)] = "bf16",
+    dtype: Annotated[
+        str | None, typer.Option("--dtype", help=DTYPE_HELP + " [default: bf16]")
+    ] = None,
     layers: Annotated[
         str | None, typer.Option("--layers", help="Layers L (attention term).")
     ] = None,
@@ -88,7 +90,9 @@ def mfu(
         required_option(tps, "--tps", "tokens per second of the whole job"), "--tps"
     )
     n_gpus = parse_int_option(gpus, "--gpus")
-    dtype = check_choice(dtype, DTYPES, "--dtype")
+    # where the precision came from is part of the answer: a peak is only as right as it
+    dtype_source = "bf16 by default, --dtype to change" if dtype is None else "from --dtype"
+    dtype = check_choice(dtype or "bf16", DTYPES, "--dtype")
     recompute = check_choice(recompute, ("none", "selective", "full"), "--recompute")
     peak = parse_number_option(peak_tflops, "--peak-tflops")
     if gpu is None and peak is None:
@@ -107,6 +111,7 @@ def mfu(
         seq_len=parse_int_option(seq_len, "--seq-len"),
         recompute=recompute,
         table=hardware_table(table) if table is not None else None,
+        dtype_source=dtype_source,
     )
     if as_json:
         payload = as_dict(result)
@@ -432,7 +437,14 @@ def energy(
 
 # ---- printing -------------------------------------------------------------------------
 def _print_mfu(result: MFUResult, peak_given: bool) -> None:
-    typer.echo(f"MFU {pct(result.mfu)}  (model FLOPs / dense peak)")
+    from trainlens.calculators.mfu import peak_words
+
+    if peak_given:
+        peak = f"{result.peak_flops / 1e12:g} TFLOP/s as given, taken as dense {result.dtype}"
+    else:
+        peak = peak_words(result.gpu, result.dtype, result.peak_flops, result.dtype_source)
+    verdict = ": impossible, see the warning" if result.impossible else ""
+    typer.echo(f"MFU {pct(result.mfu)}{verdict}  (model FLOPs / {peak})")
     if result.recompute != "none":
         typer.echo(f"HFU {pct(result.hfu)}  (counting {result.recompute} recomputation)")
     typer.echo("")
@@ -455,7 +467,8 @@ def _print_mfu(result: MFUResult, peak_given: bool) -> None:
         (
             "peak",
             f"{result.peak_flops / 1e12:g} TFLOP/s per device, dense {result.dtype}"
-            + (f" ({result.gpu})" if result.gpu and not peak_given else ""),
+            + (f" ({result.gpu})" if result.gpu and not peak_given else "")
+            + f"; precision {result.dtype_source}",
         ),
     ]
     print_rows(rows)

@@ -22,7 +22,9 @@ class Context:
     ``schedule``: the declared LR schedule (keys: shape, warmup_steps, peak_lr, min_lr,
     total_steps, decay_steps, stable_steps, step_size, gamma), from config, a flag, or a
     run config archived beside the run; empty when none was declared.
-    ``model``: n_params, gpu, n_gpus, dtype, device_memory_bytes, ... when known.
+    ``model``: n_params, gpu, n_gpus, dtype, device_memory_bytes, ... when known;
+    ``model_sources``: where each of them came from, in words (``--dtype``, ``the run
+    config's `dtype: float32` (path)``), for figures that must say what they rest on.
     ``step_offset``: what to add to the log's steps to reach the declared schedule's (a
     resumed run whose step count restarted while its scheduler went on); 0 unless the LR
     detector pinned one (LR008), which :func:`trainlens.detectors.run_detectors` sets
@@ -32,6 +34,7 @@ class Context:
 
     schedule: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
+    model_sources: dict[str, str] = field(default_factory=dict)
     schedule_source: str | None = None
     step_offset: int = 0
     checkpoints: Any = None  # the run's checkpoint inventory (trainlens.checkpoints), if any

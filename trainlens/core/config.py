@@ -49,6 +49,9 @@ class Config:
     aliases: dict[str, str] = field(default_factory=dict)
     schedule: dict[str, Any] = field(default_factory=dict)
     model: dict[str, Any] = field(default_factory=dict)
+    #: model keys a command-line flag set, and the flag (``{"dtype": "--dtype"}``): the
+    #: rest of ``model`` came from the config file
+    model_flags: dict[str, str] = field(default_factory=dict)
     fail_on: str | None = None
     gate: dict[str, Any] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)

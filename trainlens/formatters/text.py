@@ -134,6 +134,10 @@ def render_analysis(a: Analysis, *, verbose: bool = False, width: int | None = N
     for extra in ("mfu", "compute", "energy"):
         if s.get(extra):
             lines.append(f"{extra:<11} {s[extra]['text']}")
+            if s[extra].get("problem"):  # an impossible figure: the input is wrong
+                lines.append(f"{'':<11} {s[extra]['problem']}")
+        elif extra == "mfu" and s.get("efficiency_note"):  # asked for, not computed: why
+            lines.append(f"{extra:<11} {s['efficiency_note']}")
     if a.context.schedule:
         sch = a.context.schedule
         lines.append(f"schedule    {sch.get('shape')} (declared in {a.context.schedule_source})")

@@ -119,6 +119,9 @@ def time_to_target(run: Run, metric: str, target: float) -> dict[str, Any]:
 def mfu(run: Run, summary: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
     """Mean MFU: analyze's figure when it computed one, else from the hardware table."""
     entry = summary.get("mfu")
+    if isinstance(entry, dict) and entry.get("impossible"):
+        # an MFU over 100 % is a wrong input, not a pass of min_mfu
+        return {"mean": None, "reason": str(entry.get("problem") or "MFU is impossible")}
     if isinstance(entry, dict) and _f(entry.get("mean")) is not None:
         return {"mean": _f(entry["mean"]), "gpu": entry.get("gpu"), "n_gpus": entry.get("n_gpus")}
     if not run.has("tokens_per_sec"):
@@ -139,6 +142,15 @@ def mfu(run: Run, summary: dict[str, Any], model: dict[str, Any]) -> dict[str, A
     finite = got.values[np.isfinite(got.values)]
     if not finite.size:
         return {"mean": None, "reason": "no finite tokens_per_sec"}
+    from trainlens.calculators.mfu import is_impossible, peak_words
+
+    if is_impossible(float(finite.mean())):
+        peak = peak_words(got.gpu, got.dtype, got.peak_flops, got.dtype_source)
+        return {
+            "mean": None,
+            "reason": f"MFU {finite.mean():.1%} is impossible: check n_params, the logged "
+            f"tokens/s and the precision (peak used: {peak})",
+        }
     return {"mean": float(finite.mean()), "gpu": got.gpu, "n_gpus": got.n_gpus}
 
 

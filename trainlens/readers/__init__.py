@@ -189,9 +189,28 @@ def read_runs(
         require_file_or_folder(path)  # before anything opens it: a FIFO blocks the open
         if format is not None and format not in FORMATS:
             raise UsageError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-        runs.extend(_read_path(path, format, opts))
+        got = _read_path(path, format, opts)
+        if opts.runs:
+            _check_selectable(path, got)
+        runs.extend(got)
     _dedupe_names(runs)
     return runs
+
+
+#: the formats whose reader keeps only the runs ``ReadOptions.runs`` names (id or name)
+SELECTS_RUNS = frozenset({"mlflow"})
+
+
+def _check_selectable(path: Path, got: list[Run]) -> None:
+    """``--run`` given for a source whose reader does not select: it was ignored, and
+    every run was judged as if it had not been given."""
+    other = sorted({r.format for r in got} - SELECTS_RUNS)
+    if other:
+        raise UsageError(
+            f"--run selects runs in an MLflow store, but {path} is read as "
+            f"{', '.join(other)}, which --run does not select from: name the run's own "
+            "file or folder instead"
+        )
 
 
 def _read_path(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:

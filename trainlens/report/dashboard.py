@@ -108,6 +108,18 @@ def _to_loss(x: Any) -> Any:
         return np.log(np.clip(x, 1e-300, None))
 
 
+class _PerplexityLocator(ticker.LogLocator):
+    """Log-spaced perplexity ticks; none while the secondary axis has no limits of its own
+    yet. Walking a figure's artists before it is drawn (the report's text guard) asks the
+    locator for ticks over the axis' default (0, 1), where LogLocator raises "Data cannot
+    be log-scaled" — every LM run's report ended in that internal error."""
+
+    def tick_values(self, vmin: float, vmax: float) -> Any:
+        if not (vmin > 0 and vmax > 0):
+            return np.array([])
+        return super().tick_values(vmin, vmax)
+
+
 def perplexity_axis(c: Canvas, ax: Axes) -> None:
     """Perplexity = exp(loss) on a right-hand axis, where the summary gives one (the one
     rule for a per-token LM loss: :func:`trainlens.summary.perplexity_basis`)."""
@@ -118,7 +130,7 @@ def perplexity_axis(c: Canvas, ax: Axes) -> None:
     if finite.size == 0 or finite.min() <= 0 or finite.max() > 20:
         return
     sec = ax.secondary_yaxis("right", functions=(_to_ppl, _to_loss))
-    sec.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    sec.yaxis.set_major_locator(_PerplexityLocator(base=10, subs=(1.0, 2.0, 5.0)))
     sec.yaxis.set_minor_locator(ticker.NullLocator())
     sec.yaxis.set_major_formatter(ticker.FuncFormatter(lambda x, _: f"{x:g}"))
     sec.set_ylabel("perplexity = exp(loss)", color="#666666")

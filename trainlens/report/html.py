@@ -146,7 +146,8 @@ def summary_rows(a: Analysis, index: int = 0, multi: bool = False) -> list[tuple
         )
     mfu = summary_mfu(s)
     if isinstance(s.get("mfu"), dict) and s["mfu"].get("text"):
-        rows.append(("MFU", esc(s["mfu"]["text"])))
+        problem = s["mfu"].get("problem")
+        rows.append(("MFU", esc(s["mfu"]["text"] + (f". {problem}" if problem else ""))))
     elif mfu is not None:
         rows.append(("MFU", f"{mfu:.1%}"))
     if isinstance(s.get("compute"), dict) and s["compute"].get("text"):

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainlens.core.errors import ConfigError, did_you_mean
+from trainlens.core.errors import ConfigError, UsageError, did_you_mean
 
 EXIT_LEVELS = ("info", "warning", "error")
 
@@ -68,10 +68,23 @@ class WatchSettings:
 
     def with_flags(self, **flags: Any) -> WatchSettings:
         """These settings with every flag that was given (not None) in place, checked."""
-        given = {k: _checked(k, v, "flag") for k, v in flags.items() if v is not None}
+        given = {k: _flag_checked(k, v) for k, v in flags.items() if v is not None}
         if "notify" in given:  # --notify adds to the configured targets
             given["notify"] = [*self.notify, *(u for u in given["notify"] if u not in self.notify)]
         return dataclasses.replace(self, **given)
+
+
+def _flag_checked(key: str, value: Any) -> Any:
+    """:func:`_checked` for a flag, the message naming the flag as typed (``--exit-on``),
+    not the config key (it said "flag: 'exit_on' must be ...")."""
+    try:
+        return _checked(key, value, "flag")
+    except ConfigError as exc:
+        flag = "--" + key.replace("_", "-")
+        text = str(exc).replace(f"flag: {key!r}", flag, 1)
+        if text.startswith("flag: "):
+            text = f"{flag}: {text.removeprefix('flag: ')}"
+        raise UsageError(text) from None
 
 
 def _checked(key: str, value: Any, where: str) -> Any:
