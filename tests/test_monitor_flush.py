@@ -110,3 +110,25 @@ def test_flush_seconds_must_be_positive(tmp_path: Path) -> None:
     model = torch.nn.Linear(2, 1)
     with pytest.raises(ValueError, match="flush_seconds"):
         Monitor(model, torch.optim.SGD(model.parameters(), lr=0.1), out=tmp_path, flush_seconds=0)
+
+
+def test_with_several_ranks_the_flush_uses_only_what_every_rank_knows(tmp_path: Path) -> None:
+    """Every rank must flush at the same steps (FSDP2's flush is a collective): the rule
+    there is the records waiting x the slowest rank's gathered step time, never a rank's
+    own clock or values. (tests/test_monitor_ddp.py runs the gather on 2 processes.)"""
+    model = torch.nn.Linear(2, 1)
+    clock = FakeClock()
+    mon = Monitor(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), out=tmp_path, flush_clock=clock
+    )
+    mon.hw.world_size = 2
+    mon._shared_step_time = 0.5  # as _finish sets it from hw.per_rank
+    due = []
+    for k in range(1, 6):
+        clock.t += 3600.0  # a rank's own clock says each step took an hour: not consulted
+        mon._records.append({"step": float(k), "train/loss": torch.tensor(math.nan)})
+        due.append(mon._flush_due())
+    assert due == [False, False, False, True, True]  # 4 records x 0.5 s reach 2 s
+    mon.hw.world_size = 1
+    mon._records = []
+    mon.close()

@@ -137,6 +137,7 @@ class Monitor:
         # flush clock at the last record made (at first: now, so that a first step that
         # takes longer than flush_seconds is written at once too)
         self._last_record = flush_clock()
+        self._shared_step_time = 0.0  # the slowest rank's, as last gathered (several ranks)
         self.scaler = scaler
         self._clock = clock
         self.opt_step = resume_step  # optimizer steps seen (the step number of the last one)
@@ -311,13 +312,22 @@ class Monitor:
         the guess of the next one's length: at 10 s a step every record goes at once, at
         1 step/s every second or so, at 100 steps/s every ``flush_every``), or when the
         record holds a non-finite value (a NaN is on disk before a crash can lose it).
-        Costs one clock read and a few float checks per optimizer step."""
+        Costs one clock read and a few float checks per optimizer step.
+
+        With several ranks every rank must flush at the same steps (the flush makes
+        FSDP2's DTensors whole, a collective), so the rule there uses only what every rank
+        knows alike: the records waiting times the slowest rank's step time, as the last
+        gather of per-rank times gave it (every ``every`` steps); no clock of its own and
+        no value of its own (a NaN is written at the next flush)."""
+        n = len(self._records)
+        if self.hw.world_size > 1:
+            return n >= self.flush_every or n * self._shared_step_time >= self.flush_seconds
         t = self._flush_clock()
         gap, self._last_record = t - self._last_record, t
-        if len(self._records) == 1:
+        if n == 1:
             self._oldest = t
         return (
-            len(self._records) >= self.flush_every
+            n >= self.flush_every
             or t + gap - self._oldest >= self.flush_seconds
             or _nonfinite(self._records[-1])
         )
@@ -384,7 +394,12 @@ class Monitor:
             # stragglers: every rank's step time and data wait, gathered every k steps
             mine = {"step_time": math.nan, "dataloader_wait": math.nan}
             mine.update({k: v for k, v in rec.items() if k in mine and isinstance(v, float)})
-            rec.update(self.hw.per_rank(mine))
+            gathered = self.hw.per_rank(mine)
+            rec.update(gathered)
+            times = [
+                v for k, v in gathered.items() if k.startswith("step_time/") and math.isfinite(v)
+            ]
+            self._shared_step_time = max(times, default=self._shared_step_time)
         rec.update(self.hw.memory())
         scale_t = self.hw.loss_scale()
         if scale_t is not None:
