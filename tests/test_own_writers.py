@@ -142,3 +142,31 @@ def test_own_names_claim_after_canonical_spellings_and_before_other_aliases() ->
     # read as the monitor's own file has the name
     assert got["trainlens/grad_norm/Emb.Weight"] == AliasTable().lookup("grad_norm/Emb.Weight")
     assert AliasTable({"trainlens/lr": "my_lr"}).lookup("trainlens/lr").canonical == "my_lr"
+
+
+TRAINER_STEP_WRITER = """
+import sys, wandb
+run = wandb.init(project="trainlens-test", id="steps01", dir=sys.argv[1])
+run.log({"early": 1.0})  # before the trainer's first step: placed at it
+for step in range(1, 11):
+    run.log({"lr": 1e-3 * step, "trainer/global_step": step})
+    if step % 3 == 0:  # a validation: one more wandb.log call at the same step
+        run.log({"val_loss": 2.0 - step / 10, "trainer/global_step": step})
+run.finish()
+"""
+
+
+def test_a_wandb_run_is_read_at_the_step_its_trainer_logged(tmp_path: Path) -> None:
+    """W&B's own SDK, logging as Lightning's WandbLogger does: the step as a metric."""
+    writer = tmp_path / "writer.py"
+    writer.write_text(TRAINER_STEP_WRITER)
+    run_wandb_offline(writer, tmp_path)
+    [run] = trainlens.read(next(tmp_path.glob("wandb/offline-run-*")))
+    steps, lr = run.series("lr")
+    assert list(steps) == list(range(1, 11))  # _step would be 1, 2, 3, 5, 6, 7, 9, ...
+    assert lr == pytest.approx([1e-3 * s for s in range(1, 11)])
+    assert list(run.series("val/loss")[0]) == [3, 6, 9]
+    assert list(run.series("early")[0]) == [1]
+    assert "trainer/global_step" not in run.metrics
+    [note] = [d for d in run.data_quality if d.kind == "trainer-step"]
+    assert "14 calls up to trainer step 10" in note.message

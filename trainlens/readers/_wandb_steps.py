@@ -59,7 +59,8 @@ def trainer_steps(frame: pl.DataFrame, source: str) -> tuple[pl.DataFrame, DataI
         source=source,
         message=(
             f"steps are the run's {key} (W&B's _step counts wandb.log calls: "
-            f"{int(values[-1])} trainer steps in {frame.get_column('step').n_unique()} calls)"
+            f"{frame.get_column('step').n_unique()} calls up to trainer step "
+            f"{int(values.max())})"
         ),
         severity="info",
     )
