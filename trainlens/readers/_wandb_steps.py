@@ -60,7 +60,7 @@ def trainer_steps(frame: pl.DataFrame, source: str) -> tuple[pl.DataFrame, DataI
         message=(
             f"steps are the run's {key} (W&B's _step counts wandb.log calls: "
             f"{frame.get_column('step').n_unique()} calls up to trainer step "
-            f"{int(values.max())})"
+            f"{int(values.to_numpy().max())})"
         ),
         severity="info",
     )
