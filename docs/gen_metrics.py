@@ -11,6 +11,7 @@ from trainlens.core.names import (
     GPU_FIELDS,
     MEMORY_NAMESPACES,
     NAMESPACES,
+    OWN_PREFIX,
     PATTERN_ALIASES,
     SPLIT_NAMESPACES,
 )
@@ -62,6 +63,19 @@ Last, words joined by `-` or a space are looked up joined by `_` (the separator 
 Megatron's `grad norm`, `learning-rate`, `loss-scale`, `iteration-time`, NeMo's
 `train_step_timing in s`."""
 
+OWN_RULE = """## trainlens' own names (`{prefix}…`)
+
+What trainlens writes, trainlens reads. `trainlens.monitor` writes canonical names as they
+are; where its figures go into another tool's logger beside that tool's own
+(`LightningCallback(log_to_lightning=True)` into Lightning's CSV, TensorBoard and W&B
+loggers) they are named `{prefix}<canonical name>` (`{prefix}lr`, `{prefix}train/loss`,
+`{prefix}grad_norm/<tensor>`), and read back as the name after the prefix, looked up as
+the monitor's own file has it: `{prefix}lr` is `lr`. Before any other table, except the
+user's own aliases. When such a name and another claim one canonical name, a name
+already spelled canonically wins, then trainlens' own, then the rest in file order: its
+`{prefix}lr`, measured every optimizer step, before a LearningRateMonitor's `lr-AdamW`
+logged every 50th; the other keeps its own name."""
+
 FOOTER = """
 Sources of the spellings: HF Trainer's `log_history` keys (loss, learning_rate,
 grad_norm, eval_*), Lightning's `self.log` names and LearningRateMonitor (`lr-<Optimizer>`,
@@ -96,6 +110,7 @@ def render() -> str:
             splits=", ".join(f"`{n}/`" for n in sorted(SPLIT_NAMESPACES)),
         ),
     ]
+    lines += ["", OWN_RULE.format(prefix=OWN_PREFIX)]
     return "\n".join(lines) + "\n" + FOOTER
 
 

@@ -86,7 +86,7 @@ def test_ddp_rank0_writes_and_per_rank_times_are_gathered(tmp_path: Path) -> Non
 
 
 FSDP_WORKER = r"""
-import json, os, sys, torch, torch.distributed as dist
+import json, os, sys, time, torch, torch.distributed as dist
 sys.path.insert(0, sys.argv[3])
 from torch.distributed.fsdp import fully_shard
 from trainlens.monitor import Monitor
@@ -98,11 +98,14 @@ for layer in (model[0], model[2]):
     fully_shard(layer)
 fully_shard(model)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-mon = Monitor(model, opt, out=out, every=2)
-want = []
+# a step takes >= 0.1 s (the sleep): written on time, every 2 records by the ranks' gathered
+# step times, on both ranks at the same steps (the flush is a collective under FSDP2)
+mon = Monitor(model, opt, out=out, every=2, flush_seconds=0.15)
+want, on_disk = [], []
 for step in range(4):
     g = torch.Generator().manual_seed(10 * step + rank)
     loss = model(torch.randn(8, 16, generator=g)).pow(2).mean()
+    time.sleep(0.1)
     loss.backward()
     # the whole-model figures, independently: every shard gathered
     grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
@@ -113,10 +116,12 @@ for step in range(4):
     opt.step()
     opt.zero_grad()
     mon.step(loss=loss, tokens=8)
+    if rank == 0:
+        on_disk.append(len(open(os.path.join(out, "metrics.jsonl")).readlines()))
 mon.close()
 if rank == 0:
     with open(os.path.join(out, "want.json"), "w") as fh:
-        json.dump(want, fh)
+        json.dump({"figures": want, "on_disk": on_disk}, fh)
 dist.destroy_process_group()
 """
 
@@ -129,8 +134,14 @@ def test_fsdp2_global_and_per_tensor_norms_are_the_whole_models(tmp_path: Path, 
     does not fail on a DTensor)."""
     out = _run_two_ranks(tmp_path, FSDP_WORKER, clip)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    want = json.loads((out / "want.json").read_text())
+    got = json.loads((out / "want.json").read_text())
+    want = got["figures"]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    # every step >= 0.1 s (its sleep), as both ranks' gathered times say: never 2 records
+    # waiting (2 x 0.1 s > 0.15 s), long before flush_every's 50; and no rank waited for
+    # a flush collective the other did not make (that would have hung the job)
+    on_disk = got["on_disk"]
+    assert all(0 <= step - n <= 1 for step, n in enumerate(on_disk, 1)), on_disk
     for row, w in zip(rows, want, strict=True):
         assert row["grad_norm"] == pytest.approx(w["grad_norm"], rel=1e-5)
     for step in (1, 2, 4):  # the per-tensor steps at every=2

@@ -352,8 +352,9 @@ def test_a_bad_flag_is_a_usage_error_not_a_traceback(tmp_path: Path) -> None:
     assert (
         p.returncode == 2 and "--exit-on must be one of" in p.stderr and "Traceback" not in p.stderr
     )
+    # a missing path is waited for, except where it cannot appear (tests/test_watch_wait.py)
     p = subprocess.run(
-        [sys.executable, "-m", "trainlens", "watch", str(tmp_path / "nope.jsonl")],
+        [sys.executable, "-m", "trainlens", "watch", str(tmp_path / "no" / "nope.jsonl")],
         capture_output=True,
         text=True,
         timeout=60,

@@ -132,8 +132,8 @@ def watch(
     from trainlens.core.config import load_config
     from trainlens.core.errors import UsageError
     from trainlens.core.names import AliasTable
-    from trainlens.core.paths import require_file_or_folder
     from trainlens.readers import FORMATS, ReadOptions
+    from trainlens.watch.discovery import awaited
     from trainlens.watch.loop import watch as run_watch
     from trainlens.watch.settings import WatchSettings
     from trainlens.watch.sinks import build_sink
@@ -141,11 +141,7 @@ def watch(
     reader, _ = reader_choice(reader, fmt)
     if reader is not None and reader not in FORMATS:
         raise UsageError(f"--reader must be one of {', '.join(FORMATS)}, not {reader!r}")
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        raise UsageError(f"{missing[0]}: no such file or directory")
-    for p in paths:
-        require_file_or_folder(p)  # a FIFO would block its follower's first read
+    awaited(paths, once=once)  # a watch started before its job waits for it: may it?
     if until_idle is not None and until_idle < 0:
         raise UsageError("--until-idle must be at least 0")
     cfg = load_config(config)
@@ -173,6 +169,11 @@ def watch(
             options=ReadOptions(aliases=AliasTable(cfg.aliases)),
             once=once,
             until_idle=until_idle,
+            on_waiting=_say_waiting,
         )
     finally:
         sink.close()
+
+
+def _say_waiting(path: Path) -> None:
+    print(f"waiting for {path} to appear", file=sys.stderr, flush=True)

@@ -316,6 +316,27 @@ def _as_val(canonical: str) -> str:
     return "val/" + canonical
 
 
+# ---- trainlens' own writers ---------------------------------------------------------
+# What trainlens writes, trainlens reads (issue 25). The monitor's files carry canonical
+# names as they are; where its figures go into another tool's logger beside that tool's
+# own (LightningCallback(log_to_lightning=True) into CSVLogger, TensorBoardLogger,
+# WandbLogger, ...) they are named OWN_PREFIX + the canonical name, and read back as the
+# canonical name: the rest after the prefix is looked up as the monitor's own file would
+# have it (an alias when it has one, else the rest itself, its case kept).
+OWN_PREFIX = "trainlens/"
+
+
+def own_name(raw: str) -> str | None:
+    """The name a trainlens writer put under :data:`OWN_PREFIX`, else None."""
+    name = raw.strip()
+    if name[: len(OWN_PREFIX)].lower() != OWN_PREFIX or len(name) == len(OWN_PREFIX):
+        return None
+    return name[len(OWN_PREFIX) :]
+
+
+# ---- end of trainlens' own writers ---------------------------------------------------
+
+
 class AliasTable:
     """Maps raw metric names to canonical ones, with user overrides first."""
 
@@ -323,7 +344,11 @@ class AliasTable:
         self.user: dict[str, Alias] = {normalize_key(k): Alias(v) for k, v in (user or {}).items()}
 
     def lookup(self, raw: str) -> Alias | None:
-        return self._lookup(normalize_key(raw), _MAX_NAMESPACE_DEPTH)
+        key = normalize_key(raw)
+        own = own_name(raw) if key not in self.user else None
+        if own is not None:  # see OWN_PREFIX
+            return self.lookup(own) or Alias(own)
+        return self._lookup(key, _MAX_NAMESPACE_DEPTH)
 
     def _lookup(self, key: str, depth: int) -> Alias | None:
         hit = self.user.get(key) or EXACT_ALIASES.get(key)
@@ -368,10 +393,15 @@ class AliasTable:
         claimed: dict[str, str] = {}
         looked = {raw: self.lookup(raw) for raw in dict.fromkeys(raw_names)}
 
-        # names already spelled canonically claim first (stable sort keeps file order)
+        # names already spelled canonically claim first (stable sort keeps file order; a
+        # name that keeps its own must find it free), then trainlens' own (OWN_PREFIX):
+        # its `trainlens/lr`, measured every optimizer step, before a LearningRateMonitor's
+        # `lr-AdamW` of every 50th
         def claims_first(name: str) -> int:
             alias = looked[name]
-            return 0 if alias is None or alias.canonical == name else 1
+            if alias is None or alias.canonical == name:
+                return 0
+            return 1 if own_name(name) is not None else 2
 
         ordered = sorted(looked, key=claims_first)
         for raw in ordered:

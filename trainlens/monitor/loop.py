@@ -26,8 +26,11 @@ What is measured where (so each figure is the one the docs promise):
   memory, loss scale. It may be called on every micro-batch: a record is written once per
   optimizer step, its loss the mean over the step's micro-batches.
 
-Figures stay tensors until a flush (every ``flush_every`` steps), where they become
-numbers in one host transfer: no sync on the hot path on an accelerator.
+Figures stay tensors until a flush, where they become numbers in one host transfer: no
+sync on the hot path on an accelerator. A flush comes every ``flush_every`` steps, or
+sooner when the records waiting would otherwise be ``flush_seconds`` old by the next step
+(at 1 step/s a record is on disk within about a second, not 50), and at once after a step
+that logged a non-finite value the host can see without a sync (see :meth:`Monitor.step`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ from trainlens.monitor.sink import JsonlSink, TensorBoardSink, write_config
 DEFAULT_EVERY = 10
 #: records kept in memory before one host transfer and write
 DEFAULT_FLUSH = 50
+#: ... and no record waits longer than this (seconds) for its write: the watch sees a
+#: record this late at most, whatever the step rate (docs/watch.md, "How late")
+DEFAULT_FLUSH_SECONDS = 2.0
 
 
 class Vec(NamedTuple):
@@ -82,8 +88,12 @@ class Monitor:
     :mod:`trainlens.monitor.judge`); ``stop_on="error"`` (or "warning"): :attr:`stopped`
     says why once a finding at that severity appears (the callbacks stop the trainer).
     With either, every record is written at once (a host sync per step on a GPU).
-    ``clock``: the timer of ``step_time`` and ``dataloader_wait`` (seconds; default the wall
-    clock, ``time.perf_counter``): fixtures/make_runs.py passes process CPU time plus its
+    ``flush_every``: records written together (default 50); ``flush_seconds``: ... and
+    none waits longer than this for its write (default 2 s; None: by count only; a record
+    with a NaN or an infinity is written at once); ``flush_clock``: the clock of that
+    (default ``time.monotonic``, one read per optimizer step). ``clock``: the timer of
+    ``step_time`` and ``dataloader_wait`` (seconds; default the wall clock,
+    ``time.perf_counter``): fixtures/make_runs.py passes process CPU time plus its
     injected sleeps, so other processes on a shared machine put no throughput shift into
     runs that did not inject one. ``resume_step``: the optimizer steps already taken (a
     run resumed from the checkpoint of that step): the next record is ``resume_step + 1``.
@@ -103,6 +113,8 @@ class Monitor:
         gpu: str | None = None,
         dtype: str | None = None,
         flush_every: int = DEFAULT_FLUSH,
+        flush_seconds: float | None = DEFAULT_FLUSH_SECONDS,
+        flush_clock: Callable[[], float] = time.monotonic,
         tensorboard: bool = False,
         hook_optimizer: bool = True,
         on_finding: Callable[[Any], None] | None = None,
@@ -112,11 +124,20 @@ class Monitor:
     ) -> None:
         if every < 1 or flush_every < 1:
             raise ValueError("every and flush_every must be at least 1")
+        if flush_seconds is not None and not flush_seconds > 0:
+            raise ValueError("flush_seconds must be above 0 (or None)")
         self.model = model
         self.optimizer: torch.optim.Optimizer = getattr(optimizer, "optimizer", optimizer)
         self.out = Path(out)
         self.every = every
         self.flush_every = flush_every
+        self.flush_seconds = math.inf if flush_seconds is None else float(flush_seconds)
+        self._flush_clock = flush_clock
+        self._oldest = 0.0  # flush clock at the first record waiting
+        # flush clock at the last record made (at first: now, so that a first step that
+        # takes longer than flush_seconds is written at once too)
+        self._last_record = flush_clock()
+        self._shared_step_time = 0.0  # the slowest rank's, as last gathered (several ranks)
         self.scaler = scaler
         self._clock = clock
         self.opt_step = resume_step  # optimizer steps seen (the step number of the last one)
@@ -281,9 +302,35 @@ class Monitor:
         if self.opt_step == self._written:
             return  # a micro-batch of a step still accumulating gradients
         self._finish(now)
-        if len(self._records) >= self.flush_every or self._judge is not None:
+        if self._flush_due() or self._judge is not None:
             # judging wants every record on disk at once (the judge is duty-cycled itself)
             self.flush()
+
+    def _flush_due(self) -> bool:
+        """After a record was made: write now? When ``flush_every`` records wait, when the
+        oldest would be ``flush_seconds`` old by the next record (the step just taken is
+        the guess of the next one's length: at 10 s a step every record goes at once, at
+        1 step/s every second or so, at 100 steps/s every ``flush_every``), or when the
+        record holds a non-finite value (a NaN is on disk before a crash can lose it).
+        Costs one clock read and a few float checks per optimizer step.
+
+        With several ranks every rank must flush at the same steps (the flush makes
+        FSDP2's DTensors whole, a collective), so the rule there uses only what every rank
+        knows alike: the records waiting times the slowest rank's step time, as the last
+        gather of per-rank times gave it (every ``every`` steps); no clock of its own and
+        no value of its own (a NaN is written at the next flush)."""
+        n = len(self._records)
+        if self.hw.world_size > 1:
+            return n >= self.flush_every or n * self._shared_step_time >= self.flush_seconds
+        t = self._flush_clock()
+        gap, self._last_record = t - self._last_record, t
+        if n == 1:
+            self._oldest = t
+        return (
+            n >= self.flush_every
+            or t + gap - self._oldest >= self.flush_seconds
+            or _nonfinite(self._records[-1])
+        )
 
     def _add(self, key: str, value: Scalar | stats.Ratio | None) -> None:
         if value is None:
@@ -347,7 +394,12 @@ class Monitor:
             # stragglers: every rank's step time and data wait, gathered every k steps
             mine = {"step_time": math.nan, "dataloader_wait": math.nan}
             mine.update({k: v for k, v in rec.items() if k in mine and isinstance(v, float)})
-            rec.update(self.hw.per_rank(mine))
+            gathered = self.hw.per_rank(mine)
+            rec.update(gathered)
+            times = [
+                v for k, v in gathered.items() if k.startswith("step_time/") and math.isfinite(v)
+            ]
+            self._shared_step_time = max(times, default=self._shared_step_time)
         rec.update(self.hw.memory())
         scale_t = self.hw.loss_scale()
         if scale_t is not None:
@@ -401,6 +453,26 @@ class Monitor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _nonfinite(rec: Mapping[str, Value]) -> bool:
+    """The record holds a NaN or an infinity the host can see without waiting for a
+    device: its Python floats and its 0-d CPU tensors (a read of CPU memory, ~0.4 us each;
+    stacking them first costs 10 us). A value on an accelerator is left to the next
+    flush: reading it here would be a host sync per step (with ``on_finding`` /
+    ``stop_on`` every record is written at once)."""
+    for value in rec.values():
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return True
+        elif (
+            isinstance(value, torch.Tensor)
+            and value.is_cpu
+            and value.ndim == 0
+            and not math.isfinite(value.item())
+        ):
+            return True
+    return False
 
 
 def _pooled(values: list[Scalar | stats.Ratio]) -> Value:

@@ -7,6 +7,8 @@ public API's ``run.history()`` samples 500 points). Read here:
 
 - **History**: each item is a metric at the record's ``_step``; ``_timestamp`` is the
   wall time; ``_step``, ``_runtime`` and ``_timestamp`` are W&B's own and not metrics.
+  A run whose trainer logs its step as a metric (Lightning's ``trainer/global_step``,
+  HF's ``train/global_step``) is at that step (:mod:`trainlens.readers._wandb_steps`).
   A nested dict (``{"eval": {"loss": x}}``) is W&B's nested key, read as ``eval.loss``
   as W&B shows it; a key written with slashes (``train/loss``) keeps them. Values that are
   no number (media, tables, strings) are left out and counted in one note.
@@ -51,6 +53,7 @@ from trainlens.readers import _wandb_log as wl
 from trainlens.readers._outside import links_out, outside_note
 from trainlens.readers._wandb_compiled import Compiled, from_compiled
 from trainlens.readers._wandb_meta import LOG_GLOB, groups, logs_in, machine_of, run_dirs, run_file
+from trainlens.readers._wandb_steps import trainer_steps
 from trainlens.readers.base import ReadOptions, readable_runs
 
 try:
@@ -514,6 +517,10 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     frame, blocks = _frame(log)
     if frame.is_empty():
         raise UnreadableInputError(f"{source}: no metrics found in {records} W&B records")
+    rekeyed = trainer_steps(frame, str(source))  # Lightning's and HF's W&B loggers
+    if rekeyed is not None:
+        frame, blocks = rekeyed[0], None
+        log.issues.append(rekeyed[1])
     meta = run_file(source, "wandb-metadata.json", log.issues, _INSIDE) or {}
     if source.is_dir():  # the logs left out by logs_in, said once
         log.issues += [outside_note(p, why, _INSIDE) for p, why in links_out(source, LOG_GLOB)]

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainlens.core.errors import TrainlensError
+from trainlens.core.errors import TrainlensError, UsageError
+from trainlens.core.paths import require_file_or_folder
 from trainlens.readers import ReadOptions, detect_format
 from trainlens.watch._follow_lines import LinesFollower
 from trainlens.watch.follow import (
@@ -103,6 +104,41 @@ class Discovery:
             if sfmt:
                 out.append((Path(src.path), sfmt, src.name))
         return out
+
+
+def awaited(paths: Sequence[Path], *, once: bool = False) -> list[Path]:
+    """The watched paths that do not exist yet: a watch is started before its job, so it
+    waits for them (the loop finds each when it appears, as it finds a folder's new runs).
+    It waits only in a folder that exists: a path whose parent is missing too is a
+    :class:`UsageError` (a typo in ``rnus/exp1`` would otherwise wait for ever without a
+    word), and so is any missing path under ``once``, which reads what is there. A path
+    that exists must be a file or a folder (a FIFO would block its first read)."""
+    missing: list[Path] = []
+    for path in paths:
+        if path.exists():
+            require_file_or_folder(path)
+            continue
+        if once:
+            raise UsageError(
+                f"{path}: no such file or directory (--once reads what is there; "
+                "without it, watch waits for it to appear)"
+            )
+        parent = path.absolute().parent
+        if not parent.is_dir():
+            where = _nearest_missing(parent)
+            raise UsageError(
+                f"{path}: no such file or directory, nor is there a folder {where} to wait "
+                "for it in (create the folder, or check the path)"
+            )
+        missing.append(path)
+    return missing
+
+
+def _nearest_missing(folder: Path) -> Path:
+    """The highest missing folder of ``folder`` (the one to create first)."""
+    while not folder.parent.exists() and folder.parent != folder:
+        folder = folder.parent
+    return folder
 
 
 def _format_or_none(path: Path) -> str | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,10 +67,15 @@ def watch(
     once: bool = False,
     until_idle: float | None = None,
     stop: threading.Event | None = None,
+    on_waiting: Callable[[Path], None] | None = None,
 ) -> int:
     """Watch ``paths`` until stopped; return the exit code: 1 when ``settings.exit_on``
     was reached, else 0. ``once``: read what is there, judge, announce, end.
-    ``until_idle``: end when no source grew for that many seconds."""
+    ``until_idle``: end when no source grew for that many seconds. A path that does not
+    exist yet is looked for at every tick until it appears (a watch started before its
+    job; :func:`trainlens.watch.discovery.awaited` says which may be waited for), and
+    ``on_waiting`` is told of it once, when the watch is ready (Ctrl-C from then on ends
+    the watch as usual)."""
     from trainlens.gate.rules import parse_rules
     from trainlens.gate.runner import GateJob
 
@@ -98,6 +103,9 @@ def watch(
 
     waits = _waiter(paths, settings.poll, stop)
     try:
+        for path in paths:
+            if on_waiting is not None and not path.exists():
+                on_waiting(path)
         while True:
             now = time.monotonic()
             if now - last_discover >= DISCOVER_EVERY or not state.runs:
