@@ -311,6 +311,13 @@ class AliasTable:
     def __init__(self, user: Mapping[str, str] | None = None) -> None:
         self.user: dict[str, Alias] = {normalize_key(k): Alias(v) for k, v in (user or {}).items()}
 
+    def with_defaults(self, defaults: Mapping[str, Alias]) -> AliasTable:
+        """This table with a reader's own aliases for one file's framework (detectron2's
+        ``time`` is seconds per iteration) consulted after the user's, before the table."""
+        table = AliasTable()
+        table.user = {**{normalize_key(k): v for k, v in defaults.items()}, **self.user}
+        return table
+
     def lookup(self, raw: str) -> Alias | None:
         return self._lookup(normalize_key(raw), _MAX_NAMESPACE_DEPTH)
 

@@ -33,7 +33,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _pandas_json, _shrink, _wandb
+from trainlens.readers import _native_json, _pandas_json, _shrink, _wandb
 from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
 from trainlens.readers._repeated_keys import (
@@ -115,7 +115,25 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         raise UnreadableInputError(f"{path}: no JSON objects with metrics found")
     df = flatten_structs(_wandb.history_dump(df))  # (a saved run.history(): W&B's columns)
     unit = "row" if table is not None else "line"
-    long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers, unit=unit)
+    # a framework's own layout (detectron2, MMEngine, ...): which column is the step,
+    # whether there is a wall clock, what its names mean
+    layout = _native_json.recognise(df.with_columns(line_numbers), path) if table is None else None
+    aliases = opts.aliases
+    metadata: dict[str, object] = {}
+    if layout is not None:
+        df, line_numbers = layout.df.drop("_line"), layout.df.get_column("_line")
+        issues.extend(layout.issues(source))
+        aliases = opts.aliases.with_defaults(layout.aliases)
+        metadata = {"framework": layout.framework, **layout.metadata}
+    long, more, counts = wide_to_long(
+        df,
+        source=source,
+        line_numbers=line_numbers,
+        unit=unit,
+        step_key=layout.step_key if layout else None,
+        time_key=layout.time_key if layout else None,
+        no_wall_time=layout.no_wall_time if layout else False,
+    )
     issues.extend(more)
     if long.height == 0:
         stepless = [i for i in issues if i.kind == "bad-step"]
@@ -127,7 +145,8 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         name=run_name_for(path),
         source=source,
         fmt=FORMAT,
-        aliases=opts.aliases,
+        aliases=aliases,
+        metadata=metadata,
         issues=issues,
         blocks=counts,
     )
