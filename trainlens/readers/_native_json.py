@@ -151,10 +151,13 @@ def _val_columns(df: pl.DataFrame, is_val: pl.Series, keep: set[str]) -> pl.Data
 
 def _after_train_step(step: pl.Series, is_val: pl.Series) -> pl.Series:
     """Each validation row's step: the step of the training row before it (0 before any)."""
-    train_step = pl.when(~is_val).then(step).otherwise(None)
-    frame = pl.DataFrame({"s": step, "t": pl.select(train_step).to_series(), "v": is_val})
-    filled = frame.select(pl.col("t").forward_fill().fill_null(0)).to_series()
-    return pl.select(pl.when(is_val).then(filled).otherwise(step)).to_series().alias(step.name)
+    frame = pl.DataFrame({"s": step, "v": is_val})
+    return frame.select(
+        pl.when(pl.col("v"))
+        .then(pl.when(~pl.col("v")).then(pl.col("s")).forward_fill().fill_null(0))
+        .otherwise(pl.col("s"))
+        .alias(step.name)
+    ).to_series()
 
 
 def _loss_parts_note(cols: set[str]) -> list[str]:
@@ -177,10 +180,12 @@ def _mmengine(df: pl.DataFrame, path: Path) -> Layout | None:
     train_like = [c for c in _MM_TRAIN_KEYS if c in cols]
     if not train_like:
         return None
-    is_val = pl.select(pl.all_horizontal([pl.col(c).is_null() for c in train_like])).to_series()
+    is_val = df.select(pl.all_horizontal([pl.col(c).is_null() for c in train_like])).to_series()
     if not by_layout and not ("data_time" in cols and "time" in cols):
         return None
     n_val = int(is_val.sum())
+    if "iter" in cols:
+        df = df.drop("iter")  # (LoggerHook's iteration again, beside `step`)
     step = df.get_column("step")
     if step.dtype.is_numeric():
         df = df.with_columns(_after_train_step(step, is_val))
