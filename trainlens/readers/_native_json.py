@@ -16,7 +16,7 @@ Each layout's reading is told in an info note (``DataIssue`` kind ``framework``)
 ``Run.metadata["framework"]``. Units of metrics any framework logs (ms or s, MB or
 bytes, percent or fraction) are decided afterwards for every format by
 :mod:`trainlens.core.units`.
-"""
+"""  # noqa: E501  (tables: one row a line)
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ from pathlib import Path
 
 import polars as pl
 
-from trainlens.core.names import Alias
+from trainlens.core.names import Alias, AliasTable
 from trainlens.core.run import DataIssue
+from trainlens.readers._wide import wide_to_long
 
 MIB = float(1 << 20)
 
@@ -201,7 +202,9 @@ def _mmengine(df: pl.DataFrame, path: Path) -> Layout | None:
             "iteration they followed and read as val/<name>"
         )
     notes += _loss_parts_note(cols)
-    return Layout("mmengine", df, step_key="step", no_wall_time=True, aliases=_MM_ALIASES, notes=notes)
+    return Layout(
+        "mmengine", df, step_key="step", no_wall_time=True, aliases=_MM_ALIASES, notes=notes
+    )
 
 
 def _mmcv(df: pl.DataFrame, path: Path) -> Layout | None:
@@ -241,14 +244,20 @@ def _mmcv(df: pl.DataFrame, path: Path) -> Layout | None:
     df = df.with_columns(_after_train_step(df.get_column("_mm_step"), is_val))
     # a validation line repeats the training lr and counts its own iterations in `iter`
     df = df.with_columns(
-        [pl.when(is_val).then(None).otherwise(pl.col(c)).alias(c) for c in ("lr", "iter") if c in cols]
+        [
+            pl.when(is_val).then(None).otherwise(pl.col(c)).alias(c)
+            for c in ("lr", "iter")
+            if c in cols
+        ]
     )
     df = df.drop("mode")
     if int(is_val.sum()):
         df = _val_columns(df, is_val, keep={"_mm_step", "epoch", "lr", "iter"})
         notes.append(f"{int(is_val.sum())} validation line(s) read as val/<name>")
     notes += _loss_parts_note(cols)
-    return Layout("mmcv", df, step_key="_mm_step", no_wall_time=True, aliases=_MM_ALIASES, notes=notes)
+    return Layout(
+        "mmcv", df, step_key="_mm_step", no_wall_time=True, aliases=_MM_ALIASES, notes=notes
+    )
 
 
 # ---- LLaMA-Factory ------------------------------------------------------------------------
@@ -280,7 +289,9 @@ def _llamafactory(df: pl.DataFrame, path: Path) -> Layout | None:
     meta: dict[str, object] = {}
     if total.len() and total.dtype.is_numeric():
         meta["total_steps"] = int(total.max())  # type: ignore[arg-type]
-    df = df.drop([c for c in ("total_steps", "percentage", "elapsed_time", "remaining_time") if c in cols])
+    df = df.drop(
+        [c for c in ("total_steps", "percentage", "elapsed_time", "remaining_time") if c in cols]
+    )
     notes = [
         "read as LLaMA-Factory's trainer_log.jsonl (LogCallback): `current_steps` is the "
         "step, `elapsed_time` (H:MM:SS since the start) the clock; `throughput` is tokens "
@@ -369,3 +380,47 @@ def recognise(df: pl.DataFrame, path: Path) -> Layout | None:
         if found is not None:
             return found
     return None
+
+
+@dataclass
+class Adapted:
+    """What the JSONL reader reads: the frame (adapted when a layout was recognised), its
+    line numbers, the step/clock columns for ``wide_to_long``, the aliases, metadata."""
+
+    df: pl.DataFrame
+    line_numbers: pl.Series
+    aliases: AliasTable
+    layout: Layout | None = None
+    metadata: dict[str, object] = field(default_factory=dict)
+
+    def notes(self, source: str) -> list[DataIssue]:
+        return self.layout.issues(source) if self.layout else []
+
+    def to_long(self, source: str, unit: str) -> tuple[pl.DataFrame, list[DataIssue], list[int]]:
+        """:func:`trainlens.readers._wide.wide_to_long` with the layout's step and clock."""
+        lay = self.layout
+        return wide_to_long(
+            self.df,
+            source=source,
+            line_numbers=self.line_numbers,
+            unit=unit,
+            step_key=lay.step_key if lay else None,
+            time_key=lay.time_key if lay else None,
+            no_wall_time=lay.no_wall_time if lay else False,
+        )
+
+
+def adapt(
+    df: pl.DataFrame, line_numbers: pl.Series, path: Path, aliases: AliasTable, *, use: bool
+) -> Adapted:
+    """``df`` read as its framework's layout when one is recognised (and ``use``)."""
+    layout = recognise(df.with_columns(line_numbers.alias("_line")), path) if use else None
+    if layout is None:
+        return Adapted(df, line_numbers, aliases)
+    return Adapted(
+        layout.df.drop("_line"),
+        layout.df.get_column("_line"),
+        aliases.with_defaults(layout.aliases),
+        layout,
+        {"framework": layout.framework, **layout.metadata},
+    )

@@ -42,7 +42,7 @@ from trainlens.readers._repeated_keys import (
     load_last_wins,
     repeated_key_issue,
 )
-from trainlens.readers._wide import STEP_KEYS, find_key, flatten_structs, wide_to_long
+from trainlens.readers._wide import STEP_KEYS, find_key, flatten_structs
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
 FORMAT = "jsonl"
@@ -115,26 +115,9 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         raise UnreadableInputError(f"{path}: no JSON objects with metrics found")
     df = flatten_structs(_wandb.history_dump(df))  # (a saved run.history(): W&B's columns)
     unit = "row" if table is not None else "line"
-    # a framework's own layout (detectron2, MMEngine, ...): which column is the step,
-    # whether there is a wall clock, what its names mean
-    layout = _native_json.recognise(df.with_columns(line_numbers), path) if table is None else None
-    aliases = opts.aliases
-    metadata: dict[str, object] = {}
-    if layout is not None:
-        df, line_numbers = layout.df.drop("_line"), layout.df.get_column("_line")
-        issues.extend(layout.issues(source))
-        aliases = opts.aliases.with_defaults(layout.aliases)
-        metadata = {"framework": layout.framework, **layout.metadata}
-    long, more, counts = wide_to_long(
-        df,
-        source=source,
-        line_numbers=line_numbers,
-        unit=unit,
-        step_key=layout.step_key if layout else None,
-        time_key=layout.time_key if layout else None,
-        no_wall_time=layout.no_wall_time if layout else False,
-    )
-    issues.extend(more)
+    read = _native_json.adapt(df, line_numbers, path, opts.aliases, use=table is None)
+    long, more, counts = read.to_long(source, unit)
+    issues.extend([*read.notes(source), *more])
     if long.height == 0:
         stepless = [i for i in issues if i.kind == "bad-step"]
         if stepless:  # values there were, but on no line with a usable step
@@ -145,8 +128,8 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         name=run_name_for(path),
         source=source,
         fmt=FORMAT,
-        aliases=aliases,
-        metadata=metadata,
+        aliases=read.aliases,
+        metadata=read.metadata,
         issues=issues,
         blocks=counts,
     )
