@@ -33,6 +33,10 @@ FORMATS: dict[str, str] = {
     "mlflow": "trainlens.readers.mlflow",
     "parquet": "trainlens.readers.parquet",
     "hf-trainer": "trainlens.readers.hf_trainer",
+    # ---- issue 26, JSON family (t23-fwjson): Sacred / DVCLive metrics.json, fairseq
+    # --log-format json (one object, or prefixed lines: before keras-history and jsonl)
+    "framework-json": "trainlens.readers.framework_json",
+    # ---- end t23-fwjson
     "keras-history": "trainlens.readers.keras_history",  # one JSON object: before jsonl
     "jsonl": "trainlens.readers.jsonl",
     "csv": "trainlens.readers.csv",

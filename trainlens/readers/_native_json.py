@@ -34,6 +34,18 @@ from trainlens.readers._wide import wide_to_long
 MIB = float(1 << 20)
 
 
+def _keep_case(names: list[str], aliases: dict[str, Alias]) -> dict[str, Alias]:
+    """``aliases`` with an identity alias for each name the table would only lower-case
+    (``val/bbox/AP`` is no ``val/bbox/ap``: a split folder's rest is looked up folded)."""
+    table = AliasTable()
+    out = dict(aliases)
+    for n in names:
+        hit = table.lookup(n)
+        if hit is not None and hit.canonical != n and hit.canonical == n.lower():
+            out.setdefault(n, Alias(n))
+    return out
+
+
 def _cols(df: pl.DataFrame) -> set[str]:
     return {c for c in df.columns if c != "_line"}
 
@@ -104,11 +116,14 @@ def _detectron2(df: pl.DataFrame, path: Path) -> Layout | None:
         df,
         step_key="iteration",
         no_wall_time=True,
-        aliases={
-            "total_loss": Alias("train/loss"),
-            "time": Alias("step_time"),
-            "data_time": Alias("dataloader_wait"),
-        },
+        aliases=_keep_case(
+            list(renames.values()),
+            {
+                "total_loss": Alias("train/loss"),
+                "time": Alias("step_time"),
+                "data_time": Alias("dataloader_wait"),
+            },
+        ),
         notes=notes,
     )
 
@@ -202,9 +217,8 @@ def _mmengine(df: pl.DataFrame, path: Path) -> Layout | None:
             "iteration they followed and read as val/<name>"
         )
     notes += _loss_parts_note(cols)
-    return Layout(
-        "mmengine", df, step_key="step", no_wall_time=True, aliases=_MM_ALIASES, notes=notes
-    )
+    aliases = _keep_case(df.columns, _MM_ALIASES)
+    return Layout("mmengine", df, step_key="step", no_wall_time=True, aliases=aliases, notes=notes)
 
 
 def _mmcv(df: pl.DataFrame, path: Path) -> Layout | None:
@@ -255,9 +269,8 @@ def _mmcv(df: pl.DataFrame, path: Path) -> Layout | None:
         df = _val_columns(df, is_val, keep={"_mm_step", "epoch", "lr", "iter"})
         notes.append(f"{int(is_val.sum())} validation line(s) read as val/<name>")
     notes += _loss_parts_note(cols)
-    return Layout(
-        "mmcv", df, step_key="_mm_step", no_wall_time=True, aliases=_MM_ALIASES, notes=notes
-    )
+    aliases = _keep_case(df.columns, _MM_ALIASES)
+    return Layout("mmcv", df, step_key="_mm_step", no_wall_time=True, aliases=aliases, notes=notes)
 
 
 # ---- LLaMA-Factory ------------------------------------------------------------------------
