@@ -25,7 +25,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -204,7 +204,7 @@ def _mmcv_log(tmp_path: Path) -> tuple[Path, list[dict[str, Any]]]:
 
 
 def test_mmcv_log_json_epoch_iterations_become_global_steps(tmp_path: Path) -> None:
-    path, rows = _mmcv_log(tmp_path)
+    path, _ = _mmcv_log(tmp_path)
     (run,) = trainlens.read(path)
     assert run.metadata["framework"] == "mmcv"
     assert _steps(run, "train/loss") == [50, 100, 150, 200, 250, 300]
@@ -334,7 +334,7 @@ def _pkg_resources_shim(monkeypatch: pytest.MonkeyPatch) -> None:
     shim = types.ModuleType("pkg_resources")
 
     class _WorkingSet(list):  # type: ignore[type-arg]
-        by_key: dict[str, Any] = {}
+        by_key: ClassVar[dict[str, Any]] = {}
 
     def resource_filename(package: str, name: str) -> str:
         spec = importlib.util.find_spec(package)

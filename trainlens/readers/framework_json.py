@@ -187,7 +187,9 @@ def _sacred(path: Path) -> tuple[list[Row], list[DataIssue], dict[str, Alias]]:
             DataIssue(
                 kind="non-metric-column",
                 source=str(path),
-                message=f"{len(skipped)} entry(ies) hold no numeric values: {', '.join(skipped[:8])}",
+                message=(
+                    f"{len(skipped)} entry(ies) hold no numeric values: {', '.join(skipped[:8])}"
+                ),
                 count=len(skipped),
                 severity="info",
             )
