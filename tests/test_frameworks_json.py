@@ -104,13 +104,17 @@ def test_detectron2_eval_lines_are_validation_metrics(tmp_path: Path) -> None:
     (the JSONWriter layout: sorted keys, one object a line)."""
     lines = _lines(D2_RELAUNCHED)[1:6]
     last = lines[-1]["iteration"]
-    ap = {"bbox/AP": 41.5, "bbox/AP50": 63.0, "iteration": last + 1}
+    # (COCOeval's -1 for "no small objects" is written NaN: no value, not a value gone bad)
+    ap = {"bbox/AP": 41.5, "bbox/AP50": 63.0, "bbox/APs": math.nan, "iteration": last + 1}
     path = tmp_path / "metrics.json"
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in [*lines, ap]))
     (run,) = trainlens.read(path)
     assert _values(run, "val/bbox/AP") == [41.5]
     assert _steps(run, "val/bbox/AP") == [last + 1]
     assert "bbox/AP" not in run.metrics
+    assert "val/bbox/APs" not in run.metrics
+    assert any("1 NaN result(s) left out" in n for n in _notes(run, "framework"))
+    assert "NAN001" not in _codes(run)
 
 
 # ---- MMEngine ---------------------------------------------------------------------------------

@@ -89,6 +89,16 @@ def _detectron2(df: pl.DataFrame, path: Path) -> Layout | None:
     ):
         return None
     renames = {c: f"val/{c}" for c in df.columns if _D2_EVAL.match(c)}
+    # COCOeval gives -1 where no ground truth fits (no small objects: APs), which
+    # detectron2 writes as NaN: not a value gone bad, no value at all
+    texts = [c for c in renames if df.schema[c] == pl.String]  # ("nan": the NaN token swapped)
+    df = df.with_columns(
+        [pl.col(c).str.strip_chars().cast(pl.Float64, strict=False) for c in texts]
+    )
+    floats = [c for c in renames if df.schema[c] == pl.Float64]
+    n_nan = sum(int(df.get_column(c).is_nan().sum()) for c in floats)
+    if n_nan:
+        df = df.with_columns([pl.col(c).fill_nan(None) for c in floats])
     df = df.rename(renames)
     parts = sorted(c for c in cols if c.startswith("loss_"))
     notes = [
@@ -110,6 +120,12 @@ def _detectron2(df: pl.DataFrame, path: Path) -> Layout | None:
         notes.append(
             f"{len(renames)} evaluation result(s) (bbox/AP, …; detectron2 writes them in "
             "percent) read as val/<name>"
+            + (
+                f"; {n_nan} NaN result(s) left out (COCO's mark for no ground truth of that "
+                "size or category)"
+                if n_nan
+                else ""
+            )
         )
     return Layout(
         "detectron2",
