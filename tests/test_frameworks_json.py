@@ -412,6 +412,18 @@ def _jsonl(tmp_path: Path, rows: list[dict[str, Any]]) -> Run:
     return trainlens.read(path)[0]
 
 
+def test_a_hand_rolled_log_with_a_timestamp_time_is_no_framework(tmp_path: Path) -> None:
+    rows = [
+        {"step": s, "loss": 2.0 - s / 100, "data_time": 0.01, "time": 1.7e9 + 2.5 * s}
+        for s in range(1, 21)
+    ]
+    run = _jsonl(tmp_path, rows)
+    assert "framework" not in run.metadata
+    assert run.series_frame("loss" if run.has("loss") else "train/loss").get_column(
+        "wall_time"
+    ).to_list()[:2] == [1.7e9 + 2.5, 1.7e9 + 5.0]
+
+
 def test_units_memory_ms_and_percent_are_decided_and_noted(tmp_path: Path) -> None:
     rows = [
         {"step": s, "loss": 2.0 - s / 100, "step_time": 850.0 + s, "mfu": 41.5}

@@ -46,6 +46,15 @@ def _keep_case(names: list[str], aliases: dict[str, Alias]) -> dict[str, Alias]:
     return out
 
 
+def _is_clock(df: pl.DataFrame, col: str) -> bool:
+    """``col`` holds timestamps (seconds since 1970: a median past 1e8, i.e. 1973), not
+    seconds per iteration."""
+    if col not in df.columns or not df.schema[col].is_numeric():
+        return False
+    med = df.get_column(col).cast(pl.Float64).median()
+    return isinstance(med, float) and med > 1e8
+
+
 def _cols(df: pl.DataFrame) -> set[str]:
     return {c for c in df.columns if c != "_line"}
 
@@ -81,6 +90,8 @@ _D2_EVAL = re.compile(r"^(bbox|segm|keypoints|sem_seg|panoptic_seg|box_proposals
 def _detectron2(df: pl.DataFrame, path: Path) -> Layout | None:
     cols = _cols(df)
     if "iteration" not in cols or "step" in cols:
+        return None
+    if _is_clock(df, "time"):
         return None
     trains = "total_loss" in cols or "eta_seconds" in cols
     evals = any(_D2_EVAL.match(c) for c in cols)
@@ -212,9 +223,9 @@ def _mmengine(df: pl.DataFrame, path: Path) -> Layout | None:
     train_like = [c for c in _MM_TRAIN_KEYS if c in cols]
     if not train_like:
         return None
+    if _is_clock(df, "time"):
+        return None  # a hand-rolled log's `time` that is a timestamp: not MMEngine's
     is_val = df.select(pl.all_horizontal([pl.col(c).is_null() for c in train_like])).to_series()
-    if not by_layout and not ("data_time" in cols and "time" in cols):
-        return None
     n_val = int(is_val.sum())
     if "iter" in cols:
         df = df.drop("iter")  # (LoggerHook's iteration again, beside `step`)
