@@ -19,7 +19,7 @@ PathsArg = Annotated[
 # keeps the two lists the same)
 READERS_HELP = (
     "Force a reader: jsonl, csv, parquet, tensorboard, mlflow, hf-trainer, keras-history, "
-    "text, wandb-run, dvclive."
+    "text, wandb-run, dvclive, framework-json."
 )
 ReaderOpt = Annotated[
     str | None,

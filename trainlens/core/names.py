@@ -171,6 +171,13 @@ EXACT_ALIASES: dict[str, Alias] = {
     "data_loading(s)": _a("dataloader_wait"),
     "max_active(gib)": _a("mem/allocated", float(1 << 30)),
     "max_reserved(gib)": _a("mem/reserved", float(1 << 30)),
+    # ---- issue 26, JSON family (t23-fwjson): a total beside its parts is the train loss
+    # (detectron2's total_loss, MMDetection-style loss/total); see trainlens/core/units.py
+    "total_loss": _a("train/loss"),
+    "loss_total": _a("train/loss"),
+    "loss/total": _a("train/loss"),
+    "train_total_loss": _a("train/loss"),
+    # ---- end t23-fwjson
 }
 
 # Patterns, tried in order after the exact table. ``\1`` keeps a suffix.
@@ -342,6 +349,13 @@ class AliasTable:
 
     def __init__(self, user: Mapping[str, str] | None = None) -> None:
         self.user: dict[str, Alias] = {normalize_key(k): Alias(v) for k, v in (user or {}).items()}
+
+    def with_defaults(self, defaults: Mapping[str, Alias]) -> AliasTable:
+        """This table with a reader's own aliases for one file's framework (detectron2's
+        ``time`` is seconds per iteration) consulted after the user's, before the table."""
+        table = AliasTable()
+        table.user = {**{normalize_key(k): v for k, v in defaults.items()}, **self.user}
+        return table
 
     def lookup(self, raw: str) -> Alias | None:
         key = normalize_key(raw)

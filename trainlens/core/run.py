@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 
+from trainlens.core import units
 from trainlens.core.canonical import RawColumns, canonicalize, frame_from_long, mark_restarts
 from trainlens.core.frame import (
     FRAME_SCHEMA,
@@ -203,6 +204,10 @@ def build_run(
     frame, more, names, found = canonicalize(
         long, source=source, aliases=aliases, block_counts=blocks
     )
+    scaled, decided = units.infer(frame, names, aliases or AliasTable(), source)
+    if scaled is not frame:  # (a unit decided: the block views were of the old frame)
+        frame, found = scaled, None
+    more = [*more, *decided]
     run = Run(
         name=name,
         source=source,

@@ -211,6 +211,15 @@ def _wait_share(run: Run) -> tuple[np.ndarray, np.ndarray, str, bool]:
         wall = wt.get_column("wall_time").to_numpy().astype(np.float64)
         wv = wt.get_column("value").to_numpy().astype(np.float64)
         per = np.diff(wall) / np.maximum(np.diff(steps), 1)
+        if np.mean(per <= 0) > 0.05:
+            # a clock does not go back between steps: these "wall times" are something
+            # else (detectron2's `time`, seconds per iteration, read as one gave a share of
+            # wait / noise, clipped to "100 %" on a healthy run)
+            raise Skip(
+                "dataloader_wait: the wall-clock times go back between steps "
+                f"({100 * np.mean(per <= 0):.0f} % of intervals), so they are no clock to "
+                "compare with, and step_time is not logged"
+            )
         ok = per > 0
         return steps[1:][ok], wv[1:][ok] / per[ok], "wall-clock interval", False
     raise Skip("dataloader_wait needs step_time or wall-clock times to compare with, not logged")

@@ -36,6 +36,10 @@ FORMATS: dict[str, str] = {
     # --- issue 26, CSV-family frameworks (a folder of one TSV per metric)
     "dvclive": "trainlens.readers.dvclive",
     # --- end CSV-family frameworks
+    # ---- issue 26, JSON family (t23-fwjson): Sacred / DVCLive metrics.json, fairseq
+    # --log-format json (one object, or prefixed lines: before keras-history and jsonl)
+    "framework-json": "trainlens.readers.framework_json",
+    # ---- end t23-fwjson
     "keras-history": "trainlens.readers.keras_history",  # one JSON object: before jsonl
     "jsonl": "trainlens.readers.jsonl",
     "csv": "trainlens.readers.csv",

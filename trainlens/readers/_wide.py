@@ -60,16 +60,22 @@ def wide_to_long(
     source: str,
     line_numbers: pl.Series | None = None,
     unit: str = "line",
+    step_key: str | None = None,
+    time_key: str | None = None,
+    no_wall_time: bool = False,
 ) -> tuple[pl.DataFrame, list[DataIssue], list[int]]:
     """Unpivot a wide table (a step column, maybe a time column, one column per metric)
     to (step, metric, value, wall_time) in file order within each metric, the metrics in
     column order (``metric`` is an Enum; :func:`trainlens.core.run.build_run` takes it),
     the issues, and each metric's row count (``build_run``'s ``blocks``).
-    Non-numeric cells are counted and reported; missing cells are simply absent."""
+    Non-numeric cells are counted and reported; missing cells are simply absent.
+    ``step_key`` / ``time_key`` name the columns when a framework's layout says which
+    (:mod:`trainlens.readers._native_json`); ``no_wall_time``: the file has no wall clock
+    (detectron2's ``time`` is seconds per iteration, not a timestamp)."""
     issues: list[DataIssue] = []
     cols = df.columns
-    step_key = original_step_key = find_key(cols, STEP_KEYS)
-    time_key = find_key(cols, TIME_KEYS)
+    step_key = original_step_key = step_key or find_key(cols, STEP_KEYS)
+    time_key = None if no_wall_time else (time_key or find_key(cols, TIME_KEYS))
     if line_numbers is None:
         line_numbers = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
     df = df.with_columns(line_numbers.alias("_line"))

@@ -33,7 +33,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _pandas_json, _shrink, _wandb
+from trainlens.readers import _native_json, _pandas_json, _shrink, _wandb
 from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
 from trainlens.readers._repeated_keys import (
@@ -42,7 +42,7 @@ from trainlens.readers._repeated_keys import (
     load_last_wins,
     repeated_key_issue,
 )
-from trainlens.readers._wide import STEP_KEYS, find_key, flatten_structs, wide_to_long
+from trainlens.readers._wide import STEP_KEYS, find_key, flatten_structs
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
 FORMAT = "jsonl"
@@ -115,8 +115,9 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         raise UnreadableInputError(f"{path}: no JSON objects with metrics found")
     df = flatten_structs(_wandb.history_dump(df))  # (a saved run.history(): W&B's columns)
     unit = "row" if table is not None else "line"
-    long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers, unit=unit)
-    issues.extend(more)
+    read = _native_json.adapt(df, line_numbers, path, opts.aliases, use=table is None)
+    long, more, counts = read.to_long(source, unit)
+    issues.extend([*read.notes(source), *more])
     if long.height == 0:
         stepless = [i for i in issues if i.kind == "bad-step"]
         if stepless:  # values there were, but on no line with a usable step
@@ -127,7 +128,8 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         name=run_name_for(path),
         source=source,
         fmt=FORMAT,
-        aliases=opts.aliases,
+        aliases=read.aliases,
+        metadata=read.metadata,
         issues=issues,
         blocks=counts,
     )
