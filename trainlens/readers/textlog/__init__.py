@@ -81,6 +81,7 @@ from trainlens.readers.textlog import (
     cursor,
     deepspeed,
     frameworks,
+    generic,
     user_regex,
     values,
 )
@@ -99,6 +100,7 @@ _SNIFF = sniff_regex(
         deepspeed.SNIFF,
         *(s.sniff_pattern for s in frameworks.SHAPES if s.sniff_pattern),
         *blocks.sniff_patterns(),
+        generic.SNIFF,
     )
 )
 

@@ -53,25 +53,19 @@ class Block:
 _RANK = r"(?:[0-9]+:[ \t]*)?"  # a launcher's rank prefix (`0: `)
 COMPOSER = Block(
     name="composer",
-    header=(
-        rf"^{_RANK}(?:\[epoch=[0-9]+\])?\[batch=(?P<step>[0-9]+)/(?P<total>[0-9]+)\]:[ \t]*$"
-    ),
+    header=(rf"^{_RANK}(?:\[epoch=[0-9]+\])?\[batch=(?P<step>[0-9]+)/(?P<total>[0-9]+)\]:[ \t]*$"),
     stepless_header=rf"^{_RANK}\[Eval batch=[0-9]+/[0-9]+\]",
     member=(
         rf"^{_RANK}[ \t]+(?:Train|Eval) (?P<key>[^:\n]*[^: \t\n]):[ \t]*(?P<value>{NUM})[ \t]*$"
     ),
     member_hint=rf"^{_RANK}[ \t]+(?:Train|Eval) ",
-    sniff=(
-        rf"\[batch=[0-9]+/[0-9]+\]:[ \t]*\n{_RANK}[ \t]+(?:Train|Eval) [^\n:]*:[ \t]*{NUM}"
-    ),
+    sniff=(rf"\[batch=[0-9]+/[0-9]+\]:[ \t]*\n{_RANK}[ \t]+(?:Train|Eval) [^\n:]*:[ \t]*{NUM}"),
 )
 _OLMO_VALUE = r"[+-]?[0-9][0-9,]*(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|(?i:nan|inf)"
 OLMO = Block(
     name="olmo",
     header=r"\[step=(?P<step>[0-9]+)/(?P<total>[0-9]+)[^\]\n]*\][ \t]*$",
-    member=(
-        rf"^[ \t]+(?P<key>[A-Za-z][^=\n]*/[^=\n]*[^= \t\n])=(?P<value>{_OLMO_VALUE})[ \t]*$"
-    ),
+    member=(rf"^[ \t]+(?P<key>[A-Za-z][^=\n]*/[^=\n]*[^= \t\n])=(?P<value>{_OLMO_VALUE})[ \t]*$"),
     member_hint=r"^[ \t]+[A-Za-z][^=\n]*/[^=\n]*=",
     sniff=r"\[step=[0-9]+/[0-9]+[^\]\n]*\][ \t]*\n[ \t]+[A-Za-z][^=\n]*/[^=\n]*=[-+0-9]",
     orphans_follow=True,
@@ -106,9 +100,13 @@ def read(
         "_m"
     )
     line = pl.col("line")
-    kind = pl.when(line.str.contains(block.header)).then(pl.lit(_HEADER))
-    if block.stepless_header is not None:
-        kind = kind.when(line.str.contains(block.stepless_header)).then(pl.lit(_STEPLESS))
+    stepless = line.str.contains(block.stepless_header) if block.stepless_header else pl.lit(False)
+    kind = (
+        pl.when(line.str.contains(block.header))
+        .then(pl.lit(_HEADER))
+        .when(stepless)
+        .then(pl.lit(_STEPLESS))
+    )
     header = line.str.extract_groups(block.header)
     parsed = parsed.with_columns(
         (pl.col("key").is_not_null() & pl.col("value").is_not_null()).alias("_member")

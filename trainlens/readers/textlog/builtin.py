@@ -20,7 +20,7 @@ from typing import Any
 
 import polars as pl
 
-from trainlens.readers.textlog import blocks, deepspeed, follow, frameworks, values
+from trainlens.readers.textlog import blocks, deepspeed, follow, frameworks, generic, values
 from trainlens.readers.textlog import notes as dq
 from trainlens.readers.textlog.notes import Notes
 from trainlens.readers.textlog.pipeline import apply_from, empty_long, n_lines, trainer_dict_steps
@@ -57,6 +57,7 @@ class Reader:
         self.carries = [blocks.Carry() for _ in blocks.BLOCKS]
         self.block_fields = [0] * len(blocks.BLOCKS)
         self.block_totals: list[int | None] = [None] * len(blocks.BLOCKS)
+        self.generic = generic.Pairs()  # read while no line of a known shape is seen
 
     def add(self, lines: pl.Series, last: bool) -> None:
         """Read the ``lines`` of one piece (``last``: the file's end)."""
@@ -103,11 +104,22 @@ class Reader:
             if total is not None:
                 self.block_totals[j] = total
             found.setdefault(block.name, []).append(self._hold_following(long))
+        if not self.lines_of and not any(x.height for xs in found.values() for x in xs):
+            self.generic.add(df)
         for name, longs in found.items():
             self.lines_of[name] = self.lines_of.get(name, 0) + n_lines(pl.concat(longs))
         if found:
             out = pl.concat([x for xs in found.values() for x in xs])
             self.found.append(self._numbers(out.sort("lineno", "field", maintain_order=True)))
+
+    def _read_generic(self, shapes: dict[str, int], meta: dict[str, Any]) -> None:
+        """The general key/value reader's values, when no known shape gave any."""
+        long, step_key = self.generic.finish(self.notes)
+        if step_key is None or long.height == 0:
+            return
+        shapes["key_value_guess"] = n_lines(long)
+        meta["step_column"] = step_key
+        self.found.append(self._numbers(self._hold_following(long)))
 
     def _hold_following(self, long: pl.DataFrame) -> pl.DataFrame:
         """``long`` without its values that take the last step before them (kept as
@@ -144,6 +156,8 @@ class Reader:
                 notes.ignored(n, shape.unplaced[1], line=first)
         seen = [SHAPES[i] for i in sorted(self.seen)]
         shapes = {s.name: self.lines_of.get(s.name, 0) for s in seen if not s.stepless}
+        if not any(shapes.values()) and not any(self.lines_of.get(b.name) for b in blocks.BLOCKS):
+            self._read_generic(shapes, meta)
         dicts = empty_long()
         if self.stepless:
             placed = _trainer_dicts(pl.concat(self.stepless), shapes, notes)

@@ -9,7 +9,9 @@ import polars as pl
 from trainlens.readers.textlog.notes import Notes
 
 
-def place(found: list[pl.DataFrame], following: list[pl.DataFrame], notes: Notes) -> list[pl.DataFrame]:
+def place(
+    found: list[pl.DataFrame], following: list[pl.DataFrame], notes: Notes
+) -> list[pl.DataFrame]:
     """``found`` (compact long frames in line order) with the ``following`` values placed
     at the step of the nearest line above them that has one; those above every such line
     are left out with a note."""

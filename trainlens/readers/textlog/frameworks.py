@@ -127,9 +127,7 @@ FAIRSEQ_INNER = Shape(
 )
 FAIRSEQ_EPOCH = Shape(
     name="fairseq_epoch",
-    line=(
-        r"(?:^|[^A-Za-z0-9_])epoch (?P<epoch>[0-9]+) \|(?P<body> loss [^|]+\|.*)$"
-    ),
+    line=(r"(?:^|[^A-Za-z0-9_])epoch (?P<epoch>[0-9]+) \|(?P<body> loss [^|]+\|.*)$"),
     hint=_FS_HINT,
     split="|",
     field=_FS_FIELD,

@@ -1,0 +1,233 @@
+"""The general key/value reader: a log no shape was written for (issue 26, item 2).
+
+Most trainers print something a person reads as "step N: name value, name value". When a
+file has no line of a known shape, every line is cut into ``key=value``, ``key: value``
+and ``key value`` pairs (quoted keys and values too: a printed Python dict; ``[1/10]``
+totals; units ``ms``, ``s``, ``%``, ``KB``/``MB``/``GB``/``KiB``/``MiB``/``GiB``). A
+line counts when, after its first pair, nearly all of its words are in pairs (prose and
+tracebacks are not). Nothing is evaluated: pairs are picked out with a regular
+expression.
+
+The step is found by rule, never by naming a framework: of the step-like names
+(``global_step``, ``step``, ``iteration``, ``iter``, ``update``, ``batch``, ``epoch`` ...)
+that hold whole numbers, the finest one that rises through the file (allowing a few
+restarts); a batch counter that starts again each epoch with its total printed
+(``Epoch [2/10], Step [100/600]``) becomes ``(epoch - 1) * total + batch``. Lines with
+pairs but no step (an evaluation printed after the epoch) take the last step before
+them. A note says that this reader was used and which step it chose; ``--regex`` stays
+for the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from trainlens.readers.textlog.notes import Notes
+from trainlens.readers.textlog.shapes import NUM
+
+_KEY = r"[A-Za-z_][A-Za-z0-9_./@()-]*"
+_UNIT = r"ms|s|%|[KMGT]i?B"
+# one pair, ending at a boundary (consumed: polars' regex has no look-ahead)
+_PAIR = (
+    rf"['\"]?(?P<key>{_KEY})['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)\[?['\"]?(?P<value>{NUM})"
+    rf"(?P<unit>{_UNIT})?['\"]?(?:[ \t]*/[ \t]*(?P<of>[0-9]+))?\]?(?:[ \t,;:|)\]}}]|$)"
+)
+_PAIR_TOKEN = _PAIR.replace("(?P<key>", "(?:").replace("(?P<value>", "(?:")
+_PAIR_TOKEN = _PAIR_TOKEN.replace("(?P<unit>", "(?:").replace("(?P<of>", "(?:")
+# step-like names, finest first; epoch-like ones last
+STEP_NAMES: tuple[str, ...] = (
+    "global_step",
+    "step",
+    "steps",
+    "iteration",
+    "iter",
+    "it",
+    "num_updates",
+    "update",
+    "updates",
+    "batch",
+    "epoch",
+    "ep",
+)
+_EPOCHS = frozenset({"epoch", "ep"})
+_MEMORY = {"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2.0**10, "MiB": 2.0**20}
+_MEMORY |= {"GiB": 2.0**30, "TiB": 2.0**40}
+_WORD = r"[A-Za-z]{2,}"
+# a line with at least two pairs is worth a look
+_HINT = rf"{_KEY}['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)\[?['\"]?[-+.0-9]"
+# a file's head holding a step-like pair and another pair is a log this reader may read
+# (single quotes only: a JSON line is the JSONL reader's)
+_STEP_WORD = r"\b(?i:global_step|step|iter|iteration|epoch|batch)'?"
+SNIFF = (
+    # a step pair, then a `key=value` / `key: value` pair, or a `key value` one after a
+    # separator (`| loss 2.3`)
+    rf"^[^\n]*{_STEP_WORD}[ \t]*[=:]?[ \t]*\[?[0-9]+[^\n]*?"
+    rf"(?:[ \t,;|{{]'?{_KEY}'?[ \t]*[=:][ \t]*'?{NUM}"
+    rf"|[ \t]*[|,;][ \t]*{_KEY}[ \t]+{NUM})"
+    # a step header, then an indented `key=value` line
+    rf"|^[ \t]*{_STEP_WORD}[ \t]*[=:]?[ \t]*\[?[0-9]+(?:/[0-9]+)?\]?:?[ \t]*\n"
+    rf"[ \t]+{_KEY}[ \t]*[=:][ \t]*{NUM}"
+)
+_MIN_LINES = 2  # step lines a file needs before its guess is trusted
+_RISE = 0.9  # share of a step's moves that must go up
+
+
+@dataclass
+class Pairs:
+    """The pairs of every counted line, over the pieces of a read."""
+
+    frames: list[pl.DataFrame] = field(default_factory=list)
+
+    def add(self, df: pl.DataFrame) -> None:
+        """Cut the lines of one piece (``lineno, line``) into pairs; keep the lines that
+        are made of pairs."""
+        lines = df.filter(pl.col("line").str.contains(_HINT))
+        if lines.height == 0:
+            return
+        tokens = lines.with_columns(pl.col("line").str.extract_all(_PAIR_TOKEN).alias("_t"))
+        tokens = tokens.filter(pl.col("_t").list.len() > 0)
+        if tokens.height == 0:
+            return
+        # the words after the first pair that are in no pair: few, or the line is prose
+        first = pl.col("_t").list.first()
+        after = pl.col("line").str.slice(pl.col("line").str.find(first, literal=True))
+        rest = after.str.replace_all(_PAIR_TOKEN, " ")
+        in_pairs = pl.col("_t").list.join(" ").str.count_matches(_WORD)
+        stray = rest.str.count_matches(_WORD)
+        ok = stray <= pl.max_horizontal(pl.lit(2), in_pairs // 4)
+        kept = tokens.filter(ok.fill_null(True))
+        if kept.height == 0:
+            return
+        pairs = (
+            kept.select("lineno", "_t", pl.col("line").str.contains(r"^[ \t]").alias("_indent"))
+            .explode("_t")
+            .with_row_index("field")
+            .with_columns(pl.col("_t").str.extract_groups(_PAIR).alias("_p"))
+            .unnest("_p")
+            .drop("_t")
+        )
+        self.frames.append(pairs)
+
+    def finish(self, notes: Notes) -> tuple[pl.DataFrame, str | None]:
+        """The long frame (``lineno, field, step, metric, raw``) and the step's name, or an
+        empty frame when no step is found."""
+        if not self.frames:
+            return _empty(), None
+        pairs = pl.concat(self.frames).with_columns(
+            pl.col("key").str.to_lowercase().alias("_lower")
+        )
+        self.frames = []
+        step_key, per_epoch = choose_step(pairs)
+        if step_key is None:
+            return _empty(), None
+        steps = _steps(pairs, step_key, per_epoch).sort("lineno")
+        step_lines = steps.height
+        if step_lines < _MIN_LINES:
+            return _empty(), None
+        on_line = pairs.join(steps, on="lineno", how="left", maintain_order="left")
+        # the step's names are the axis, not metrics (another epoch count stays a metric)
+        drop = [step_key, *([per_epoch] if per_epoch else [])]
+        long = on_line.filter(~pl.col("_lower").is_in(drop))
+        lines_with = long.group_by("lineno").len()
+        # a line without a step needs two pairs (an evaluation's results) or an indent (a
+        # block under a step header) to count; it takes the last step above it
+        long = long.join(lines_with, on="lineno", how="left", maintain_order="left").filter(
+            pl.col("step").is_not_null() | (pl.col("len") >= 2) | pl.col("_indent")
+        )
+        placed = (
+            long.filter(pl.col("step").is_null())
+            .drop("step")
+            .join_asof(steps.rename({"lineno": "_at"}), left_on="lineno", right_on="_at")
+            .drop("_at")
+        )
+        long = pl.concat(
+            [long.filter(pl.col("step").is_not_null()), placed.select(long.columns)]
+        ).filter(pl.col("step").is_not_null())
+        long = long.sort("lineno", "field", maintain_order=True)
+        notes.add(
+            "inferred-step",
+            f"read by the general key/value reader (no known log shape in the file): the "
+            f"step is `{step_key}`"
+            + (f" counted over the run's {per_epoch}s" if per_epoch else "")
+            + "; lines without it take the last step before them. Use --regex to read "
+            "the file another way",
+            count=step_lines,
+            severity="info",
+            step_column=step_key,
+        )
+        return long.select(
+            pl.col("lineno"),
+            pl.col("field").cast(pl.Int64),
+            pl.col("step"),
+            pl.col("key").alias("metric"),
+            _raw().alias("raw"),
+        ), step_key
+
+
+def _empty() -> pl.DataFrame:
+    from trainlens.readers.textlog.pipeline import empty_long
+
+    return empty_long()
+
+
+def _raw() -> pl.Expr:
+    """The value's text with its unit as values.convert reads it; memory in bytes."""
+    unit = pl.col("unit").fill_null("")
+    factor = unit.replace_strict(_MEMORY, default=None, return_dtype=pl.Float64)
+    scaled = (pl.col("value").cast(pl.Float64, strict=False) * factor).cast(pl.String)
+    return pl.when(factor.is_not_null()).then(scaled).otherwise(pl.col("value") + unit)
+
+
+def choose_step(pairs: pl.DataFrame) -> tuple[str | None, str | None]:
+    """The step's name (lower case) and, when it is a batch counter that starts again each
+    epoch, the epoch's name; (None, None) when no name qualifies."""
+    cands = pairs.filter(pl.col("_lower").is_in(list(STEP_NAMES)))
+    if cands.height == 0:
+        return None, None
+    per = (
+        cands.with_columns(pl.col("value").cast(pl.Float64, strict=False).alias("_v"))
+        .group_by("_lower", maintain_order=True)
+        .agg(
+            pl.len().alias("n"),
+            (pl.col("_v") == pl.col("_v").round()).all().alias("whole"),
+            (pl.col("_v").diff() >= 0).mean().alias("rise"),
+            pl.col("of").drop_nulls().first().alias("of"),
+        )
+    )
+    whole = per.filter(pl.col("whole"))
+    names = {r["_lower"]: r for r in whole.iter_rows(named=True)}
+    epoch = next((n for n in STEP_NAMES if n in _EPOCHS and n in names), None)
+    for name in STEP_NAMES:
+        row = names.get(name)
+        if row is None:
+            continue
+        rise = row["rise"] if row["rise"] is not None else 1.0
+        if rise >= _RISE:
+            return name, None
+        if name not in _EPOCHS and epoch is not None and row["of"] is not None:
+            return name, epoch  # a batch counter per epoch, its total printed
+    return None, None
+
+
+def _steps(pairs: pl.DataFrame, step_key: str, per_epoch: str | None) -> pl.DataFrame:
+    """``lineno, step`` for the lines that carry the step."""
+    value = pl.col("value").cast(pl.Float64, strict=False).round().cast(pl.Int64, strict=False)
+    steps = (
+        pairs.filter(pl.col("_lower") == step_key)
+        .select("lineno", value.alias("step"), pl.col("of").cast(pl.Int64, strict=False))
+        .unique("lineno", keep="first", maintain_order=True)
+    )
+    if per_epoch is None:
+        return steps.select("lineno", "step")
+    epochs = (
+        pairs.filter(pl.col("_lower") == per_epoch)
+        .select("lineno", value.alias("_epoch"))
+        .unique("lineno", keep="first", maintain_order=True)
+    )
+    first = epochs.get_column("_epoch").min()
+    return steps.join(epochs, on="lineno", how="inner").select(
+        "lineno",
+        ((pl.col("_epoch") - pl.lit(first)) * pl.col("of") + pl.col("step")).alias("step"),
+    )
