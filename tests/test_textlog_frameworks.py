@@ -35,7 +35,8 @@ def _read(tmp_path: Path, text: str, name: str = "train.log", newline: str = "\n
 
 def _series(run, metric: str) -> list[tuple[int, float]]:
     df = run.standing().filter(pl.col("metric") == metric).sort("step")
-    return list(zip(df.get_column("step").to_list(), df.get_column("value").to_list()))
+    steps, values = df.get_column("step").to_list(), df.get_column("value").to_list()
+    return list(zip(steps, values, strict=True))
 
 
 def _d2(it: int, loss: float, mem: int = 2725, eta: str = "0:05:22") -> str:
