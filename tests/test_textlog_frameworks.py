@@ -1,9 +1,11 @@
 """Frameworks' own stdout (issue 26): detectron2, MMEngine, fairseq, NeMo, Composer / LLM
 Foundry, OLMo, and the general key/value reader for logs no shape was written for.
 
-None of these writers installs here (detectron2 is not on PyPI; MMEngine needs OpenCV;
-Composer, NeMo, fairseq and OLMo pin their own torch), so the lines below are written in
-each printer's exact layout (detectron2 ``CommonMetricPrinter``, MMEngine
+MMEngine's log is its real writer's: fixtures/frameworks/mmengine_stdout.py trains with
+MMEngine's Runner and keeps the log and MMEngine's own scalars.json of the same run. The
+other writers do not install here (detectron2 is not on PyPI; Composer, NeMo, fairseq and
+OLMo pin their own torch or need CUDA), so their lines below are written in each
+printer's exact layout (detectron2 ``CommonMetricPrinter``, MMEngine
 ``LogProcessor``, fairseq ``SimpleProgressBar`` and its epoch summary, Lightning's TQDM
 bar as NeMo fills it, Composer ``ConsoleLogger``, OLMo's ``log_metrics_to_console``),
 checked against logs committed in public repositories (Richard-cpu2333/tx2dl
@@ -14,6 +16,9 @@ numbers are made up.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -74,6 +79,41 @@ def test_detectron2_launches_appended_to_one_file(tmp_path: Path) -> None:
     assert _series(run, "train/loss") == [(19, 1.481), (39, 1.461)]
     old = run.frame.filter((pl.col("metric") == "train/loss") & pl.col("superseded"))
     assert old.get_column("step").to_list() == [19, 39, 59]
+
+
+MMENGINE = Path(__file__).parents[1] / "fixtures" / "frameworks" / "mmengine"
+
+
+def test_mmengine_real_log_agrees_with_its_own_scalars_json() -> None:
+    """The text log MMEngine's Runner wrote gives the steps and losses MMEngine's own
+    scalars.json of the same run holds (the log prints 4 decimals)."""
+    [run] = read_runs(MMENGINE / "train.log")
+    assert run.metadata["text_shapes"] == {"mmengine": 8}
+    records = [json.loads(x) for x in (MMENGINE / "scalars.json").read_text().splitlines()]
+    train = [(r["step"], r["loss"]) for r in records if "loss" in r]
+    got = _series(run, "train/loss")
+    assert [s for s, _ in got] == [s for s, _ in train] == [5, 10, 15, 21, 26, 31]
+    assert [v for _, v in got] == [pytest.approx(v, abs=5e-5) for _, v in train]
+    waits = [v for _, v in _series(run, "dataloader_wait")]
+    times = [v for _, v in _series(run, "step_time")]
+    assert all(0 <= w <= t for w, t in zip(waits, times, strict=True))  # seconds, a share
+    # each epoch's validation result, at the last training step logged before it
+    mse = [r["mse"] for r in records if "mse" in r]
+    assert _series(run, "val/mse") == [
+        (15, pytest.approx(mse[0], abs=5e-5)),
+        (31, pytest.approx(mse[1], abs=5e-5)),
+    ]
+
+
+@pytest.mark.slow
+def test_mmengine_fixture_is_what_the_writer_writes(tmp_path: Path) -> None:
+    pytest.importorskip("mmengine")
+    script = MMENGINE.parent / "mmengine_stdout.py"
+    subprocess.run([sys.executable, str(script), str(tmp_path)], check=True, capture_output=True)
+    [fresh] = read_runs(tmp_path / "train.log")
+    [kept] = read_runs(MMENGINE / "train.log")
+    assert _series(fresh, "train/loss") == _series(kept, "train/loss")
+    assert _series(fresh, "val/mse") == _series(kept, "val/mse")
 
 
 def test_mmengine_epoch_iter_and_val_lines(tmp_path: Path) -> None:
@@ -184,7 +224,7 @@ def test_composer_blocks_with_an_eval_block(tmp_path: Path) -> None:
         "0:       Train loss/train/total: 10.9\n"
     )
     run = _read(tmp_path, text)
-    assert run.metadata["text_shapes"] == {"composer": 6}
+    assert run.metadata["text_shapes"] == {"composer": 7}  # member lines
     assert run.metadata["max_steps"] == 100
     assert _series(run, "train/loss") == [(1, 10.9736), (2, 10.9724), (3, 10.9)]
     assert _series(run, "val/loss") == [(2, 9.0154)]  # the eval block: the last batch's step

@@ -94,7 +94,7 @@ class Reader:
             if total is not None:
                 self.totals[i] = total
             if shape.follows:
-                long = self._hold_following(long)
+                long = self._hold_following(long, shape.name)
             (self.stepless if shape.stepless else found.setdefault(shape.name, [])).append(long)
         for j, block in enumerate(blocks.BLOCKS):
             long, total, n_fields = blocks.read(block, df, self.carries[j], self.block_fields[j])
@@ -103,7 +103,7 @@ class Reader:
             self.block_fields[j] += n_fields
             if total is not None:
                 self.block_totals[j] = total
-            found.setdefault(block.name, []).append(self._hold_following(long))
+            found.setdefault(block.name, []).append(self._hold_following(long, block.name))
         if not self.lines_of and not any(x.height for xs in found.values() for x in xs):
             self.generic.add(df)
         for name, longs in found.items():
@@ -121,12 +121,15 @@ class Reader:
         meta["step_column"] = step_key
         self.found.append(self._numbers(self._hold_following(long)))
 
-    def _hold_following(self, long: pl.DataFrame) -> pl.DataFrame:
+    def _hold_following(self, long: pl.DataFrame, name: str | None = None) -> pl.DataFrame:
         """``long`` without its values that take the last step before them (kept as
-        numbers until :meth:`finish` places them)."""
+        numbers until :meth:`finish` places them; their lines counted for ``name``)."""
         if not long.select(pl.col("step").is_null().any()).item():
             return long
-        self.following.append(self._as_numbers(long.filter(pl.col("step").is_null())))
+        held = long.filter(pl.col("step").is_null())
+        if name is not None:
+            self.lines_of[name] = self.lines_of.get(name, 0) + n_lines(held)
+        self.following.append(self._as_numbers(held))
         return long.filter(pl.col("step").is_not_null())
 
     def _numbers(self, long: pl.DataFrame) -> pl.DataFrame:
