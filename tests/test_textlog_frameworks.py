@@ -367,15 +367,15 @@ def test_step_choice_prefers_the_finest_rising_name() -> None:
     pairs = pl.DataFrame(
         {
             "_lower": ["epoch", "iter", "epoch", "iter", "epoch", "iter"],
-            "value": ["1", "10", "1", "20", "2", "30"],
+            "value": [1.0, 10, 1, 20, 2, 30],
             "of": [None] * 6,
         },
-        schema_overrides={"of": pl.String},
+        schema_overrides={"of": pl.Int64},
     )
     assert generic.choose_step(pairs) == ("iter", None)
     falling = pairs.with_columns(
-        pl.when(pl.col("_lower") == "iter").then(pl.lit("5")).otherwise("value").alias("value")
+        pl.when(pl.col("_lower") == "iter").then(5.0).otherwise("value").alias("value")
     )
     assert generic.choose_step(falling) == ("iter", None)  # flat is not falling
-    down = pairs.with_columns(pl.Series("value", ["1", "30", "1", "20", "2", "10"]))
+    down = pairs.with_columns(pl.Series("value", [1.0, 30, 1, 20, 2, 10]))
     assert generic.choose_step(down) == ("epoch", None)

@@ -94,7 +94,7 @@ def read(
     from the last header, and the number of fields; ``carry`` is updated."""
     members = df.get_column("line").str.contains(block.member_hint)
     if not members.any():
-        _carry_last(block, df, carry)
+        carry_last(block, df, carry)
         return empty_long(), None, 0
     parsed = df.with_columns(pl.col("line").str.extract_groups(block.member).alias("_m")).unnest(
         "_m"
@@ -155,7 +155,7 @@ def read(
     return long.select(list(LONG_SCHEMA)), total, rows.height
 
 
-def _carry_last(block: Block, df: pl.DataFrame, carry: Carry) -> None:
+def carry_last(block: Block, df: pl.DataFrame, carry: Carry) -> None:
     """The anchor the next piece's first members would have: the piece's last line."""
     if df.height == 0:
         return

@@ -28,6 +28,11 @@ from trainlens.readers.textlog.registry import SHAPES
 from trainlens.readers.textlog.shapes import MEG_MARK, Shape
 
 _MAX_WRAPPED_LINES = 5
+_FRAMEWORK_IDS = frozenset(id(s) for s in frameworks.SHAPES)
+_FRAMEWORK_HINT = "|".join(
+    [f"(?:{s.hint or s.line})" for s in frameworks.SHAPES]
+    + [f"(?:{b.member_hint})" for b in blocks.BLOCKS]
+)
 _MEG_MARK_RE = re.compile(MEG_MARK)
 # a wrapped continuation: `<part of a key>: value | ...` with no new iteration in it
 _MEG_CONTINUATION = re.compile(r"^[^|\[]*:[^|]*\|")
@@ -78,11 +83,19 @@ class Reader:
         self.marked.append(df.filter(pl.col("line").str.contains(deepspeed.MARKERS)))
         found: dict[str, list[pl.DataFrame]] = {}
         hinted: dict[str, pl.DataFrame] = {}  # shapes that share a hint filter the lines once
+        # the frameworks' shapes and blocks look only at the lines one of their hints
+        # matches: one pass over the piece instead of one per hint (a Megatron log's
+        # lines match none: +13 % CPU on a 1M-line log with a pass per hint)
+        fw = df.filter(pl.col("line").str.contains(_FRAMEWORK_HINT))
+        if redraws is not None:
+            redraws = redraws.filter(pl.col("line").str.contains(_FRAMEWORK_HINT))
         for i, shape in enumerate(SHAPES):
             hint = shape.hint or shape.line
             key = f"{hint}\r" if shape.redrawn and redraws is not None else hint
             if key not in hinted:
-                source = df if key == hint else _with_redraws(df, redraws)
+                source = fw if id(shape) in _FRAMEWORK_IDS else df
+                if key != hint:
+                    source = _with_redraws(fw, redraws)
                 hinted[key] = source.filter(pl.col("line").str.contains(hint))
             lines_of = hinted[key]
             self._count_unplaced(i, shape, df)
@@ -97,6 +110,9 @@ class Reader:
                 long = self._hold_following(long, shape.name)
             (self.stepless if shape.stepless else found.setdefault(shape.name, [])).append(long)
         for j, block in enumerate(blocks.BLOCKS):
+            if fw.height == 0:
+                blocks.carry_last(block, df, self.carries[j])
+                continue
             long, total, n_fields = blocks.read(block, df, self.carries[j], self.block_fields[j])
             if not n_fields:
                 continue
@@ -119,7 +135,7 @@ class Reader:
             return
         shapes["key_value_guess"] = n_lines(long)
         meta["step_column"] = step_key
-        self.found.append(self._numbers(self._hold_following(long)))
+        self.found.append(_compact(long))  # (its values are numbers already)
 
     def _hold_following(self, long: pl.DataFrame, name: str | None = None) -> pl.DataFrame:
         """``long`` without its values that take the last step before them (kept as

@@ -106,18 +106,27 @@ class Pairs:
             .with_row_index("field")
             .with_columns(pl.col("_t").str.extract_groups(_PAIR).alias("_p"))
             .unnest("_p")
-            .drop("_t")
         )
-        self.frames.append(pairs)
+        # kept compact until the file is read: numbers, names as categories (a 1M-line
+        # log of 5 pairs a line held 1.7 GB as strings)
+        self.frames.append(
+            pairs.select(
+                pl.col("lineno").cast(pl.UInt32),
+                pl.col("field").cast(pl.UInt32),
+                pl.col("key").cast(pl.Categorical),
+                pl.col("key").str.to_lowercase().cast(pl.Categorical).alias("_lower"),
+                _number().alias("value"),
+                pl.col("of").cast(pl.Int64, strict=False),
+                "_indent",
+            )
+        )
 
     def finish(self, notes: Notes) -> tuple[pl.DataFrame, str | None]:
-        """The long frame (``lineno, field, step, metric, raw``) and the step's name, or an
-        empty frame when no step is found."""
+        """The long frame (``lineno, field, step, metric, value``) and the step's name, or
+        None when no step is found."""
         if not self.frames:
             return _empty(), None
-        pairs = pl.concat(self.frames).with_columns(
-            pl.col("key").str.to_lowercase().alias("_lower")
-        )
+        pairs = pl.concat(self.frames).with_columns(pl.col("_lower").cast(pl.String))
         self.frames = []
         step_key, per_epoch = choose_step(pairs)
         if step_key is None:
@@ -126,26 +135,14 @@ class Pairs:
         step_lines = steps.height
         if step_lines < _MIN_LINES:
             return _empty(), None
-        on_line = pairs.join(steps, on="lineno", how="left", maintain_order="left")
         # the step's names are the axis, not metrics (another epoch count stays a metric)
         drop = [step_key, *([per_epoch] if per_epoch else [])]
-        long = on_line.filter(~pl.col("_lower").is_in(drop))
-        lines_with = long.group_by("lineno").len()
-        # a line without a step needs two pairs (an evaluation's results) or an indent (a
-        # block under a step header) to count; it takes the last step above it
-        long = long.join(lines_with, on="lineno", how="left", maintain_order="left").filter(
-            pl.col("step").is_not_null() | (pl.col("len") >= 2) | pl.col("_indent")
-        )
-        placed = (
-            long.filter(pl.col("step").is_null())
-            .drop("step")
-            .join_asof(steps.rename({"lineno": "_at"}), left_on="lineno", right_on="_at")
-            .drop("_at")
-        )
-        long = pl.concat(
-            [long.filter(pl.col("step").is_not_null()), placed.select(long.columns)]
-        ).filter(pl.col("step").is_not_null())
-        long = long.sort("lineno", "field", maintain_order=True)
+        pairs = pairs.filter(~pl.col("_lower").is_in(drop)).drop("_lower", "of")
+        long = pairs.join(steps, on="lineno", how="left", maintain_order="left")
+        del pairs
+        loose = long.filter(pl.col("step").is_null())
+        if loose.height:
+            long = _place_loose(long.filter(pl.col("step").is_not_null()), loose, steps)
         notes.add(
             "inferred-step",
             f"read by the general key/value reader (no known log shape in the file): the "
@@ -158,12 +155,30 @@ class Pairs:
             step_column=step_key,
         )
         return long.select(
-            pl.col("lineno"),
-            pl.col("field").cast(pl.Int64),
-            pl.col("step"),
+            "lineno",
+            pl.col("field").cast(pl.Int32),
+            "step",
             pl.col("key").alias("metric"),
-            _raw().alias("raw"),
+            "value",
         ), step_key
+
+
+def _place_loose(long: pl.DataFrame, loose: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """``long`` with the pairs of lines without a step: a line with two pairs (an
+    evaluation's results) or an indent (a block under a step header) takes the last step
+    above it; a lone pair on a line of its own is left out."""
+    pairs_on = loose.group_by("lineno").len()
+    loose = loose.join(pairs_on, on="lineno", how="left", maintain_order="left").filter(
+        (pl.col("len") >= 2) | pl.col("_indent")
+    )
+    placed = (
+        loose.drop("step", "len")
+        .join_asof(steps.rename({"lineno": "_at"}), left_on="lineno", right_on="_at")
+        .drop("_at")
+        .filter(pl.col("step").is_not_null())
+    )
+    out = pl.concat([long, placed.select(long.columns)])
+    return out.sort("lineno", "field", maintain_order=True)
 
 
 def _empty() -> pl.DataFrame:
@@ -172,12 +187,14 @@ def _empty() -> pl.DataFrame:
     return empty_long()
 
 
-def _raw() -> pl.Expr:
-    """The value's text with its unit as values.convert reads it; memory in bytes."""
-    unit = pl.col("unit").fill_null("")
-    factor = unit.replace_strict(_MEMORY, default=None, return_dtype=pl.Float64)
-    scaled = (pl.col("value").cast(pl.Float64, strict=False) * factor).cast(pl.String)
-    return pl.when(factor.is_not_null()).then(scaled).otherwise(pl.col("value") + unit)
+_SCALES = {**_MEMORY, "ms": 1e-3, "s": 1.0, "%": 0.01, "": 1.0}
+
+
+def _number() -> pl.Expr:
+    """The value in canonical units: ``ms`` as seconds, a percent as a fraction, memory
+    in bytes (``nan``/``inf`` kept)."""
+    factor = pl.col("unit").fill_null("").replace_strict(_SCALES, return_dtype=pl.Float64)
+    return pl.col("value").cast(pl.Float64, strict=False) * factor
 
 
 def choose_step(pairs: pl.DataFrame) -> tuple[str | None, str | None]:
@@ -187,7 +204,7 @@ def choose_step(pairs: pl.DataFrame) -> tuple[str | None, str | None]:
     if cands.height == 0:
         return None, None
     per = (
-        cands.with_columns(pl.col("value").cast(pl.Float64, strict=False).alias("_v"))
+        cands.with_columns(pl.col("value").alias("_v"))
         .group_by("_lower", maintain_order=True)
         .agg(
             pl.len().alias("n"),
@@ -213,7 +230,7 @@ def choose_step(pairs: pl.DataFrame) -> tuple[str | None, str | None]:
 
 def _steps(pairs: pl.DataFrame, step_key: str, per_epoch: str | None) -> pl.DataFrame:
     """``lineno, step`` for the lines that carry the step."""
-    value = pl.col("value").cast(pl.Float64, strict=False).round().cast(pl.Int64, strict=False)
+    value = pl.col("value").round().cast(pl.Int64, strict=False)
     steps = (
         pairs.filter(pl.col("_lower") == step_key)
         .select("lineno", value.alias("step"), pl.col("of").cast(pl.Int64, strict=False))
