@@ -68,6 +68,13 @@ def test_detectron2_stdout(tmp_path: Path) -> None:
     assert "eta" not in run.metrics and "loss_cls" in run.metrics
 
 
+def test_detectron2_log_txt_lines(tmp_path: Path) -> None:
+    """detectron2's own log.txt writes the logger name outside the brackets."""
+    line = _d2(19, 1.986).replace(" d2.utils.events]: ", "] d2.utils.events INFO: ")
+    run = _read(tmp_path, line + line.replace("iter: 19", "iter: 39"))
+    assert _series(run, "train/loss") == [(19, 1.986), (39, 1.986)]
+
+
 def test_detectron2_launches_appended_to_one_file(tmp_path: Path) -> None:
     """A job started again from scratch (iteration 0) after 59 iterations: the later
     launch stands, every earlier value from its first step on is kept as superseded."""

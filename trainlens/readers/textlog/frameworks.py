@@ -3,7 +3,8 @@
 Each entry was written from the framework's own printer and checked against logs people
 committed (the tests name them):
 
-* detectron2's ``CommonMetricPrinter`` (``d2.utils.events``): ``eta: 0:03:49  iter: 19
+* detectron2's ``CommonMetricPrinter`` (``[.. d2.utils.events]:`` on the terminal,
+  ``[..] d2.utils.events INFO:`` in its ``log.txt``): ``eta: 0:03:49  iter: 19
   total_loss: 5.922  loss_cls: 1.709 ...  time: 0.8241  data_time: 0.8461  lr: 3.99e-05
   max_mem: 1966M``. ``iter`` is the step; ``time`` and ``data_time`` are seconds per
   iteration (medians over its window), ``max_mem`` is ``max_memory_allocated`` in MiB.
@@ -45,10 +46,10 @@ _D2_PAIR = rf"(?P<key>[A-Za-z_][A-Za-z0-9_./-]*):[ \t]*(?P<value>{NUM})(?P<unit>
 DETECTRON2 = Shape(
     name="detectron2",
     line=(
-        r"d2\.utils\.events\]:[ \t]+(?:eta:[ \t]*(?:[0-9]+ days?, )?[0-9:]+[ \t]+)?"
+        r"d2\.utils\.events(?:\]:|[ \t]+INFO:)[ \t]+(?:eta:[ \t]*(?:[0-9]+ days?, )?[0-9:]+[ \t]+)?"
         r"iter:[ \t]*(?P<step>[0-9]+)[ \t]+(?P<body>.*)$"
     ),
-    hint=r"d2\.utils\.events\]:",
+    hint=r"d2\.utils\.events(?:\]:|[ \t]+INFO:)",
     tokens=rf"[A-Za-z_][A-Za-z0-9_./-]*:[ \t]*{NUM}M?",
     field=_D2_PAIR,
     units={"M": ""},
