@@ -214,6 +214,26 @@ def test_nemo_progress_bar_every_redrawn_state(tmp_path: Path) -> None:
     assert "v_num" not in run.metrics and "loss (running mean)" in run.metrics
 
 
+def test_torchvision_metric_logger_lines(tmp_path: Path) -> None:
+    """torchvision's references (and DETR, DeiT, MAE ...): `Epoch: [e]  [i/n]` lines,
+    epochs from 0; the window's median is read, not the bracketed run mean."""
+    line = (
+        "Epoch: [{e}]  [{i}/6]  eta: 0:00:25  lr: 0.001  loss: {loss} (9.9)  "
+        "loss_classifier: 0.72 (0.72)  time: 0.4000  data: 0.0100  max mem: 2547\n"
+    )
+    text = (
+        line.format(e=0, i=0, loss=8.2)
+        + line.format(e=0, i=5, loss=7.5)
+        + "Epoch: [0] Total time: 0:00:05 (0.9880 s / it)\n"
+        + line.format(e=1, i=0, loss=1.7)
+    )
+    run = _read(tmp_path, text)
+    assert _series(run, "train/loss") == [(0, 8.2), (5, 7.5), (6, 1.7)]
+    assert _series(run, "dataloader_wait")[0] == (0, 0.01)
+    assert _series(run, "mem/allocated")[0] == (0, 2547 * 2**20)
+    assert "eta" not in run.metrics
+
+
 def test_composer_blocks_with_an_eval_block(tmp_path: Path) -> None:
     text = (
         "******************************\n"

@@ -27,6 +27,11 @@ committed (the tests name them):
   The summary's means are ``train_epoch/<key>`` (the interval lines give ``train/loss``);
   when the log has no interval lines they take the plain names. Validation on subset
   ``valid`` is ``valid/<key>``, on another subset ``valid/<key>/<subset>``.
+* torchvision's detection/classification references ``MetricLogger`` (copied by DETR,
+  DeiT, MAE, DINO ...): ``Epoch: [0]  [ 10/625]  eta: 0:05:01  lr: 0.0001  loss: 0.41
+  (0.52)  time: 0.46  data: 0.01  max mem: 5403``. The step is ``epoch * n + i``
+  (epochs from 0); of ``0.41 (0.52)`` the first number (the window's median) is read;
+  ``time`` and ``data`` are seconds per iteration, ``max mem`` MiB.
 * NeMo's Lightning progress bar: ``Epoch 0: 100%|███| 40/40 [00:31<00:00, ...,
   reduced_train_loss=10.90, global_step=39.00, consumed_samples=9984.0, train_step_timing
   in s=0.5]``. The step is ``global_step``; every state of a bar redrawn with a carriage
@@ -173,6 +178,28 @@ NEMO = Shape(
     redrawn=True,
 )
 
+# ---- torchvision's references MetricLogger (DETR, DeiT, MAE, DINO, ... copy it) --------------
+
+_TV_KEY = r"max mem|[A-Za-z_][A-Za-z0-9_./]*"
+TORCHVISION = Shape(
+    name="torchvision_metric_logger",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])Epoch: \[(?P<epoch>[0-9]+)\][ \t]+\[[ \t]*(?P<iter>[0-9]+)/"
+        r"(?P<per_epoch>[0-9]+)\][ \t]+(?P<body>.*:.*)$"
+    ),
+    hint=r"Epoch: \[[0-9]+\][ \t]+\[",
+    tokens=rf"(?:{_TV_KEY}):[ \t]*{NUM}",
+    field=rf"^(?P<key>{_TV_KEY}):[ \t]*(?P<value>{NUM})$",
+    skip=frozenset({"eta"}),
+    # `time`/`data` are seconds per iteration; `max mem` is max_memory_allocated in MiB;
+    # of `0.41 (0.52)` the first is the window's median, the bracket the run's mean
+    names={"time": "iter_time", "data": "data_time", "max mem": "max_mem_mib"},
+    step_from=lambda: (
+        pl.col("epoch").cast(pl.Int64) * pl.col("per_epoch").cast(pl.Int64)
+        + pl.col("iter").cast(pl.Int64)
+    ),
+)
+
 #: the framework shapes, read after the built-in ones (see registry.SHAPES)
 SHAPES: tuple[Shape, ...] = (
     DETECTRON2,
@@ -183,4 +210,5 @@ SHAPES: tuple[Shape, ...] = (
     FAIRSEQ_EPOCH,
     FAIRSEQ_VALID,
     NEMO,
+    TORCHVISION,
 )
