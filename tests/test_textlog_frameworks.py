@@ -338,6 +338,24 @@ def test_general_batch_counter_per_epoch(tmp_path: Path) -> None:
     assert "epochs" in _only_note(run)
 
 
+def test_general_counter_named_after_its_number(tmp_path: Path) -> None:
+    """PyTorch's word_language_model example (and its many copies): `200/ 2983 batches`
+    counts within an epoch; `end of epoch` lines carry the validation."""
+    line = "| epoch {e:3d} | {b:5d}/ 600 batches | lr 20.00 | ms/batch 11.77 | loss {l:5.2f} |\n"
+    end = "| end of epoch {e:3d} | time: 36.35s | valid loss {v:5.2f} | valid ppl 273.43\n"
+    text = (
+        "".join(line.format(e=e, b=b, l=7 - e - b / 1000) for b in (200, 400) for e in [1])
+        + end.format(e=1, v=5.6)
+        + "".join(line.format(e=2, b=b, l=5 - b / 1000) for b in (200, 400))
+        + end.format(e=2, v=5.4)
+    )
+    run = _read(tmp_path, text)
+    assert [s for s, _ in _series(run, "train/loss")] == [200, 400, 800, 1000]
+    assert _series(run, "val/loss") == [(400, 5.6), (1000, 5.4)]
+    assert _series(run, "step_time")[0] == (200, pytest.approx(0.01177))  # ms/batch
+    assert "of epoch" not in run.metrics and "epoch" not in run.metrics
+
+
 def test_general_block_under_a_step_header(tmp_path: Path) -> None:
     text = "Step 10:\n    loss=2.5\n    lr=0.001\nStep 20:\n    loss=2.4\n    lr=0.001\n"
     run = _read(tmp_path, text)

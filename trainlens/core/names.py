@@ -192,6 +192,9 @@ TEXT_FRAMEWORK_ALIASES: dict[str, Alias] = {
     "optim/total grad norm": _a("grad_norm"),
     "optim/lr (group 0)": _a("lr"),
     "optim/learning rate group 0": _a("lr"),
+    # PyTorch's word_language_model example and its copies: `| ms/batch 11.77 |`
+    "ms/batch": _a("step_time", 1e-3),
+    "ms/step": _a("step_time", 1e-3),
 }
 EXACT_ALIASES.update(TEXT_FRAMEWORK_ALIASES)
 

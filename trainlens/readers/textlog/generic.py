@@ -20,6 +20,7 @@ for the rest.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -28,14 +29,21 @@ from trainlens.readers.textlog.notes import Notes
 from trainlens.readers.textlog.shapes import NUM
 
 _KEY = r"[A-Za-z_][A-Za-z0-9_./@()-]*"
+# a key of one or two words (`valid loss 5.48`, `Train PPL: 92.8`)
+_KEYS = rf"{_KEY}(?: [A-Za-z_][A-Za-z0-9_./@()-]*)?"
 _UNIT = r"ms|s|%|[KMGT]i?B"
-# one pair, ending at a boundary (consumed: polars' regex has no look-ahead)
+_END = r"(?:[ \t,;:|)\]}]|$)"  # a pair's end (consumed: polars' regex has no look-ahead)
+# one pair; or a counter written `200/ 2983 batches` (the name after the number)
 _PAIR = (
-    rf"['\"]?(?P<key>{_KEY})['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)\[?['\"]?(?P<value>{NUM})"
-    rf"(?P<unit>{_UNIT})?['\"]?(?:[ \t]*/[ \t]*(?P<of>[0-9]+))?\]?(?:[ \t,;:|)\]}}]|$)"
+    rf"['\"]?(?P<key>{_KEYS})['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)\[?['\"]?(?P<value>{NUM})"
+    rf"(?P<unit>{_UNIT})?['\"]?(?:[ \t]*/[ \t]*(?P<of>[0-9]+))?\]?{_END}"
+    rf"|(?P<cvalue>[0-9]+)[ \t]*/[ \t]*(?P<cof>[0-9]+)[ \t]+"
+    rf"(?P<ckey>batches|batch|steps|iters|iterations|updates){_END}"
 )
-_PAIR_TOKEN = _PAIR.replace("(?P<key>", "(?:").replace("(?P<value>", "(?:")
-_PAIR_TOKEN = _PAIR_TOKEN.replace("(?P<unit>", "(?:").replace("(?P<of>", "(?:")
+_PAIR_TOKEN = re.sub(r"\(\?P<[a-z]+>", "(?:", _PAIR)
+# a counter's name as a step name
+_COUNTERS = {"batches": "batch", "steps": "step", "iters": "iter", "iterations": "iteration"}
+_COUNTERS |= {"updates": "update", "batch": "batch"}
 # step-like names, finest first; epoch-like ones last
 STEP_NAMES: tuple[str, ...] = (
     "global_step",
@@ -106,6 +114,14 @@ class Pairs:
             .with_row_index("field")
             .with_columns(pl.col("_t").str.extract_groups(_PAIR).alias("_p"))
             .unnest("_p")
+            .with_columns(
+                pl.coalesce("key", pl.col("ckey").replace(_COUNTERS)).alias("key"),
+                pl.coalesce("value", "cvalue").alias("value"),
+                pl.coalesce("of", "cof").alias("of"),
+            )
+            .with_columns(_step_word_alone(pl.col("key")).alias("key"))
+            # a one-letter key is a unit or a fragment (`Time: 8m 32s`), not a metric
+            .filter(pl.col("key").str.len_chars() > 1)
         )
         # kept compact until the file is read: numbers, names as categories (a 1M-line
         # log of 5 pairs a line held 1.7 GB as strings)
@@ -161,6 +177,12 @@ class Pairs:
             pl.col("key").alias("metric"),
             "value",
         ), step_key
+
+
+def _step_word_alone(key: pl.Expr) -> pl.Expr:
+    """A two-word key ending in a step name is that name (`end of epoch 1`: `epoch`)."""
+    last = key.str.extract(r" ([A-Za-z_]+)$", 1)
+    return pl.when(last.str.to_lowercase().is_in(list(STEP_NAMES))).then(last).otherwise(key)
 
 
 def _place_loose(long: pl.DataFrame, loose: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
@@ -221,10 +243,11 @@ def choose_step(pairs: pl.DataFrame) -> tuple[str | None, str | None]:
         if row is None:
             continue
         rise = row["rise"] if row["rise"] is not None else 1.0
+        counted = name not in _EPOCHS and epoch is not None and row["of"] is not None
+        if counted and rise < 1.0:
+            return name, epoch  # a batch counter per epoch (it starts again), total printed
         if rise >= _RISE:
             return name, None
-        if name not in _EPOCHS and epoch is not None and row["of"] is not None:
-            return name, epoch  # a batch counter per epoch, its total printed
     return None, None
 
 
