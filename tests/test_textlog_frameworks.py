@@ -234,6 +234,26 @@ def test_torchvision_metric_logger_lines(tmp_path: Path) -> None:
     assert "eta" not in run.metrics
 
 
+def test_pytorch_imagenet_example_lines(tmp_path: Path) -> None:
+    """pytorch/examples imagenet/main.py: `Epoch: [e][i/n]` training lines, per-batch
+    `Test: [i/n]` running means (left out), and the ` * Acc@1` result."""
+    train = (
+        "Epoch: [{e}][{i:4d}/5005]\tTime  0.311 ( 0.522)\tData  0.100 ( 0.191)\t"
+        "Loss {loss:.4e} (6.9140e+00)\tAcc@1   0.00 (  0.11)\tAcc@5   0.78 (  0.57)\n"
+    )
+    text = (
+        train.format(e=0, i=10, loss=6.896)
+        + train.format(e=0, i=20, loss=6.5)
+        + "Test: [ 10/196]\tTime  0.200 ( 0.300)\tLoss 9.9e+00 (9.1e+00)\tAcc@1 1.0 ( 1.0)\n"
+        + " * Acc@1 12.130 Acc@5 32.862\n"
+        + train.format(e=1, i=10, loss=5.1)
+    )
+    run = _read(tmp_path, text)
+    assert _series(run, "train/loss") == [(10, 6.896), (20, 6.5), (5015, 5.1)]
+    assert _series(run, "val/acc@1") == [(20, 12.13)]
+    assert _series(run, "dataloader_wait")[0] == (10, 0.1)  # the batch's, not the mean
+
+
 def test_composer_blocks_with_an_eval_block(tmp_path: Path) -> None:
     text = (
         "******************************\n"
@@ -376,6 +396,32 @@ def test_general_epoch_only(tmp_path: Path) -> None:
     run = _read(tmp_path, text)
     assert run.metadata["step_column"] == "epoch"
     assert _series(run, "val/loss") == [(1, 1.0), (2, pytest.approx(0.9)), (3, pytest.approx(0.8))]
+
+
+def test_general_epoch_on_every_batch_line(tmp_path: Path) -> None:
+    """`Epoch 1 - Batch loss: …` on each batch: the epoch cannot be the step (every
+    batch would overwrite the last); the k-th such line is step k, the epoch a metric."""
+    text = "".join(
+        f"2025-03-02 05:16:2{k} - INFO - Epoch {e} - Batch loss: {9 - k / 10:.2f}\n"
+        for k, e in enumerate((1, 1, 1, 2, 2, 2))
+    )
+    run = _read(tmp_path, text)
+    assert [s for s, _ in _series(run, "Batch loss")] == [1, 2, 3, 4, 5, 6]
+    assert _series(run, "epoch") == [(k, 1.0 if k <= 3 else 2.0) for k in range(1, 7)]
+    assert "counts the lines" in _only_note(run)
+
+
+def test_general_evaluation_lines_are_val_metrics(tmp_path: Path) -> None:
+    """A line led by an evaluation word holds evaluation metrics, not the train loss."""
+    text = (
+        "iter 10 | loss 2.0 | lr 0.1\n"
+        "iter 20 | loss 1.9 | lr 0.1\n"
+        "Test: [10/50] | loss 3.5 | acc 0.4\n"
+        "iter 30 | loss 1.8 | lr 0.1\n"
+    )
+    run = _read(tmp_path, text)
+    assert _series(run, "train/loss") == [(10, 2.0), (20, 1.9), (30, 1.8)]
+    assert _series(run, "val/loss") == [(20, 3.5)]
 
 
 def test_general_never_runs_beside_a_known_shape(tmp_path: Path) -> None:

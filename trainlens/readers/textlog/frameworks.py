@@ -32,6 +32,11 @@ committed (the tests name them):
   (0.52)  time: 0.46  data: 0.01  max mem: 5403``. The step is ``epoch * n + i``
   (epochs from 0); of ``0.41 (0.52)`` the first number (the window's median) is read;
   ``time`` and ``data`` are seconds per iteration, ``max mem`` MiB.
+* PyTorch's ImageNet example (``imagenet/main.py``, copied widely): ``Epoch: [0][ 10/5005]
+  Time 0.311 ( 0.522)  Data 0.000 ( 0.191)  Loss 6.896e+00 (6.914e+00)  Acc@1 0.00 (
+  0.11)`` (step ``epoch * n + i``; the batch's value, not the bracketed running mean)
+  and the evaluation's `` * Acc@1 76.130 Acc@5 92.862`` as ``val/Acc@1`` at the last
+  step; its per-batch ``Test: [i/n]`` lines (running means) are left out.
 * NeMo's Lightning progress bar: ``Epoch 0: 100%|███| 40/40 [00:31<00:00, ...,
   reduced_train_loss=10.90, global_step=39.00, consumed_samples=9984.0, train_step_timing
   in s=0.5]``. The step is ``global_step``; every state of a bar redrawn with a carriage
@@ -200,6 +205,38 @@ TORCHVISION = Shape(
     ),
 )
 
+# ---- PyTorch's ImageNet example (pytorch/examples imagenet/main.py, and its copies) -------
+
+_PX_PAIR = rf"(?P<key>[A-Za-z][A-Za-z0-9@_]*)[ \t]+(?P<value>{NUM})"
+PYTORCH_IMAGENET = Shape(
+    name="pytorch_imagenet",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])Epoch: \[(?P<epoch>[0-9]+)\]\[[ \t]*(?P<iter>[0-9]+)/"
+        r"(?P<per_epoch>[0-9]+)\][ \t]+(?P<body>[A-Za-z].*)$"
+    ),
+    hint=r"Epoch: \[[0-9]+\]\[",
+    tokens=rf"[A-Za-z][A-Za-z0-9@_]*[ \t]+{NUM}",
+    field=rf"^{_PX_PAIR}$",
+    # its AverageMeters: the batch's value, then the epoch's running mean in brackets
+    names={"Time": "iter_time", "Data": "data_time", "Loss": "loss"},
+    step_from=lambda: (
+        pl.col("epoch").cast(pl.Int64) * pl.col("per_epoch").cast(pl.Int64)
+        + pl.col("iter").cast(pl.Int64)
+    ),
+)
+# the evaluation's result, ` * Acc@1 76.130 Acc@5 92.862` (its per-batch `Test: [i/n]`
+# lines are running means and are left out)
+PYTORCH_IMAGENET_EVAL = Shape(
+    name="pytorch_imagenet",
+    line=rf"^[ \t]*\* (?P<body>(?:Acc|Prec)@1[ \t]+{NUM}.*)$",
+    hint=r"^[ \t]*\* (?:Acc|Prec)@1",
+    sniff="",
+    tokens=rf"[A-Za-z][A-Za-z0-9@_]*[ \t]+{NUM}",
+    field=rf"^{_PX_PAIR}$",
+    metric=lambda: pl.lit("val/") + pl.col("key"),
+    follows=True,
+)
+
 #: the framework shapes, read after the built-in ones (see registry.SHAPES)
 SHAPES: tuple[Shape, ...] = (
     DETECTRON2,
@@ -211,4 +248,6 @@ SHAPES: tuple[Shape, ...] = (
     FAIRSEQ_VALID,
     NEMO,
     TORCHVISION,
+    PYTORCH_IMAGENET,
+    PYTORCH_IMAGENET_EVAL,
 )

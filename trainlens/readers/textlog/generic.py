@@ -120,6 +120,7 @@ class Pairs:
                 pl.coalesce("of", "cof").alias("of"),
             )
             .with_columns(_step_word_alone(pl.col("key")).alias("key"))
+            .pipe(_evaluation_lines)
             # a one-letter key is a unit or a fragment (`Time: 8m 32s`), not a metric
             .filter(pl.col("key").str.len_chars() > 1)
         )
@@ -151,8 +152,11 @@ class Pairs:
         step_lines = steps.height
         if step_lines < _MIN_LINES:
             return _empty(), None
+        counted = step_key in _EPOCHS and _repeats(steps)
+        if counted:  # many lines per epoch: the k-th of them is step k, the epoch a metric
+            steps = steps.with_columns(pl.int_range(1, pl.len() + 1).alias("step"))
         # the step's names are the axis, not metrics (another epoch count stays a metric)
-        drop = [step_key, *([per_epoch] if per_epoch else [])]
+        drop = [] if counted else [step_key, *([per_epoch] if per_epoch else [])]
         pairs = pairs.filter(~pl.col("_lower").is_in(drop)).drop("_lower", "of")
         long = pairs.join(steps, on="lineno", how="left", maintain_order="left")
         del pairs
@@ -161,9 +165,14 @@ class Pairs:
             long = _place_loose(long.filter(pl.col("step").is_not_null()), loose, steps)
         notes.add(
             "inferred-step",
-            f"read by the general key/value reader (no known log shape in the file): the "
-            f"step is `{step_key}`"
-            + (f" counted over the run's {per_epoch}s" if per_epoch else "")
+            "read by the general key/value reader (no known log shape in the file): the "
+            + (
+                f"step counts the lines that name `{step_key}` (it repeats over several "
+                f"lines; kept as a metric)"
+                if counted
+                else f"step is `{step_key}`"
+                + (f" counted over the run's {per_epoch}s" if per_epoch else "")
+            )
             + "; lines without it take the last step before them. Use --regex to read "
             "the file another way",
             count=step_lines,
@@ -177,6 +186,38 @@ class Pairs:
             pl.col("key").alias("metric"),
             "value",
         ), step_key
+
+
+def _repeats(steps: pl.DataFrame) -> bool:
+    """True when most step values are on more than one line (`Epoch 1 - Batch loss: …`
+    on every batch of the epoch)."""
+    per = steps.group_by("step").len().get_column("len")
+    return bool(per.len()) and float(per.median() or 1) > 1  # type: ignore[arg-type]
+
+
+_EVAL_WORDS = ["test", "val", "valid", "validation", "eval", "evaluation", "dev"]
+
+
+def _evaluation_lines(pairs: pl.DataFrame) -> pl.DataFrame:
+    """A line whose first pair is an evaluation word (`Test: [10/50]  Loss 0.3`) holds
+    evaluation metrics: that pair (a batch counter) is left out, the others are named
+    ``val/<key>``."""
+    first = pl.col("key").first().over("lineno").str.to_lowercase().is_in(_EVAL_WORDS)
+    pairs = pairs.with_columns(first.alias("_eval"))
+    if not pairs.get_column("_eval").any():
+        return pairs.drop("_eval")
+    own = pl.col("field") == pl.col("field").min().over("lineno")
+    named = pl.col("key").str.contains(r"(?i)^(?:val|valid|eval|test)")
+    return (
+        pairs.filter(~(pl.col("_eval") & own))
+        .with_columns(
+            pl.when(pl.col("_eval") & ~named)
+            .then(pl.lit("val/") + pl.col("key"))
+            .otherwise(pl.col("key"))
+            .alias("key")
+        )
+        .drop("_eval")
+    )
 
 
 def _step_word_alone(key: pl.Expr) -> pl.Expr:
