@@ -424,6 +424,19 @@ def test_general_evaluation_lines_are_val_metrics(tmp_path: Path) -> None:
     assert _series(run, "val/loss") == [(20, 3.5)]
 
 
+def test_general_one_relaunch_in_a_short_log(tmp_path: Path) -> None:
+    """A job launched again and appended to its log: one move down is a restart, not a
+    reason to give up on the step."""
+    epochs = (1, 2, 3, 4, 1, 2)
+    text = "".join(
+        f"2020-11-09 15:46:38 - DEBUG - Training Epoch: {e}, Loss: {0.3 - k / 100:.3f}.\n"
+        for k, e in enumerate(epochs)
+    )
+    run = _read(tmp_path, text)
+    assert [i.kind for i in run.data_quality if i.kind == "restart"] == ["restart"]
+    assert _series(run, "train/loss") == [(1, 0.26), (2, 0.25)]
+
+
 def test_general_never_runs_beside_a_known_shape(tmp_path: Path) -> None:
     text = _d2(19, 1.9) + "iter=5 loss=2.0 lr=0.1\niter=6 loss=1.9 lr=0.1\n"
     run = _read(tmp_path, text)

@@ -32,7 +32,8 @@ _KEY = r"[A-Za-z_][A-Za-z0-9_./@()-]*"
 # a key of one or two words (`valid loss 5.48`, `Train PPL: 92.8`)
 _KEYS = rf"{_KEY}(?: [A-Za-z_][A-Za-z0-9_./@()-]*)?"
 _UNIT = r"ms|s|%|[KMGT]i?B"
-_END = r"(?:[ \t,;:|)\]}]|$)"  # a pair's end (consumed: polars' regex has no look-ahead)
+# a pair's end (consumed: polars' regex has no look-ahead); a full stop may end a line
+_END = r"(?:[ \t,;:|)\]}]|\.?$)"
 # one pair; or a counter written `200/ 2983 batches` (the name after the number)
 _PAIR = (
     rf"['\"]?(?P<key>{_KEYS})['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)\[?['\"]?(?P<value>{NUM})"
@@ -79,7 +80,8 @@ SNIFF = (
     rf"[ \t]+{_KEY}[ \t]*[=:][ \t]*{NUM}"
 )
 _MIN_LINES = 2  # step lines a file needs before its guess is trusted
-_RISE = 0.9  # share of a step's moves that must go up
+_RISE = 0.9  # share of a step's moves that must go up (or no more than one move down:
+# a job launched again and appended to its log, in a short log)
 
 
 @dataclass
@@ -189,10 +191,10 @@ class Pairs:
 
 
 def _repeats(steps: pl.DataFrame) -> bool:
-    """True when most step values are on more than one line (`Epoch 1 - Batch loss: …`
-    on every batch of the epoch)."""
+    """True when a step value is on two lines or more on average (`Epoch 1 - Batch loss:
+    …` on every batch of the epoch; a relaunch repeats a few values only)."""
     per = steps.group_by("step").len().get_column("len")
-    return bool(per.len()) and float(per.median() or 1) > 1  # type: ignore[arg-type]
+    return bool(per.len()) and float(per.mean() or 1) >= 2  # type: ignore[arg-type]
 
 
 _EVAL_WORDS = ["test", "val", "valid", "validation", "eval", "evaluation", "dev"]
@@ -273,6 +275,7 @@ def choose_step(pairs: pl.DataFrame) -> tuple[str | None, str | None]:
             pl.len().alias("n"),
             (pl.col("_v") == pl.col("_v").round()).all().alias("whole"),
             (pl.col("_v").diff() >= 0).mean().alias("rise"),
+            (pl.col("_v").diff() < 0).sum().alias("drops"),
             pl.col("of").drop_nulls().first().alias("of"),
         )
     )
@@ -287,7 +290,7 @@ def choose_step(pairs: pl.DataFrame) -> tuple[str | None, str | None]:
         counted = name not in _EPOCHS and epoch is not None and row["of"] is not None
         if counted and rise < 1.0:
             return name, epoch  # a batch counter per epoch (it starts again), total printed
-        if rise >= _RISE:
+        if rise >= _RISE or row["drops"] <= 1:
             return name, None
     return None, None
 
