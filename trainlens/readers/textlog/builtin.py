@@ -63,6 +63,7 @@ class Reader:
         self.block_fields = [0] * len(blocks.BLOCKS)
         self.block_totals: list[int | None] = [None] * len(blocks.BLOCKS)
         self.generic = generic.Pairs()  # read while no line of a known shape is seen
+        self.deepspeed_seen = False  # (DeepSpeed's lines are a known shape too)
 
     def add(self, lines: pl.Series, last: bool) -> None:
         """Read the ``lines`` of one piece (``last``: the file's end)."""
@@ -80,7 +81,10 @@ class Reader:
             .with_columns(pl.col("lineno").cast(pl.Int64))
         )
         self.lineno += lines.len()
-        self.marked.append(df.filter(pl.col("line").str.contains(deepspeed.MARKERS)))
+        marked = df.filter(pl.col("line").str.contains(deepspeed.MARKERS))
+        self.marked.append(marked)
+        if not self.deepspeed_seen and marked.height:
+            self.deepspeed_seen = marked.get_column("line").str.contains(deepspeed.SNIFF).any()
         found: dict[str, list[pl.DataFrame]] = {}
         hinted: dict[str, pl.DataFrame] = {}  # shapes that share a hint filter the lines once
         # the frameworks' shapes and blocks look only at the lines one of their hints
@@ -120,7 +124,8 @@ class Reader:
             if total is not None:
                 self.block_totals[j] = total
             found.setdefault(block.name, []).append(self._hold_following(long, block.name))
-        if not self.lines_of and not any(x.height for xs in found.values() for x in xs):
+        known = self.lines_of or self.deepspeed_seen
+        if not known and not any(x.height for xs in found.values() for x in xs):
             self.generic.add(df)
         for name, longs in found.items():
             self.lines_of[name] = self.lines_of.get(name, 0) + n_lines(pl.concat(longs))
@@ -175,7 +180,11 @@ class Reader:
                 notes.ignored(n, shape.unplaced[1], line=first)
         seen = [SHAPES[i] for i in sorted(self.seen)]
         shapes = {s.name: self.lines_of.get(s.name, 0) for s in seen if not s.stepless}
-        if not any(shapes.values()) and not any(self.lines_of.get(b.name) for b in blocks.BLOCKS):
+        if (
+            not any(shapes.values())
+            and not any(self.lines_of.get(b.name) for b in blocks.BLOCKS)
+            and not self.deepspeed_seen
+        ):
             self._read_generic(shapes, meta)
         dicts = empty_long()
         if self.stepless:
