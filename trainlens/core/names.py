@@ -180,6 +180,31 @@ EXACT_ALIASES: dict[str, Alias] = {
     # ---- end t23-fwjson
 }
 
+# ---- issue 26, text logs: frameworks' stdout names (readers/textlog/frameworks.py, blocks.py)
+TEXT_FRAMEWORK_ALIASES: dict[str, Alias] = {
+    # detectron2 and MMEngine: the sum of the loss terms is the train loss
+    "total_loss": _a("train/loss"),
+    # detectron2's `max_mem: 2725M`, MMEngine's `memory: 9182`: max_memory_allocated in MiB
+    "max_mem_mib": _a("mem/allocated", float(1 << 20)),
+    # fairseq: words (target tokens) per second of the whole job; training wall seconds
+    "wps": _a("tokens_per_sec"),
+    "train_wall": _a("train_time"),
+    # Composer / LLM Foundry: the total of the loss terms is the train loss
+    "loss/train/total": _a("train/loss"),
+    "metrics/eval/languagecrossentropy": _a("val/loss"),
+    # OLMo and OLMo-core (peak memory in MB of 10^6 bytes: olmo's peak_gpu_memory)
+    "train/crossentropyloss": _a("train/loss"),
+    "train/ce loss": _a("train/loss"),
+    "system/peak gpu memory (mb)": _a("mem/allocated", 1e6),
+    "optim/total grad norm": _a("grad_norm"),
+    "optim/lr (group 0)": _a("lr"),
+    "optim/learning rate group 0": _a("lr"),
+    # PyTorch's word_language_model example and its copies: `| ms/batch 11.77 |`
+    "ms/batch": _a("step_time", 1e-3),
+    "ms/step": _a("step_time", 1e-3),
+}
+EXACT_ALIASES.update(TEXT_FRAMEWORK_ALIASES)
+
 # Patterns, tried in order after the exact table. ``\1`` keeps a suffix.
 PATTERN_ALIASES: list[tuple[re.Pattern[str], str]] = [
     # Lightning LearningRateMonitor: lr-AdamW, lr-Adam/pg1, lr-SGD-momentum

@@ -75,7 +75,16 @@ import polars as pl
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import Run, build_run
 from trainlens.readers.base import HEAD_BYTES, ReadOptions, run_name_for
-from trainlens.readers.textlog import builtin, cursor, deepspeed, user_regex, values
+from trainlens.readers.textlog import (
+    blocks,
+    builtin,
+    cursor,
+    deepspeed,
+    frameworks,
+    generic,
+    user_regex,
+    values,
+)
 from trainlens.readers.textlog.notes import Notes, final_error
 from trainlens.readers.textlog.shapes import sniff_regex
 
@@ -86,7 +95,14 @@ FORMAT = "text"
 # far in (modded-nanogpt: ~25 kB)
 SNIFF_SCAN_BYTES = 1 << 20
 
-_SNIFF = sniff_regex(extra=(deepspeed.SNIFF,))
+_SNIFF = sniff_regex(
+    extra=(
+        deepspeed.SNIFF,
+        *(s.sniff_pattern for s in frameworks.SHAPES if s.sniff_pattern),
+        *blocks.sniff_patterns(),
+        generic.SNIFF,
+    )
+)
 
 __all__ = ["FORMAT", "SNIFF_SCAN_BYTES", "has_metric_line", "read", "sniff"]
 
@@ -155,7 +171,7 @@ def _read_builtin(
     seen = cursor.Pieces(start)
     reader = builtin.Reader(notes)
     for text, last in cursor.pieces(path, seen):
-        reader.add(cursor.split_lines(text), last)
+        reader.add(cursor.split_lines(text, redraws=True), last)
     if not seen.text_seen and not start:
         raise UnreadableInputError(f"{path}: the file is empty")
     seen.note(notes)

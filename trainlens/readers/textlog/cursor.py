@@ -87,17 +87,20 @@ def decode(data: bytes, notes: Notes) -> str:
     return text.removeprefix("\ufeff")
 
 
-def split_lines(text: str) -> pl.Series:
+def split_lines(text: str, *, redraws: bool = False) -> pl.Series:
     """The lines, without line ends: CRLF line ends; a bare CR (a progress bar redrawn)
-    keeps what was written after it; terminal colours removed (torchtitan colours each
-    field of its metrics line)."""
+    keeps what was written after it (``redraws``: the line keeps every drawn state, CRs
+    between them, for the reader to pick); terminal colours removed (torchtitan colours
+    each field of its metrics line)."""
     parts = text.split("\n")
     if text.endswith("\n"):
         parts.pop()
     lines = pl.Series("line", parts, dtype=pl.String)
     del parts
     if "\r" in text:
-        lines = lines.str.strip_chars_end("\r").str.replace(r"^[^\n]*\r", "")
+        lines = lines.str.strip_chars_end("\r")
+        if not redraws:
+            lines = lines.str.replace(r"^[^\n]*\r", "")
     if "\x1b" in text:
         lines = lines.str.replace_all(ANSI, "")
     return lines

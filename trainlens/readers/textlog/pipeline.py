@@ -51,6 +51,8 @@ def match(shape: Shape, lines: pl.DataFrame) -> pl.DataFrame:
     )
     if "step" in groups:
         found = found.with_columns(pl.col("step").cast(pl.Int64, strict=False))
+    if shape.step_from is not None:
+        found = found.with_columns(shape.step_from().cast(pl.Int64, strict=False).alias("step"))
     return found
 
 
@@ -152,11 +154,18 @@ def apply_from(
     matched = match(shape, lines)
     if matched.height == 0:
         return empty_long(), None, 0
+    if shape.step_field is not None:  # (a redrawn line's states share its lineno)
+        matched = matched.with_row_index("_seg")
     fields = _fields(shape, matched, field_offset)
     n_fields = fields.height
     keep = pl.col("metric").is_not_null() & pl.col("raw").is_not_null()
     if shape.key_must is not None:
         keep = keep & pl.col("key").str.contains(shape.key_must)
+    if shape.skip:
+        keep = keep & ~pl.col("key").is_in(list(shape.skip))
+    if shape.step_field is not None:
+        fields = _step_from_field(fields, shape.step_field)
+        keep = keep & (pl.col("key") != shape.step_field)
     step = pl.col("step") if "step" in fields.columns else pl.lit(None, dtype=pl.Int64)
     long = fields.select(
         "lineno",
@@ -164,9 +173,25 @@ def apply_from(
         step.alias("step"),
         _metric(shape).alias("metric"),
         _raw(shape, fields.columns).alias("raw"),
-        *(["key"] if shape.key_must is not None else []),
+        *(["key"] if shape.key_must or shape.skip or shape.step_field else []),
     ).filter(keep)
+    if shape.redrawn:  # a bar drawn again without news: its values once per step
+        long = long.unique(["step", "metric"], keep="last", maintain_order=True)
     return long.select(list(LONG_SCHEMA)), last_total(matched), n_fields
+
+
+def _step_from_field(fields: pl.DataFrame, key: str) -> pl.DataFrame:
+    """``fields`` with ``step``: the value of the line's field ``key`` (fairseq's
+    ``num_updates``, NeMo's ``global_step=39.00``); null on a line without it."""
+    value = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
+    steps = (
+        fields.filter(pl.col("key") == key)
+        .select("_seg", value.round().cast(pl.Int64, strict=False).alias("step"))
+        .unique("_seg", keep="last")
+    )
+    return fields.drop("step", strict=False).join(
+        steps, on="_seg", how="left", maintain_order="left"
+    )
 
 
 def trainer_dict_steps(pairs: pl.DataFrame) -> tuple[pl.DataFrame, int]:

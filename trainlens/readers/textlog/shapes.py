@@ -70,6 +70,19 @@ class Shape:
     stepless: bool = False
     # lines of the shape that cannot be placed (no step): counted in a note, left out
     unplaced: tuple[str, str] | None = None
+    # ---- issue 26: frameworks' own stdout (see frameworks.py) ----
+    # the step computed from the line's groups (MMEngine: (epoch - 1) * per_epoch + iter)
+    step_from: Callable[[], pl.Expr] | None = None
+    # the key of a field whose value is the step (fairseq: num_updates); that field is no
+    # metric. A line without it takes the last step before it
+    step_field: str | None = None
+    # a line with no step of its own (an evaluation's result) takes the last step logged
+    # before it in the file, by any shape
+    follows: bool = False
+    # keys that are no metric (an ETA, a version number)
+    skip: frozenset[str] = frozenset()
+    # a progress bar redrawn with a CR: every drawn state is read, not only the last
+    redrawn: bool = False
 
     @property
     def sniff_pattern(self) -> str:
@@ -293,4 +306,5 @@ def _unnamed(pattern: str) -> str:
 def sniff_regex(extra: tuple[str, ...] = ()) -> re.Pattern[str]:
     """One pattern matching a line of any shape that makes a file a text log."""
     parts = [_unnamed(s.sniff_pattern) for s in SHAPES if s.sniff_pattern]
-    return re.compile("|".join(f"(?:{p})" for p in [*parts, *extra]), re.MULTILINE)
+    parts += [_unnamed(p) for p in extra]
+    return re.compile("|".join(f"(?:{p})" for p in parts), re.MULTILINE)

@@ -1,0 +1,253 @@
+"""The stdout of training frameworks, as :class:`~.shapes.Shape` entries (issue 26).
+
+Each entry was written from the framework's own printer and checked against logs people
+committed (the tests name them):
+
+* detectron2's ``CommonMetricPrinter`` (``[.. d2.utils.events]:`` on the terminal,
+  ``[..] d2.utils.events INFO:`` in its ``log.txt``): ``eta: 0:03:49  iter: 19
+  total_loss: 5.922  loss_cls: 1.709 ...  time: 0.8241  data_time: 0.8461  lr: 3.99e-05
+  max_mem: 1966M``. ``iter`` is the step; ``time`` and ``data_time`` are seconds per
+  iteration (medians over its window), ``max_mem`` is ``max_memory_allocated`` in MiB.
+  Several launches appended to one file (a resumed job) are kept in order: where the
+  iteration goes back, the reader's restart rule marks the later segment as the one that
+  stands.
+* MMEngine's ``LogProcessor`` (MMDetection, MMPretrain, ...; and mmcv 1.x's
+  ``TextLoggerHook``): ``Epoch(train)  [1][ 50/1509]  lr: 2.16e-06  eta: 8:27:55  time:
+  0.2526  data_time: 0.0334  memory: 9182  loss: 59.17 ...``. The step is the iteration
+  over the run, ``(epoch - 1) * iterations_per_epoch + i`` (MMEngine's own ``iter``);
+  ``Iter(train) [  50/90000]`` gives it directly. ``memory`` is ``max_memory_allocated``
+  in MiB. ``Epoch(val) [1][500/500]  coco/bbox_mAP: 0.374 ...`` results are named
+  ``val/<key>`` (``test/<key>``) at the last training step before them; the evaluation's
+  own timings are left out.
+* fairseq's ``simple`` progress bar: ``epoch 001:    100 / 1129 loss=9.2, ppl=512,
+  wps=12345, ..., num_updates=100, lr=0.0005, gnorm=1.2, ...`` (the ``train_inner``
+  lines), the epoch summary ``epoch 001 | loss 9.2 | ppl ... | num_updates 1129 | ...``
+  and ``epoch 001 | valid on 'valid' subset | loss 8.1 | ... | num_updates 1129``, with
+  or without a leading ``|`` and after any logging prefix. The step is ``num_updates``.
+  The summary's means are ``train_epoch/<key>`` (the interval lines give ``train/loss``);
+  when the log has no interval lines they take the plain names. Validation on subset
+  ``valid`` is ``valid/<key>``, on another subset ``valid/<key>/<subset>``.
+* torchvision's detection/classification references ``MetricLogger`` (copied by DETR,
+  DeiT, MAE, DINO ...): ``Epoch: [0]  [ 10/625]  eta: 0:05:01  lr: 0.0001  loss: 0.41
+  (0.52)  time: 0.46  data: 0.01  max mem: 5403``. The step is ``epoch * n + i``
+  (epochs from 0); of ``0.41 (0.52)`` the first number (the window's median) is read;
+  ``time`` and ``data`` are seconds per iteration, ``max mem`` MiB.
+* PyTorch's ImageNet example (``imagenet/main.py``, copied widely): ``Epoch: [0][ 10/5005]
+  Time 0.311 ( 0.522)  Data 0.000 ( 0.191)  Loss 6.896e+00 (6.914e+00)  Acc@1 0.00 (
+  0.11)`` (step ``epoch * n + i``; the batch's value, not the bracketed running mean)
+  and the evaluation's `` * Acc@1 76.130 Acc@5 92.862`` as ``val/Acc@1`` at the last
+  step; its per-batch ``Test: [i/n]`` lines (running means) are left out.
+* NeMo's Lightning progress bar: ``Epoch 0: 100%|███| 40/40 [00:31<00:00, ...,
+  reduced_train_loss=10.90, global_step=39.00, consumed_samples=9984.0, train_step_timing
+  in s=0.5]``. The step is ``global_step``; every state of a bar redrawn with a carriage
+  return is read (a log written through ``tee`` holds all of them in one line); the
+  bar's ``loss`` is Lightning's running mean and is named ``loss (running mean)``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from trainlens.readers.textlog.shapes import NUM, Shape
+
+# ---- detectron2 ---------------------------------------------------------------------------
+
+_D2_PAIR = rf"(?P<key>[A-Za-z_][A-Za-z0-9_./-]*):[ \t]*(?P<value>{NUM})(?P<unit>M)?"
+DETECTRON2 = Shape(
+    name="detectron2",
+    line=(
+        r"d2\.utils\.events(?:\]:|[ \t]+INFO:)[ \t]+(?:eta:[ \t]*(?:[0-9]+ days?, )?[0-9:]+[ \t]+)?"
+        r"iter:[ \t]*(?P<step>[0-9]+)[ \t]+(?P<body>.*)$"
+    ),
+    hint=r"d2\.utils\.events(?:\]:|[ \t]+INFO:)",
+    tokens=rf"[A-Za-z_][A-Za-z0-9_./-]*:[ \t]*{NUM}M?",
+    field=_D2_PAIR,
+    units={"M": ""},
+    # its seconds per iteration; max_memory_allocated in MiB (see the alias table)
+    names={"time": "iter_time", "max_mem": "max_mem_mib"},
+)
+
+# ---- MMEngine / mmcv ------------------------------------------------------------------------
+
+_MM_KEY = r"[A-Za-z_][^ \t,:]*"
+_MM_TOKENS = rf"{_MM_KEY}:[ \t]*[^ \t,]+"
+_MM_FIELD = rf"^(?P<key>{_MM_KEY}):[ \t]*(?P<value>{NUM})$"
+_MM_NAMES = {"time": "iter_time", "memory": "max_mem_mib"}
+_MM_HINT = r"(?:Epoch|Iter)(?:\((?:train|val|test)\))?[ \t]*\["
+
+MMENGINE_EPOCH = Shape(
+    name="mmengine",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])Epoch(?:\(train\))?[ \t]*\[(?P<epoch>[0-9]+)\]"
+        r"\[[ \t]*(?P<iter>[0-9]+)/[ \t]*(?P<per_epoch>[0-9]+)\][ \t,]*(?P<body>.*:.*)$"
+    ),
+    hint=_MM_HINT,
+    tokens=_MM_TOKENS,
+    field=_MM_FIELD,
+    names=_MM_NAMES,
+    skip=frozenset({"eta"}),
+    step_from=lambda: (
+        (pl.col("epoch").cast(pl.Int64) - 1) * pl.col("per_epoch").cast(pl.Int64)
+        + pl.col("iter").cast(pl.Int64)
+    ),
+)
+MMENGINE_ITER = Shape(
+    name="mmengine",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])Iter(?:\(train\))?[ \t]*\[[ \t]*(?P<step>[0-9]+)/[ \t]*"
+        r"(?P<total>[0-9]+)\][ \t,]*(?P<body>.*:.*)$"
+    ),
+    hint=_MM_HINT,
+    tokens=_MM_TOKENS,
+    field=_MM_FIELD,
+    names=_MM_NAMES,
+    skip=frozenset({"eta"}),
+)
+MMENGINE_EVAL = Shape(
+    name="mmengine",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])(?:Epoch|Iter)\((?P<split>val|test)\)[ \t]*(?:\[[0-9]+\])?"
+        r"\[[ \t]*[0-9]+(?:/[ \t]*[0-9]+)?\][ \t,]*(?P<body>.*:.*)$"
+    ),
+    hint=_MM_HINT,
+    sniff="",
+    tokens=_MM_TOKENS,
+    field=_MM_FIELD,
+    # the evaluation's own timings are no result
+    skip=frozenset({"eta", "time", "data_time", "memory"}),
+    metric=lambda: pl.col("split") + pl.lit("/") + pl.col("key"),
+    follows=True,
+)
+
+# ---- fairseq --------------------------------------------------------------------------------
+
+_FS_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
+_FS_FIELD = rf"^[ \t]*(?P<key>{_FS_KEY})[ \t]+(?P<value>{NUM})[ \t]*$"
+_FS_HINT = r"epoch [0-9]+(?::| \|)"
+FAIRSEQ_INNER = Shape(
+    name="fairseq",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])epoch (?P<epoch>[0-9]+):[ \t]+[0-9]+ / [0-9]+ "
+        rf"(?P<body>{_FS_KEY}=.*num_updates=.*)$"
+    ),
+    hint=_FS_HINT,
+    split=",",
+    pair="=",
+    step_field="num_updates",
+    follows=True,
+)
+FAIRSEQ_EPOCH = Shape(
+    name="fairseq_epoch",
+    line=(r"(?:^|[^A-Za-z0-9_])epoch (?P<epoch>[0-9]+) \|(?P<body> loss [^|]+\|.*)$"),
+    hint=_FS_HINT,
+    split="|",
+    field=_FS_FIELD,
+    step_field="num_updates",
+    follows=True,
+    metric=lambda: pl.lit(EPOCH_PREFIX) + pl.col("key"),
+)
+FAIRSEQ_VALID = Shape(
+    name="fairseq_valid",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])epoch [0-9]+ \| valid on '(?P<subset>[^']*)' subset \|"
+        r"(?P<body>.*)$"
+    ),
+    hint=_FS_HINT,
+    split="|",
+    field=_FS_FIELD,
+    step_field="num_updates",
+    follows=True,
+    metric=lambda: (
+        pl.when(pl.col("subset") == "valid")
+        .then(pl.lit("valid/") + pl.col("key"))
+        .otherwise(pl.lit("valid/") + pl.col("key") + pl.lit("/") + pl.col("subset"))
+    ),
+)
+#: the fairseq epoch summary's metric prefix, dropped when the log has no interval lines
+EPOCH_PREFIX = "train_epoch/"
+
+# ---- NeMo (Lightning's progress bar) ------------------------------------------------------
+
+NEMO = Shape(
+    name="nemo",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])Epoch (?P<epoch>[0-9]+):[^\[\n]*\[(?P<body>[^\]\n]*"
+        r"global_step=[^\]\n]*)"
+    ),
+    hint="global_step=",
+    split=",",
+    pair="=",
+    step_field="global_step",
+    skip=frozenset({"v_num"}),
+    names={"loss": "loss (running mean)"},
+    redrawn=True,
+)
+
+# ---- torchvision's references MetricLogger (DETR, DeiT, MAE, DINO, ... copy it) --------------
+
+_TV_KEY = r"max mem|[A-Za-z_][A-Za-z0-9_./]*"
+TORCHVISION = Shape(
+    name="torchvision_metric_logger",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])Epoch: \[(?P<epoch>[0-9]+)\][ \t]+\[[ \t]*(?P<iter>[0-9]+)/"
+        r"(?P<per_epoch>[0-9]+)\][ \t]+(?P<body>.*:.*)$"
+    ),
+    hint=r"Epoch: \[[0-9]+\][ \t]+\[",
+    tokens=rf"(?:{_TV_KEY}):[ \t]*{NUM}",
+    field=rf"^(?P<key>{_TV_KEY}):[ \t]*(?P<value>{NUM})$",
+    skip=frozenset({"eta"}),
+    # `time`/`data` are seconds per iteration; `max mem` is max_memory_allocated in MiB;
+    # of `0.41 (0.52)` the first is the window's median, the bracket the run's mean
+    names={"time": "iter_time", "data": "data_time", "max mem": "max_mem_mib"},
+    step_from=lambda: (
+        pl.col("epoch").cast(pl.Int64) * pl.col("per_epoch").cast(pl.Int64)
+        + pl.col("iter").cast(pl.Int64)
+    ),
+)
+
+# ---- PyTorch's ImageNet example (pytorch/examples imagenet/main.py, and its copies) -------
+
+_PX_PAIR = rf"(?P<key>[A-Za-z][A-Za-z0-9@_]*)[ \t]+(?P<value>{NUM})"
+PYTORCH_IMAGENET = Shape(
+    name="pytorch_imagenet",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])Epoch: \[(?P<epoch>[0-9]+)\]\[[ \t]*(?P<iter>[0-9]+)/"
+        r"(?P<per_epoch>[0-9]+)\][ \t]+(?P<body>[A-Za-z].*)$"
+    ),
+    hint=r"Epoch: \[[0-9]+\]\[",
+    tokens=rf"[A-Za-z][A-Za-z0-9@_]*[ \t]+{NUM}",
+    field=rf"^{_PX_PAIR}$",
+    # its AverageMeters: the batch's value, then the epoch's running mean in brackets
+    names={"Time": "iter_time", "Data": "data_time", "Loss": "loss"},
+    step_from=lambda: (
+        pl.col("epoch").cast(pl.Int64) * pl.col("per_epoch").cast(pl.Int64)
+        + pl.col("iter").cast(pl.Int64)
+    ),
+)
+# the evaluation's result, ` * Acc@1 76.130 Acc@5 92.862` (its per-batch `Test: [i/n]`
+# lines are running means and are left out)
+PYTORCH_IMAGENET_EVAL = Shape(
+    name="pytorch_imagenet",
+    line=rf"^[ \t]*\* (?P<body>(?:Acc|Prec)@1[ \t]+{NUM}.*)$",
+    hint=r"^[ \t]*\* (?:Acc|Prec)@1",
+    sniff="",
+    tokens=rf"[A-Za-z][A-Za-z0-9@_]*[ \t]+{NUM}",
+    field=rf"^{_PX_PAIR}$",
+    metric=lambda: pl.lit("val/") + pl.col("key"),
+    follows=True,
+)
+
+#: the framework shapes, read after the built-in ones (see registry.SHAPES)
+SHAPES: tuple[Shape, ...] = (
+    DETECTRON2,
+    MMENGINE_EPOCH,
+    MMENGINE_ITER,
+    MMENGINE_EVAL,
+    FAIRSEQ_INNER,
+    FAIRSEQ_EPOCH,
+    FAIRSEQ_VALID,
+    NEMO,
+    TORCHVISION,
+    PYTORCH_IMAGENET,
+    PYTORCH_IMAGENET_EVAL,
+)

@@ -1,0 +1,317 @@
+"""The general key/value reader: a log no shape was written for (issue 26, item 2).
+
+Most trainers print something a person reads as "step N: name value, name value". When a
+file has no line of a known shape, every line is cut into ``key=value``, ``key: value``
+and ``key value`` pairs (quoted keys and values too: a printed Python dict; ``[1/10]``
+totals; units ``ms``, ``s``, ``%``, ``KB``/``MB``/``GB``/``KiB``/``MiB``/``GiB``). A
+line counts when, after its first pair, nearly all of its words are in pairs (prose and
+tracebacks are not). Nothing is evaluated: pairs are picked out with a regular
+expression.
+
+The step is found by rule, never by naming a framework: of the step-like names
+(``global_step``, ``step``, ``iteration``, ``iter``, ``update``, ``batch``, ``epoch`` ...)
+that hold whole numbers, the finest one that rises through the file (allowing a few
+restarts); a batch counter that starts again each epoch with its total printed
+(``Epoch [2/10], Step [100/600]``) becomes ``(epoch - 1) * total + batch``. Lines with
+pairs but no step (an evaluation printed after the epoch) take the last step before
+them. A note says that this reader was used and which step it chose; ``--regex`` stays
+for the rest.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from trainlens.readers.textlog.notes import Notes
+from trainlens.readers.textlog.shapes import NUM
+
+_KEY = r"[A-Za-z_][A-Za-z0-9_./@()-]*"
+# a key of one or two words (`valid loss 5.48`, `Train PPL: 92.8`)
+_KEYS = rf"{_KEY}(?: [A-Za-z_][A-Za-z0-9_./@()-]*)?"
+_UNIT = r"ms|s|%|[KMGT]i?B"
+# a pair's end (consumed: polars' regex has no look-ahead); a full stop may end a line
+_END = r"(?:[ \t,;:|)\]}]|\.?$)"
+# one pair; or a counter written `200/ 2983 batches` (the name after the number)
+_PAIR = (
+    rf"['\"]?(?P<key>{_KEYS})['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)\[?['\"]?(?P<value>{NUM})"
+    rf"(?P<unit>{_UNIT})?['\"]?(?:[ \t]*/[ \t]*(?P<of>[0-9]+))?\]?{_END}"
+    rf"|(?P<cvalue>[0-9]+)[ \t]*/[ \t]*(?P<cof>[0-9]+)[ \t]+"
+    rf"(?P<ckey>batches|batch|steps|iters|iterations|updates){_END}"
+)
+_PAIR_TOKEN = re.sub(r"\(\?P<[a-z]+>", "(?:", _PAIR)
+# a counter's name as a step name
+_COUNTERS = {"batches": "batch", "steps": "step", "iters": "iter", "iterations": "iteration"}
+_COUNTERS |= {"updates": "update", "batch": "batch"}
+# step-like names, finest first; epoch-like ones last
+STEP_NAMES: tuple[str, ...] = (
+    "global_step",
+    "step",
+    "steps",
+    "iteration",
+    "iter",
+    "it",
+    "num_updates",
+    "update",
+    "updates",
+    "batch",
+    "epoch",
+    "ep",
+)
+_EPOCHS = frozenset({"epoch", "ep"})
+_MEMORY = {"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2.0**10, "MiB": 2.0**20}
+_MEMORY |= {"GiB": 2.0**30, "TiB": 2.0**40}
+_WORD = r"[A-Za-z]{2,}"
+# a line with at least two pairs is worth a look
+_HINT = rf"{_KEY}['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)\[?['\"]?[-+.0-9]"
+# a file's head holding a step-like pair and another pair is a log this reader may read
+# (single quotes only: a JSON line is the JSONL reader's)
+_STEP_WORD = r"\b(?i:global_step|step|iter|iteration|epoch|batch)'?"
+SNIFF = (
+    # a step pair, then a `key=value` / `key: value` pair, or a `key value` one after a
+    # separator (`| loss 2.3`)
+    rf"^[^\n]*{_STEP_WORD}[ \t]*[=:]?[ \t]*\[?[0-9]+[^\n]*?"
+    rf"(?:[ \t,;|{{]'?{_KEY}'?[ \t]*[=:][ \t]*'?{NUM}"
+    rf"|[ \t]*[|,;][ \t]*{_KEY}[ \t]+{NUM})"
+    # a step header, then an indented `key=value` line
+    rf"|^[ \t]*{_STEP_WORD}[ \t]*[=:]?[ \t]*\[?[0-9]+(?:/[0-9]+)?\]?:?[ \t]*\n"
+    rf"[ \t]+{_KEY}[ \t]*[=:][ \t]*{NUM}"
+)
+_MIN_LINES = 2  # step lines a file needs before its guess is trusted
+_RISE = 0.9  # share of a step's moves that must go up (or no more than one move down:
+# a job launched again and appended to its log, in a short log)
+
+
+@dataclass
+class Pairs:
+    """The pairs of every counted line, over the pieces of a read."""
+
+    frames: list[pl.DataFrame] = field(default_factory=list)
+
+    def add(self, df: pl.DataFrame) -> None:
+        """Cut the lines of one piece (``lineno, line``) into pairs; keep the lines that
+        are made of pairs."""
+        lines = df.filter(pl.col("line").str.contains(_HINT))
+        if lines.height == 0:
+            return
+        tokens = lines.with_columns(pl.col("line").str.extract_all(_PAIR_TOKEN).alias("_t"))
+        tokens = tokens.filter(pl.col("_t").list.len() > 0)
+        if tokens.height == 0:
+            return
+        # the words after the first pair that are in no pair: few, or the line is prose
+        first = pl.col("_t").list.first()
+        after = pl.col("line").str.slice(pl.col("line").str.find(first, literal=True))
+        rest = after.str.replace_all(_PAIR_TOKEN, " ")
+        in_pairs = pl.col("_t").list.join(" ").str.count_matches(_WORD)
+        stray = rest.str.count_matches(_WORD)
+        ok = stray <= pl.max_horizontal(pl.lit(2), in_pairs // 4)
+        kept = tokens.filter(ok.fill_null(True))
+        if kept.height == 0:
+            return
+        pairs = (
+            kept.select("lineno", "_t", pl.col("line").str.contains(r"^[ \t]").alias("_indent"))
+            .explode("_t")
+            .with_row_index("field")
+            .with_columns(pl.col("_t").str.extract_groups(_PAIR).alias("_p"))
+            .unnest("_p")
+            .with_columns(
+                pl.coalesce("key", pl.col("ckey").replace(_COUNTERS)).alias("key"),
+                pl.coalesce("value", "cvalue").alias("value"),
+                pl.coalesce("of", "cof").alias("of"),
+            )
+            .with_columns(_step_word_alone(pl.col("key")).alias("key"))
+            .pipe(_evaluation_lines)
+            # a one-letter key is a unit or a fragment (`Time: 8m 32s`), not a metric
+            .filter(pl.col("key").str.len_chars() > 1)
+        )
+        # kept compact until the file is read: numbers, names as categories (a 1M-line
+        # log of 5 pairs a line held 1.7 GB as strings)
+        self.frames.append(
+            pairs.select(
+                pl.col("lineno").cast(pl.UInt32),
+                pl.col("field").cast(pl.UInt32),
+                pl.col("key").cast(pl.Categorical),
+                pl.col("key").str.to_lowercase().cast(pl.Categorical).alias("_lower"),
+                _number().alias("value"),
+                pl.col("of").cast(pl.Int64, strict=False),
+                "_indent",
+            )
+        )
+
+    def finish(self, notes: Notes) -> tuple[pl.DataFrame, str | None]:
+        """The long frame (``lineno, field, step, metric, value``) and the step's name, or
+        None when no step is found."""
+        if not self.frames:
+            return _empty(), None
+        pairs = pl.concat(self.frames).with_columns(pl.col("_lower").cast(pl.String))
+        self.frames = []
+        step_key, per_epoch = choose_step(pairs)
+        if step_key is None:
+            return _empty(), None
+        steps = _steps(pairs, step_key, per_epoch).sort("lineno")
+        step_lines = steps.height
+        if step_lines < _MIN_LINES:
+            return _empty(), None
+        counted = step_key in _EPOCHS and _repeats(steps)
+        if counted:  # many lines per epoch: the k-th of them is step k, the epoch a metric
+            steps = steps.with_columns(pl.int_range(1, pl.len() + 1).alias("step"))
+        # the step's names are the axis, not metrics (another epoch count stays a metric)
+        drop = [] if counted else [step_key, *([per_epoch] if per_epoch else [])]
+        pairs = pairs.filter(~pl.col("_lower").is_in(drop)).drop("_lower", "of")
+        long = pairs.join(steps, on="lineno", how="left", maintain_order="left")
+        del pairs
+        loose = long.filter(pl.col("step").is_null())
+        if loose.height:
+            long = _place_loose(long.filter(pl.col("step").is_not_null()), loose, steps)
+        notes.add(
+            "inferred-step",
+            "read by the general key/value reader (no known log shape in the file): the "
+            + (
+                f"step counts the lines that name `{step_key}` (it repeats over several "
+                f"lines; kept as a metric)"
+                if counted
+                else f"step is `{step_key}`"
+                + (f" counted over the run's {per_epoch}s" if per_epoch else "")
+            )
+            + "; lines without it take the last step before them. Use --regex to read "
+            "the file another way",
+            count=step_lines,
+            severity="info",
+            step_column=step_key,
+        )
+        return long.select(
+            "lineno",
+            pl.col("field").cast(pl.Int32),
+            "step",
+            pl.col("key").alias("metric"),
+            "value",
+        ), step_key
+
+
+def _repeats(steps: pl.DataFrame) -> bool:
+    """True when a step value is on two lines or more on average (`Epoch 1 - Batch loss:
+    …` on every batch of the epoch; a relaunch repeats a few values only)."""
+    per = steps.group_by("step").len().get_column("len")
+    return bool(per.len()) and float(per.mean() or 1) >= 2  # type: ignore[arg-type]
+
+
+_EVAL_WORDS = ["test", "val", "valid", "validation", "eval", "evaluation", "dev"]
+
+
+def _evaluation_lines(pairs: pl.DataFrame) -> pl.DataFrame:
+    """A line whose first pair is an evaluation word (`Test: [10/50]  Loss 0.3`) holds
+    evaluation metrics: that pair (a batch counter) is left out, the others are named
+    ``val/<key>``."""
+    first = pl.col("key").first().over("lineno").str.to_lowercase().is_in(_EVAL_WORDS)
+    pairs = pairs.with_columns(first.alias("_eval"))
+    if not pairs.get_column("_eval").any():
+        return pairs.drop("_eval")
+    own = pl.col("field") == pl.col("field").min().over("lineno")
+    named = pl.col("key").str.contains(r"(?i)^(?:val|valid|eval|test)")
+    return (
+        pairs.filter(~(pl.col("_eval") & own))
+        .with_columns(
+            pl.when(pl.col("_eval") & ~named)
+            .then(pl.lit("val/") + pl.col("key"))
+            .otherwise(pl.col("key"))
+            .alias("key")
+        )
+        .drop("_eval")
+    )
+
+
+def _step_word_alone(key: pl.Expr) -> pl.Expr:
+    """A two-word key ending in a step name is that name (`end of epoch 1`: `epoch`)."""
+    last = key.str.extract(r" ([A-Za-z_]+)$", 1)
+    return pl.when(last.str.to_lowercase().is_in(list(STEP_NAMES))).then(last).otherwise(key)
+
+
+def _place_loose(long: pl.DataFrame, loose: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """``long`` with the pairs of lines without a step: a line with two pairs (an
+    evaluation's results) or an indent (a block under a step header) takes the last step
+    above it; a lone pair on a line of its own is left out."""
+    pairs_on = loose.group_by("lineno").len()
+    loose = loose.join(pairs_on, on="lineno", how="left", maintain_order="left").filter(
+        (pl.col("len") >= 2) | pl.col("_indent")
+    )
+    placed = (
+        loose.drop("step", "len")
+        .join_asof(steps.rename({"lineno": "_at"}), left_on="lineno", right_on="_at")
+        .drop("_at")
+        .filter(pl.col("step").is_not_null())
+    )
+    out = pl.concat([long, placed.select(long.columns)])
+    return out.sort("lineno", "field", maintain_order=True)
+
+
+def _empty() -> pl.DataFrame:
+    from trainlens.readers.textlog.pipeline import empty_long
+
+    return empty_long()
+
+
+_SCALES = {**_MEMORY, "ms": 1e-3, "s": 1.0, "%": 0.01, "": 1.0}
+
+
+def _number() -> pl.Expr:
+    """The value in canonical units: ``ms`` as seconds, a percent as a fraction, memory
+    in bytes (``nan``/``inf`` kept)."""
+    factor = pl.col("unit").fill_null("").replace_strict(_SCALES, return_dtype=pl.Float64)
+    return pl.col("value").cast(pl.Float64, strict=False) * factor
+
+
+def choose_step(pairs: pl.DataFrame) -> tuple[str | None, str | None]:
+    """The step's name (lower case) and, when it is a batch counter that starts again each
+    epoch, the epoch's name; (None, None) when no name qualifies."""
+    cands = pairs.filter(pl.col("_lower").is_in(list(STEP_NAMES)))
+    if cands.height == 0:
+        return None, None
+    per = (
+        cands.with_columns(pl.col("value").alias("_v"))
+        .group_by("_lower", maintain_order=True)
+        .agg(
+            pl.len().alias("n"),
+            (pl.col("_v") == pl.col("_v").round()).all().alias("whole"),
+            (pl.col("_v").diff() >= 0).mean().alias("rise"),
+            (pl.col("_v").diff() < 0).sum().alias("drops"),
+            pl.col("of").drop_nulls().first().alias("of"),
+        )
+    )
+    whole = per.filter(pl.col("whole"))
+    names = {r["_lower"]: r for r in whole.iter_rows(named=True)}
+    epoch = next((n for n in STEP_NAMES if n in _EPOCHS and n in names), None)
+    for name in STEP_NAMES:
+        row = names.get(name)
+        if row is None:
+            continue
+        rise = row["rise"] if row["rise"] is not None else 1.0
+        counted = name not in _EPOCHS and epoch is not None and row["of"] is not None
+        if counted and rise < 1.0:
+            return name, epoch  # a batch counter per epoch (it starts again), total printed
+        if rise >= _RISE or row["drops"] <= 1:
+            return name, None
+    return None, None
+
+
+def _steps(pairs: pl.DataFrame, step_key: str, per_epoch: str | None) -> pl.DataFrame:
+    """``lineno, step`` for the lines that carry the step."""
+    value = pl.col("value").round().cast(pl.Int64, strict=False)
+    steps = (
+        pairs.filter(pl.col("_lower") == step_key)
+        .select("lineno", value.alias("step"), pl.col("of").cast(pl.Int64, strict=False))
+        .unique("lineno", keep="first", maintain_order=True)
+    )
+    if per_epoch is None:
+        return steps.select("lineno", "step")
+    epochs = (
+        pairs.filter(pl.col("_lower") == per_epoch)
+        .select("lineno", value.alias("_epoch"))
+        .unique("lineno", keep="first", maintain_order=True)
+    )
+    first = epochs.get_column("_epoch").min()
+    return steps.join(epochs, on="lineno", how="inner").select(
+        "lineno",
+        ((pl.col("_epoch") - pl.lit(first)) * pl.col("of") + pl.col("step")).alias("step"),
+    )
