@@ -33,7 +33,8 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _pandas_json, _shrink, _wandb
+from trainlens.core.runstate import END_EVENT, END_KEYS
+from trainlens.readers import _pandas_json, _run_end, _shrink, _wandb
 from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
 from trainlens.readers._repeated_keys import (
@@ -111,7 +112,14 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         issues = []
     else:
         df, line_numbers, issues, cursor = _read_bytes(path, opts, size)
+    if df is not None:
+        df, line_numbers = _drop_end_records(df, line_numbers)
+    end = _run_end.jsonl_end(path)
     if df is None or df.width == 0 or df.height == 0:
+        if end is not None:
+            raise UnreadableInputError(
+                f"{path}: no metrics before its end record (the run {end.text()})"
+            )
         raise UnreadableInputError(f"{path}: no JSON objects with metrics found")
     df = flatten_structs(_wandb.history_dump(df))  # (a saved run.history(): W&B's columns)
     unit = "row" if table is not None else "line"
@@ -132,7 +140,36 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         blocks=counts,
     )
     run.cursor[source] = cursor
+    if end is not None:
+        _run_end.attach(run, end)
     return [run]
+
+
+def _drop_end_records(df: pl.DataFrame, lines: pl.Series) -> tuple[pl.DataFrame, pl.Series]:
+    """The rows of trainlens' end records (a resumed run's earlier ends, or a file read
+    by the general path) left out, and their keys with them: they are no metrics, and how
+    the run ended is read from the file's last line (:mod:`._run_end`)."""
+    if df.schema.get("event") != pl.String:
+        return df, lines
+    is_end = df.get_column("event") == END_EVENT
+    if not is_end.any():
+        return df, lines
+    keep = ~is_end.fill_null(False)
+    df, lines = df.filter(keep), lines.filter(keep)
+    empty = [c for c in END_KEYS if c in df.columns and df.get_column(c).null_count() == df.height]
+    return df.drop(empty), lines
+
+
+def _strip_end_lines(body: bytes) -> bytes:
+    """``body`` (complete lines) without the end records that close it: one in the last
+    line would send a large file down the general path (3.6x slower)."""
+    end = len(body)
+    while end:
+        start = body.rfind(b"\n", 0, end - 1) + 1
+        if not _run_end.only_end_records(body[start:end]):
+            break
+        end = start
+    return body[:end]
 
 
 def _read_bytes(
@@ -179,7 +216,7 @@ def _read_bytes(
                 )
             )
 
-    df, line_numbers, more = _parse(body, source)
+    df, line_numbers, more = _parse(_strip_end_lines(body), source)
     issues.extend(more)
     return df, line_numbers, issues, cursor
 
@@ -361,12 +398,17 @@ def _read_mapped(path: Path) -> tuple[pl.DataFrame, int] | None:
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             if mm[size - 1 : size] != b"\n":
                 return None
-            newlines, colons = _scan(mm)
-            sample = _sample(mm)
+            last = mm.rfind(b"\n", 0, size - 1) + 1
+            # an end record last (trainlens' writers close with one): counted out, its
+            # row dropped, so the file stays on this path
+            closed = _run_end.only_end_records(mm[last:size])
+            body = last if closed else size
+            newlines, colons = _scan(memoryview(mm)[:body])
+            sample = _sample(mm, body)
         # (unmapped before polars maps the file itself: its pages would count twice in
         # the peak memory; a line appended meanwhile breaks the counts)
         try:
-            df = _read_sampled(path, sample, newlines, colons)
+            df = _read_sampled(path, sample, newlines, colons, extra_rows=int(closed))
         except _NotProven:
             return None
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
@@ -402,7 +444,7 @@ def _maybe_contains(data: bytes | mmap.mmap, token: bytes) -> bool:
 _SCAN_BLOCK = 1 << 20  # bytes per numpy pass (stays in cache)
 
 
-def _scan(data: bytes | mmap.mmap) -> tuple[int, int]:
+def _scan(data: bytes | mmap.mmap | memoryview) -> tuple[int, int]:
     """Newlines and colons, in one cache-friendly pass (bytes.count is 3x slower)."""
     import numpy as np
 
@@ -416,28 +458,30 @@ def _scan(data: bytes | mmap.mmap) -> tuple[int, int]:
     return newlines, colons
 
 
-def _sample(body: bytes | mmap.mmap) -> bytes:
-    """The first lines and lines spread evenly through the rest."""
-    head = bytes(body[: 1 << 20])
+def _sample(body: bytes | mmap.mmap, size: int | None = None) -> bytes:
+    """The first lines and lines spread evenly through the rest (of its first ``size``
+    bytes, when given)."""
+    n = len(body) if size is None else size
+    head = bytes(body[: min(1 << 20, n)])
     head_end = 0
     for _ in range(SAMPLE_HEAD_LINES):
         nxt = head.find(b"\n", head_end)
         if nxt < 0:
-            if len(head) == len(body):
+            if len(head) == n:
                 return head
             break
         head_end = nxt + 1
     if head_end == 0:
         return head
     parts = [head[:head_end]]
-    stride = max((len(body) - head_end) // (SAMPLE_SPREAD_LINES + 1), 1)
+    stride = max((n - head_end) // (SAMPLE_SPREAD_LINES + 1), 1)
     pos = head_end
     while True:
         pos += stride
-        if pos >= len(body):
+        if pos >= n:
             break
-        start = body.find(b"\n", pos) + 1
-        end = body.find(b"\n", start)
+        start = body.find(b"\n", pos, n) + 1
+        end = body.find(b"\n", start, n)
         if start <= 0 or end < 0:
             break
         parts.append(body[start : end + 1])
@@ -445,9 +489,12 @@ def _sample(body: bytes | mmap.mmap) -> bytes:
     return b"".join(parts)
 
 
-def _read_sampled(source: bytes | Path, sample: bytes, newlines: int, colons: int) -> pl.DataFrame:
+def _read_sampled(
+    source: bytes | Path, sample: bytes, newlines: int, colons: int, extra_rows: int = 0
+) -> pl.DataFrame:
     """Read ``source`` with the schema of ``sample``; raise _NotProven unless every line
-    gave a row and every ':' (one per key) is a non-null cell read."""
+    gave a row and every ':' (one per key) is a non-null cell read. ``extra_rows``: lines
+    at the end not counted in ``newlines`` and ``colons`` (an end record), dropped."""
     if lines_with_many_opens(sample):
         # polars infers a schema by building nested types, which crashes the process on
         # a line 700 deep: deep lines are left to the general path, which drops them
@@ -471,8 +518,10 @@ def _read_sampled(source: bytes | Path, sample: bytes, newlines: int, colons: in
         df = pl.read_ndjson(source, schema=schema)
     except Exception:
         raise _NotProven from None
-    if newlines != df.height:
+    if newlines + extra_rows != df.height:
         raise _NotProven  # a blank line (rows would not be lines), or no last newline
+    if extra_rows:
+        df = df.head(newlines)
     cells = sum(df.height - df.get_column(c).null_count() for c in df.columns)
     if colons != cells:
         raise _NotProven  # a key outside the sample, a null, or a ':' inside a string

@@ -7,7 +7,10 @@ scrapes, so ``trainlens_seconds_since_last_record`` is current at every scrape:
 - ``trainlens_metric{run, metric}``: the last value of each canonical metric (NaN stays
   NaN: ``trainlens_metric != trainlens_metric`` finds it);
 - ``trainlens_last_step{run}``, ``trainlens_steps_per_second{run}``,
-  ``trainlens_seconds_since_last_record{run}``, ``trainlens_run_stalled{run}`` (0/1);
+  ``trainlens_seconds_since_last_record{run}``, ``trainlens_run_stalled{run}`` (0/1: 0
+  for a run that ended, whatever its last record's age);
+- ``trainlens_run_state{run, state}``: 1 for the run's state now, 0 for the others
+  (running, finished, crashed, stalled: docs/watch.md, "Run states");
 - ``trainlens_findings_total{run, code, severity}``: findings opened (a counter);
 - ``trainlens_incidents_open{run, severity}``: incidents open now (announced ones: one
   held back, docs/watch.md, is not yet);
@@ -30,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from trainlens.core.runstate import STATES
 from trainlens.core.sanitize import terminal
 from trainlens.watch.events import WatchEvent
 from trainlens.watch.settings import parse_host_port
@@ -70,6 +74,11 @@ class _Collector:
         stalled = GaugeMetricFamily(
             f"{PREFIX}_run_stalled", "1 while the run counts as stalled", labels=["run"]
         )
+        run_state = GaugeMetricFamily(
+            f"{PREFIX}_run_state",
+            "1 for the run's state now: running, finished, crashed or stalled",
+            labels=["run", "state"],
+        )
         open_ = GaugeMetricFamily(
             f"{PREFIX}_open_findings", "Findings open now", labels=["run", "severity"]
         )
@@ -91,7 +100,10 @@ class _Collector:
             s = live.seconds_since_record()
             if s is not None:
                 since.add_metric([name], s)
-            stalled.add_metric([name], 1.0 if live.stalled else 0.0)
+            now = live.state
+            stalled.add_metric([name], 1.0 if now == "stalled" else 0.0)
+            for st in STATES:
+                run_state.add_metric([name, st], 1.0 if now == st else 0.0)
             counts = Counter(f.severity.value for f in live.open_findings())
             by_sev = Counter(o.severity.value for o in list(live.incidents.open.values()))
             for sev in ("info", "warning", "error"):
@@ -114,7 +126,7 @@ class _Collector:
             warnings.add_metric([terminal(run)], n)
         total = CounterMetricFamily(f"{PREFIX}_events", "Events announced")
         total.add_metric([], events)
-        yield from (metric, last_step, sps, since, stalled, inc_open, open_)
+        yield from (metric, last_step, sps, since, stalled, run_state, inc_open, open_)
         yield from (inc_total, findings, warnings, total)
 
 
