@@ -524,3 +524,87 @@ def test_watched_jobs_that_finish_crash_and_are_killed(tmp_path: Path) -> None:
     assert ended["event"] == "watch-ended"
     assert "(1 finished, 1 crashed, 1 stalled)" in ended["message"]
     assert DOCS.is_dir()  # (the states are documented: tests/test_watch.py checks the list)
+
+
+def test_the_shipped_rules_page_for_a_crash_and_not_for_a_finished_run(tmp_path: Path) -> None:
+    """promtool over the shipped rules: a run that finished 40 minutes ago (its last record
+    that old) pages nobody; a crashed one pages TrainlensRunCrashed; a killed one (stalled)
+    TrainlensRunStalled. The series are the states this module's watch tests produce."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+
+    def series(run: str, state: str, since: str) -> list[dict[str, str]]:
+        out = [
+            {"series": f'trainlens_seconds_since_last_record{{run="{run}"}}', "values": since},
+            {
+                "series": f'trainlens_run_stalled{{run="{run}"}}',
+                "values": "1x40" if state == "stalled" else "0x40",
+            },
+        ]
+        for st in ("running", "finished", "crashed", "stalled"):
+            out.append(
+                {
+                    "series": f'trainlens_run_state{{run="{run}",state="{st}"}}',
+                    "values": "1x40" if st == state else "0x40",
+                }
+            )
+        return out
+
+    old = "1800+60x40"  # 30 minutes since its last record, and growing
+    tests = {
+        "rule_files": [str(DOCS / "prometheus" / "trainlens-alerts.yml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series("ok", "finished", old)
+                + series("bad", "crashed", old)
+                + series("gone", "stalled", old),
+                "alert_rule_test": [
+                    {
+                        "eval_time": "30m",
+                        "alertname": "TrainlensRunStalled",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "critical", "run": "gone"},
+                                "exp_annotations": {
+                                    "summary": "gone: no new record",
+                                    "description": "gone has not logged for 1 (stalled flag "
+                                    "or seconds). Is the job hung, crashed or waiting on I/O?\n",
+                                },
+                            }
+                        ],
+                    },
+                    {
+                        "eval_time": "30m",
+                        "alertname": "TrainlensRunCrashed",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {
+                                    "severity": "critical",
+                                    "run": "bad",
+                                    "state": "crashed",
+                                },
+                                "exp_annotations": {
+                                    "summary": "bad: the run crashed",
+                                    "description": "bad ended with a crash; the watch's "
+                                    "run-crashed event says how it was told and the "
+                                    "exception's type. Its last records are what it wrote "
+                                    "before.\n",
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    import yaml
+
+    path = tmp_path / "run_state_test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    done = subprocess.run(
+        [promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -249,7 +249,7 @@ def test_shipped_alert_rules_pass_promtool() -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 6 rules found" in done.stdout
+    assert "SUCCESS: 7 rules found" in done.stdout
 
 
 def test_alerts_and_dashboard_use_the_incident_metrics() -> None:
