@@ -89,6 +89,14 @@ def test_a_monitored_loop_ends_with_its_record_which_is_no_metric(tmp_path: Path
     assert run.frame.equals(bare.frame) and run_end(bare.metadata) is None
 
 
+def test_a_users_row_that_looks_like_an_end_but_holds_a_value_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "u.jsonl"
+    rows = [{"step": 1, "loss": 2.0}, {"event": "end", "state": "finished", "step": 2, "loss": 5.0}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = read(path)[0]
+    assert run.series("train/loss")[1].tolist() == [2.0, 5.0] and run_end(run.metadata) is None
+
+
 def test_an_exception_in_the_loop_ends_the_file_crashed_with_its_type(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         _train(tmp_path / "bad", 6, fail_at=4)

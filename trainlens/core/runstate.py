@@ -33,6 +33,7 @@ METADATA_KEY = "run_end"
 END_EVENT = "end"
 #: The end record's keys (besides ``step`` and ``time``); no reader turns them into metrics.
 END_KEYS = ("event", "state", "error", "message", "stopped")
+_RECORD_KEYS = frozenset((*END_KEYS, "step", "time"))
 #: How long a crash message is kept in the end record.
 MESSAGE_CHARS = 300
 
@@ -97,8 +98,11 @@ def end_record(
 def from_record(
     obj: Any, by: str = "trainlens end record", where: str | None = None
 ) -> RunEnd | None:
-    """The end an end record says (None: ``obj`` is no end record)."""
+    """The end an end record says (None: ``obj`` is no end record; one with a key of its
+    own, a value a user logged, is not one: it is read as the user's row)."""
     if not isinstance(obj, dict) or obj.get("event") != END_EVENT:
+        return None
+    if not set(obj) <= _RECORD_KEYS:
         return None
     state = obj.get("state")
     if state not in END_STATES:

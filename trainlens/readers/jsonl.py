@@ -33,7 +33,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.core.runstate import END_EVENT, END_KEYS
+from trainlens.core.runstate import END_EVENT, END_KEYS, END_STATES
 from trainlens.readers import _pandas_json, _run_end, _shrink, _wandb
 from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
@@ -149,12 +149,17 @@ def _drop_end_records(df: pl.DataFrame, lines: pl.Series) -> tuple[pl.DataFrame,
     """The rows of trainlens' end records (a resumed run's earlier ends, or a file read
     by the general path) left out, and their keys with them: they are no metrics, and how
     the run ended is read from the file's last line (:mod:`._run_end`)."""
-    if df.schema.get("event") != pl.String:
+    if df.schema.get("event") != pl.String or df.schema.get("state") != pl.String:
         return df, lines
-    is_end = df.get_column("event") == END_EVENT
-    if not is_end.any():
+    is_end = (pl.col("event") == END_EVENT) & pl.col("state").is_in(END_STATES)
+    # (a row that also holds a value of its own is a user's row, kept whatever it says)
+    others = [c for c in df.columns if c not in END_KEYS and c not in ("step", "time")]
+    if others:
+        is_end = is_end & pl.all_horizontal(pl.col(c).is_null() for c in others)
+    drop = df.select(is_end.fill_null(False)).to_series()
+    if not drop.any():
         return df, lines
-    keep = ~is_end.fill_null(False)
+    keep = ~drop
     df, lines = df.filter(keep), lines.filter(keep)
     empty = [c for c in END_KEYS if c in df.columns and df.get_column(c).null_count() == df.height]
     return df.drop(empty), lines
