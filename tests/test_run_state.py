@@ -378,6 +378,31 @@ def test_an_end_record_alone_after_the_last_flush_is_no_read_issue(tmp_path: Pat
     assert "MemoryError" in told.message
 
 
+def test_the_live_view_shows_each_runs_state(tmp_path: Path) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from trainlens.watch.loop import WatchState
+    from trainlens.watch.sinks.view import LiveView
+
+    with pytest.raises(ValueError):
+        _train(tmp_path / "bad", 6, fail_at=4)
+    (tmp_path / "on").mkdir()
+    (tmp_path / "on" / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
+    runs = [_live(tmp_path / "bad" / "metrics.jsonl"), _live(tmp_path / "on" / "metrics.jsonl")]
+    for live in runs:
+        live.add(live.follower.poll() or pytest.fail("no chunk"))
+        live.check_end()
+    console = Console(record=True, width=120, file=StringIO(), force_terminal=False)
+    view = LiveView(console=console)
+    view.update(WatchState(runs=runs))
+    view.close()
+    lines = console.export_text().splitlines()
+    assert any(x.startswith("bad  crashed (ValueError)  step 3") for x in lines), lines
+    assert any(x.startswith("on  running  step 1") for x in lines), lines
+
+
 def test_prometheus_exports_the_state_and_no_stall_for_an_ended_run(tmp_path: Path) -> None:
     pytest.importorskip("prometheus_client")
     from trainlens.watch.sinks.prometheus import _Collector
