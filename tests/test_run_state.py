@@ -560,9 +560,10 @@ def test_watched_jobs_that_finish_crash_and_are_killed(tmp_path: Path) -> None:
 
 
 def test_the_shipped_rules_page_for_a_crash_and_not_for_a_finished_run(tmp_path: Path) -> None:
-    """promtool over the shipped rules: a run that finished 40 minutes ago (its last record
-    that old) pages nobody; a crashed one pages TrainlensRunCrashed; a killed one (stalled)
-    TrainlensRunStalled. The series are the states this module's watch tests produce."""
+    """promtool over the shipped rules: a run that finished long ago (its last record 40
+    minutes old and more) pages nobody; a crashed one pages TrainlensRunCrashed; a killed
+    one (stalled) TrainlensRunStalled. The series are the states this module's watch
+    tests produce."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool not installed (apt-get install prometheus)")
@@ -570,21 +571,23 @@ def test_the_shipped_rules_page_for_a_crash_and_not_for_a_finished_run(tmp_path:
     def series(run: str, state: str, since: str) -> list[dict[str, str]]:
         out = [
             {"series": f'trainlens_seconds_since_last_record{{run="{run}"}}', "values": since},
+            # (the same age as a timestamp: its last record at unix time 0)
+            {"series": f'trainlens_last_record_timestamp_seconds{{run="{run}"}}', "values": "0x50"},
             {
                 "series": f'trainlens_run_stalled{{run="{run}"}}',
-                "values": "1x40" if state == "stalled" else "0x40",
+                "values": "1x50" if state == "stalled" else "0x50",
             },
         ]
         for st in ("running", "finished", "crashed", "stalled"):
             out.append(
                 {
                     "series": f'trainlens_run_state{{run="{run}",state="{st}"}}',
-                    "values": "1x40" if st == state else "0x40",
+                    "values": "1x50" if st == state else "0x50",
                 }
             )
         return out
 
-    old = "1800+60x40"  # 30 minutes since its last record, and growing
+    old = "1800+60x50"  # 30 minutes since its last record, and growing
     tests = {
         "rule_files": [str(DOCS / "prometheus" / "trainlens-alerts.yml")],
         "evaluation_interval": "1m",
@@ -596,7 +599,7 @@ def test_the_shipped_rules_page_for_a_crash_and_not_for_a_finished_run(tmp_path:
                 + series("gone", "stalled", old),
                 "alert_rule_test": [
                     {
-                        "eval_time": "30m",
+                        "eval_time": "40m",
                         "alertname": "TrainlensRunStalled",
                         "exp_alerts": [
                             {
@@ -610,7 +613,7 @@ def test_the_shipped_rules_page_for_a_crash_and_not_for_a_finished_run(tmp_path:
                         ],
                     },
                     {
-                        "eval_time": "30m",
+                        "eval_time": "40m",
                         "alertname": "TrainlensRunCrashed",
                         "exp_alerts": [
                             {

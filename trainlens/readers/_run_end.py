@@ -13,12 +13,22 @@ the file's last bytes: cheap enough for a watch to look at each time the file ch
 from __future__ import annotations
 
 import json
+import mmap
 import re
 from dataclasses import replace
 from pathlib import Path
 
+import polars as pl
+
 from trainlens.core.run import Run
-from trainlens.core.runstate import END_EVENT, METADATA_KEY, RunEnd, from_record
+from trainlens.core.runstate import (
+    END_EVENT,
+    END_KEYS,
+    END_STATES,
+    METADATA_KEY,
+    RunEnd,
+    from_record,
+)
 
 #: How much of a file's end is looked at (a crash's tracebacks from 16 ranks fill ~60 KB).
 TAIL_BYTES = 256 << 10
@@ -88,6 +98,54 @@ def _loads(s: bytes) -> object:
         return json.loads(s)
     except ValueError:
         return None
+
+
+def drop_end_records(
+    df: pl.DataFrame | None, lines: pl.Series
+) -> tuple[pl.DataFrame | None, pl.Series]:
+    """The rows of trainlens' end records (a resumed run's earlier ends, or a file read
+    by the general path) left out, and their keys with them: they are no metrics, and how
+    the run ended is read from the file's last line (:func:`jsonl_end`)."""
+    if df is None or df.schema.get("event") != pl.String or df.schema.get("state") != pl.String:
+        return df, lines
+    is_end = (pl.col("event") == END_EVENT) & pl.col("state").is_in(END_STATES)
+    # (a row that also holds a value of its own is a user's row, kept whatever it says)
+    others = [c for c in df.columns if c not in END_KEYS and c not in ("step", "time")]
+    if others:
+        is_end = is_end & pl.all_horizontal(pl.col(c).is_null() for c in others)
+    drop = df.select(is_end.fill_null(False)).to_series()
+    if not drop.any():
+        return df, lines
+    keep = ~drop
+    df, lines = df.filter(keep), lines.filter(keep)
+    empty = [c for c in END_KEYS if c in df.columns and df.get_column(c).null_count() == df.height]
+    return df.drop(empty), lines
+
+
+def strip_end_lines(body: bytes) -> bytes:
+    """``body`` (complete lines) without the end records that close it: one in the last
+    line would send a large file down the general path (3.6x slower)."""
+    end = len(body)
+    while end:
+        start = body.rfind(b"\n", 0, end - 1) + 1
+        if not only_end_records(body[start:end]):
+            break
+        end = start
+    return body[:end]
+
+
+def before_closing_end(data: bytes | mmap.mmap, size: int) -> int:
+    """Where the end record that is the last line of ``data[:size]`` begins (``size``
+    when there is none)."""
+    last = data.rfind(b"\n", 0, size - 1) + 1
+    return last if only_end_records(data[last:size]) else size
+
+
+def no_metrics(path: Path, end: RunEnd | None) -> str:
+    """Why a JSONL file gave no metrics: a run that crashed before its first record says so."""
+    if end is not None:
+        return f"{path}: no metrics before its end record (the run {end.text()})"
+    return f"{path}: no JSON objects with metrics found"
 
 
 # ---- text logs ------------------------------------------------------------------------------

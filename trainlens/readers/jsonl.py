@@ -33,8 +33,8 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.core.runstate import END_EVENT, END_KEYS, END_STATES
 from trainlens.readers import _pandas_json, _run_end, _shrink, _wandb
+from trainlens.readers._json_flat import flat_object
 from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
 from trainlens.readers._repeated_keys import (
@@ -112,15 +112,10 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         issues = []
     else:
         df, line_numbers, issues, cursor = _read_bytes(path, opts, size)
-    if df is not None:
-        df, line_numbers = _drop_end_records(df, line_numbers)
+    df, line_numbers = _run_end.drop_end_records(df, line_numbers)
     end = _run_end.jsonl_end(path)
     if df is None or df.width == 0 or df.height == 0:
-        if end is not None:
-            raise UnreadableInputError(
-                f"{path}: no metrics before its end record (the run {end.text()})"
-            )
-        raise UnreadableInputError(f"{path}: no JSON objects with metrics found")
+        raise UnreadableInputError(_run_end.no_metrics(path, end))
     df = flatten_structs(_wandb.history_dump(df))  # (a saved run.history(): W&B's columns)
     unit = "row" if table is not None else "line"
     long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers, unit=unit)
@@ -143,38 +138,6 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if end is not None:
         _run_end.attach(run, end)
     return [run]
-
-
-def _drop_end_records(df: pl.DataFrame, lines: pl.Series) -> tuple[pl.DataFrame, pl.Series]:
-    """The rows of trainlens' end records (a resumed run's earlier ends, or a file read
-    by the general path) left out, and their keys with them: they are no metrics, and how
-    the run ended is read from the file's last line (:mod:`._run_end`)."""
-    if df.schema.get("event") != pl.String or df.schema.get("state") != pl.String:
-        return df, lines
-    is_end = (pl.col("event") == END_EVENT) & pl.col("state").is_in(END_STATES)
-    # (a row that also holds a value of its own is a user's row, kept whatever it says)
-    others = [c for c in df.columns if c not in END_KEYS and c not in ("step", "time")]
-    if others:
-        is_end = is_end & pl.all_horizontal(pl.col(c).is_null() for c in others)
-    drop = df.select(is_end.fill_null(False)).to_series()
-    if not drop.any():
-        return df, lines
-    keep = ~drop
-    df, lines = df.filter(keep), lines.filter(keep)
-    empty = [c for c in END_KEYS if c in df.columns and df.get_column(c).null_count() == df.height]
-    return df.drop(empty), lines
-
-
-def _strip_end_lines(body: bytes) -> bytes:
-    """``body`` (complete lines) without the end records that close it: one in the last
-    line would send a large file down the general path (3.6x slower)."""
-    end = len(body)
-    while end:
-        start = body.rfind(b"\n", 0, end - 1) + 1
-        if not _run_end.only_end_records(body[start:end]):
-            break
-        end = start
-    return body[:end]
 
 
 def _read_bytes(
@@ -221,7 +184,7 @@ def _read_bytes(
                 )
             )
 
-    df, line_numbers, more = _parse(_strip_end_lines(body), source)
+    df, line_numbers, more = _parse(_run_end.strip_end_lines(body), source)
     issues.extend(more)
     return df, line_numbers, issues, cursor
 
@@ -354,7 +317,7 @@ def _parse(
         # lines valid JSON one by one but not together (e.g. a key's type changes from
         # object to number): fall back to Python objects, flattened by hand
         df = pl.from_dicts(
-            [_flat(json.loads(g)) for g in good], infer_schema_length=None, strict=False
+            [flat_object(json.loads(g)) for g in good], infer_schema_length=None, strict=False
         )
     df = _first_appearance_order(df, lambda row: good[row])
     return df, lines, issues
@@ -403,11 +366,10 @@ def _read_mapped(path: Path) -> tuple[pl.DataFrame, int] | None:
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             if mm[size - 1 : size] != b"\n":
                 return None
-            last = mm.rfind(b"\n", 0, size - 1) + 1
             # an end record last (trainlens' writers close with one): counted out, its
             # row dropped, so the file stays on this path
-            closed = _run_end.only_end_records(mm[last:size])
-            body = last if closed else size
+            body = _run_end.before_closing_end(mm, size)
+            closed = body < size
             newlines, colons = _scan(memoryview(mm)[:body])
             sample = _sample(mm, body)
         # (unmapped before polars maps the file itself: its pages would count twice in
@@ -610,43 +572,3 @@ def _nth_line(body: bytes | mmap.mmap, n: int) -> bytes:
         del arr
     stop = body.find(b"\n", start)
     return bytes(body[start : stop if stop >= 0 else len(body)])
-
-
-_STEP_KEYS_LOWER = frozenset(k.lower() for k in STEP_KEYS)
-
-
-def _big_int(v: int) -> float:
-    try:
-        return float(v)
-    except OverflowError:  # beyond a float too
-        return math.inf if v > 0 else -math.inf
-
-
-def _escaped(text: str) -> str:
-    """``text`` itself, or with its lone surrogates (JSON's ``"\\ud800"``, which no UTF-8
-    holds and polars refuses) as the escape text ``\\ud800``: two keys that differ only
-    there stay two metrics."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _flat(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for k, v in obj.items():
-        key = _escaped(f"{prefix}{k}")
-        if isinstance(v, dict):
-            out.update(_flat(v, key + "/"))
-        elif key.lower() in _STEP_KEYS_LOWER and not isinstance(v, (str, type(None))):
-            # a step as its text, parsed exactly later (polars would make true 1 beside
-            # integers, and an integer beyond 64 bits a float)
-            out[key] = json.dumps(v)
-        elif isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
-            out[key] = _big_int(v)  # polars builds no column from a 128-bit integer
-        elif isinstance(v, (int, float)) or v is None:
-            out[key] = v
-        else:
-            out[key] = _escaped(str(v))
-    return out
