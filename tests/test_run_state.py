@@ -205,6 +205,22 @@ def test_a_training_line_after_the_mark_means_the_run_went_on(tmp_path: Path) ->
     assert _end(log) == RunEnd("finished", "the log's `[after training is done]` line", step=2)
 
 
+def test_a_jsonl_of_hf_log_entries_ends_with_train_runtime(tmp_path: Path) -> None:
+    """The entries of a real trainer_state.json's log_history, one a line (what a callback
+    that appends each ``logs`` dict writes): its last, with train_runtime, is the end."""
+    src = REAL_LOGS / "ljh696_MetaMath" / "trainer_state.json"
+    if not src.is_file():
+        pytest.skip("../shared is not beside this checkout")
+    history = json.loads(src.read_text())["log_history"]
+    path = tmp_path / "logs.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in history))
+    assert _end(path) == RunEnd(
+        "finished", "HF Trainer's final log entry (train_runtime)", step=128
+    )
+    path.write_text("".join(json.dumps(e) + "\n" for e in history[:-1]))  # cut before it
+    assert _end(path) is None
+
+
 @pytest.mark.slow  # ~20 s, most of it importing transformers
 def test_hf_trainer_finished_from_train_runtime(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
