@@ -479,7 +479,7 @@ def test_watch_once_tells_a_real_logs_end(
 
 def _job(out: Path, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(TINY_GPT), "--out", str(out), "--steps", "150", *extra],
+        [sys.executable, str(TINY_GPT), "--out", str(out), "--steps", "80", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -513,23 +513,22 @@ def test_watched_jobs_that_finish_crash_and_are_killed(tmp_path: Path) -> None:
     reader.start()
     jobs = {
         "ok": _job(runs / "ok"),
-        "crash": _job(runs / "crash", "--inject", "crash@120"),
-        "hang": _job(runs / "hang", "--inject", "hang@120"),
+        "crash": _job(runs / "crash", "--inject", "crash@60"),
+        "hang": _job(runs / "hang", "--inject", "hang@60"),
     }
     try:
         assert jobs["ok"].wait(timeout=300) == 0
         assert jobs["crash"].wait(timeout=300) == 1
         hang = jobs["hang"]
-        assert hang.stdout is not None and "hanging at step 120" in hang.stdout.readline()
+        assert hang.stdout is not None and "hanging at step 60" in hang.stdout.readline()
         hang.send_signal(signal.SIGKILL)  # no Python runs: no end record
         hang.wait(timeout=30)
-        killed = time.time()
 
         def last_is(kind: str, run: str) -> bool:
             # (a run slowed by load may stall between two flushes and resume: the last
-            # state event counts, and the killed job's stall must come after its kill)
+            # state event counts; the hanging job may stall before it is killed)
             mine = [e for e in list(events) if e["run"] == run and e["event"].startswith("run-")]
-            return bool(mine) and mine[-1]["event"] == kind and mine[-1]["time"] > killed - 1
+            return bool(mine) and mine[-1]["event"] == kind
 
         deadline = time.time() + 120
         while time.time() < deadline and not (
@@ -554,12 +553,12 @@ def test_watched_jobs_that_finish_crash_and_are_killed(tmp_path: Path) -> None:
 
     ok = of("ok")
     [fin] = [e for e in ok if e["event"] == "run-finished"]
-    assert fin["details"]["end_step"] == 150 and fin["severity"] == "info"
+    assert fin["details"]["end_step"] == 80 and fin["severity"] == "info"
     # nothing after the end: no stall, however long the watch went on
     assert ok[-1] is fin
     crash = of("crash")
     [crashed] = [e for e in crash if e["event"] == "run-crashed"]
-    assert crashed["details"]["error"] == "RuntimeError" and crashed["details"]["end_step"] == 119
+    assert crashed["details"]["error"] == "RuntimeError" and crashed["details"]["end_step"] == 59
     assert crash[-1] is crashed
     hang = of("hang")
     assert hang, [(e["event"], e["run"], e["step"], e["message"][:60]) for e in events]
