@@ -214,11 +214,8 @@ class LiveRun:
             return []
         was, self.end = self.end, end
         if end is None:
-            return [
-                self.event(
-                    "run-resumed", f"new records after the run {was.text() if was else 'ended'}"
-                )
-            ]
+            told = was.text() if was is not None else "ended"
+            return [self.event("run-resumed", f"new records after the run {told} (resumed?)")]
         self.stalled = False
         self.urgent = True  # what came last is judged at once: the run will not go on
         details = {"state": end.state, "by": end.by, "end_step": end.step, "error": end.error}
