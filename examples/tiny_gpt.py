@@ -6,8 +6,11 @@
 
 Faults to try (``--inject``): ``nan@STEP`` (logits overflow to inf from STEP),
 ``lr_shock@STEP`` (gradient x50 and LR x40 at STEP), ``freeze:emb`` (the embeddings
-frozen from a third of the run). Data: sequences from a few random sparse Markov chains
-over 96 tokens, right-padded to random lengths (so padding is real and masked).
+frozen from a third of the run), ``crash@STEP`` (a RuntimeError at STEP: the run's file
+ends with a ``crashed`` end record), ``hang@STEP`` (the job sleeps for ever at STEP: kill
+it, and ``trainlens watch`` calls the run stalled). Data: sequences from a few random
+sparse Markov chains over 96 tokens, right-padded to random lengths (so padding is real
+and masked).
 """
 
 from __future__ import annotations
@@ -119,8 +122,11 @@ def _fault(spec: str | None) -> tuple[str | None, int]:
     if spec == "freeze:emb":
         return "freeze", 0
     kind, _, at = spec.partition("@")
-    if kind not in ("nan", "lr_shock") or not at.isdigit():
-        raise SystemExit(f"--inject: expected nan@STEP, lr_shock@STEP or freeze:emb, got {spec!r}")
+    if kind not in ("nan", "lr_shock", "crash", "hang") or not at.isdigit():
+        raise SystemExit(
+            "--inject: expected nan@STEP, lr_shock@STEP, crash@STEP, hang@STEP or freeze:emb, "
+            f"got {spec!r}"
+        )
     return kind, int(at)
 
 
@@ -154,6 +160,12 @@ def main(argv: list[str] | None = None) -> list[float]:
     cpu: list[float] = []
     for step in range(1, args.steps + 1):
         t0, c0 = time.perf_counter(), time.process_time()
+        if fault == "crash" and step == at:
+            raise RuntimeError(f"injected crash at step {step}")
+        if fault == "hang" and step == at:
+            print(f"hanging at step {step}", flush=True)
+            while True:
+                time.sleep(60)
         batch = data.batch()
         if freeze_at and step == freeze_at:
             for p in (*model.tok.parameters(), *model.pos.parameters()):

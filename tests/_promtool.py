@@ -190,7 +190,10 @@ def record(
             chunk = live.follower.poll()
             if chunk is not None:
                 events += live.add(chunk, now=now[0])
-            events += live.judge(now=now[0], wall=now[0])
+            end_before = live.end
+            events += live.check_end()
+            settle = live.end is not None and live.end != end_before  # judged now, as the loop
+            events += live.judge(now=now[0], wall=now[0], force=settle, final=settle)
             events += live.check_stall(now=now[0])
             for e in events:
                 sink.emit(e)

@@ -87,7 +87,13 @@ def _train(
         mon.step(loss=loss, batch=batch, logits=logits)
     mon.close()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return rows, seen
+    # the file ends with the end record of a run that finished (docs/monitor.md)
+    assert {k: rows[-1][k] for k in ("event", "state", "step")} == {
+        "event": "end",
+        "state": "finished",
+        "step": rows[-2]["step"],
+    }
+    return rows[:-1], seen
 
 
 @pytest.mark.parametrize("clip", [None, 1e-3])
@@ -168,6 +174,7 @@ def test_lr_per_group_under_a_scheduler_stepped_per_micro_batch(tmp_path: Path) 
             mon.step(loss=loss, batch=batch)
     mon.close()
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "event" not in r]  # (the end record)
     assert [r["step"] for r in rows] == [1, 2, 3]
     logged = [lr for r in rows for lr in (r["lr"], r["lr/group1"])]
     assert logged == pytest.approx([lr for pair in used for lr in pair], rel=1e-12)
@@ -204,6 +211,9 @@ def test_clock_times_the_steps_and_resume_step_numbers_them(tmp_path: Path) -> N
     train(Monitor(model, opt, out=tmp_path, clock=lambda: now[0]), 3)
     train(Monitor(model, opt, out=tmp_path, clock=lambda: now[0], resume_step=1), 2)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    # each monitor closed with its end record; the resumed one's is the file's last
+    assert [(r["step"], r.get("event")) for r in rows if "event" in r] == [(3, "end"), (3, "end")]
+    rows = [r for r in rows if "event" not in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 2, 3]
     # a monitor's first step is timed from its forward (no previous step to wait after)
     assert [r["step_time"] for r in rows] == [1.0, 1.25, 1.25, 1.0, 1.25]

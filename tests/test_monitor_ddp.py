@@ -74,6 +74,8 @@ def _run_two_ranks(tmp_path: Path, worker: str, *args: str) -> Path:
 def test_ddp_rank0_writes_and_per_rank_times_are_gathered(tmp_path: Path) -> None:
     out = _run_two_ranks(tmp_path, WORKER)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r.get("event") for r in rows].count("end") == 1  # rank 0's end record only
+    rows = [r for r in rows if "event" not in r]
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]  # one writer, not two
     gathered = [r for r in rows if "step_time/rank1" in r]
     assert [r["step"] for r in gathered] == [1, 3, 6]
@@ -134,6 +136,7 @@ def test_fsdp2_global_and_per_tensor_norms_are_the_whole_models(tmp_path: Path, 
     does not fail on a DTensor)."""
     out = _run_two_ranks(tmp_path, FSDP_WORKER, clip)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "event" not in r]  # (the end record)
     got = json.loads((out / "want.json").read_text())
     want = got["figures"]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]

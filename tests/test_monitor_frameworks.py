@@ -19,7 +19,10 @@ VOCAB, SEQ, BATCH, STEPS = 50, 8, 4, 5
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The metric records; the file's last line is the end record of a finished run."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert (rows[-1]["event"], rows[-1]["state"]) == ("end", "finished")
+    return [r for r in rows if "event" not in r]
 
 
 def _examples(n: int) -> list[dict[str, torch.Tensor]]:

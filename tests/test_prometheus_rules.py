@@ -49,6 +49,7 @@ ALERTS = (
     "TrainlensRunStalled",
     "TrainlensErrorIncident",
     "TrainlensWarningIncident",
+    "TrainlensRunCrashed",  # fired on a crashed run in tests/test_run_state.py
 )
 
 
@@ -319,11 +320,6 @@ def test_no_rule_fires_on_a_healthy_run_that_finished(recorded: Any, tmp_path: P
 
 @pytest.mark.slow
 @need_promtool
-@pytest.mark.xfail(
-    strict=False,
-    reason="run state (branch t23-state): until a normal end is recognized, a finished run "
-    "counts as stalled 30 s after its last record",
-)
 def test_run_stalled_stays_silent_after_a_normal_end(recorded: Any, tmp_path: Path) -> None:
     """A run trainlens' Monitor wrote and closed when training ended, watched 35 min past
     its last record (the fixture runs were written before the Monitor marked an end)."""

@@ -233,6 +233,24 @@ def test_file_store_metadata(file_store: tuple[Path, dict[str, str]]) -> None:
     assert ids["discarded"] not in runs
 
 
+def test_the_run_status_is_how_the_run_ended(file_store: tuple[Path, dict[str, str]]) -> None:
+    """MLflow's own status (set by the client's set_terminated): FINISHED is finished,
+    FAILED crashed, RUNNING no end (docs/watch.md, "Run states")."""
+    from trainlens.core.runstate import run_end
+
+    root, ids = file_store
+    runs = _by_id(read_mlflow(root, ReadOptions()))
+    alpha = run_end(runs[ids["alpha"]].metadata)
+    assert alpha is not None and (alpha.state, alpha.by) == (
+        "finished",
+        "MLflow run status FINISHED",
+    )
+    assert alpha.time == runs[ids["alpha"]].metadata["end_time"]
+    gamma = run_end(runs[ids["gamma"]].metadata)
+    assert gamma is not None and (gamma.state, gamma.error) == ("crashed", "FAILED")
+    assert run_end(runs[ids["beta"]].metadata) is None
+
+
 def test_meta_yaml_reads_as_pyyaml_safe_load(file_store: tuple[Path, dict[str, str]]) -> None:
     """The bounded reader changes nothing on what the MLflow client writes (folded long
     names, quotes, nulls, ints)."""

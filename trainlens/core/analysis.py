@@ -13,6 +13,7 @@ from typing import Any
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.incidents import Incident, membership
 from trainlens.core.run import DataIssue, Run
+from trainlens.core.runstate import run_end
 
 
 @dataclass
@@ -74,4 +75,5 @@ class Analysis:
             "skipped_detectors": self.skipped,
             "schedule": self.context.schedule or None,
             "schedule_source": self.context.schedule_source,
+            "end": end.to_dict() if (end := run_end(self.run.metadata)) is not None else None,
         }

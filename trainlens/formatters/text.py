@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainlens.core.names import tensor_family
+from trainlens.core.runstate import run_end
 from trainlens.core.sanitize import terminal_lines
 from trainlens.formatters.incidents import incident_lines, runs_table
 
@@ -141,6 +142,9 @@ def render_analysis(a: Analysis, *, verbose: bool = False, width: int | None = N
     if a.context.schedule:
         sch = a.context.schedule
         lines.append(f"schedule    {sch.get('shape')} (declared in {a.context.schedule_source})")
+    end = run_end(a.run.metadata)
+    if end is not None:
+        lines.append(f"ended       {end.text()}")
     dq = a.run.data_quality
     if dq:
         lines.append("data        " + str(dq[0]))

@@ -106,6 +106,12 @@ class LightningCallback(Callback):
             self.monitor.close()
             self.monitor = None
 
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        """The run ends with ``exception`` (Ctrl-C too): its end record says crashed."""
+        if self.monitor is not None:
+            self.monitor.close(error=exception)
+            self.monitor = None
+
 
 class _LoggerSink:
     """The monitor's records through Lightning's loggers, at each record's own step (the

@@ -43,7 +43,8 @@ from typing import Any, NamedTuple, cast
 
 import torch
 
-from trainlens.monitor import _clip, stats
+from trainlens.core.runstate import end_record
+from trainlens.monitor import _clip, _ending, stats
 from trainlens.monitor.hardware import Hardware
 from trainlens.monitor.schedule import declared_schedule
 from trainlens.monitor.sink import JsonlSink, TensorBoardSink, write_config
@@ -176,6 +177,7 @@ class Monitor:
         self._hooks.append(model.register_forward_pre_hook(self._forward_pre_hook))
         _clip.install()
         _clip.ACTIVE.add(self)
+        _ending.track(self)
 
     def add_sink(self, sink: Any) -> None:
         """Also write every record to ``sink`` (``write(records)``, ``close()``), on the
@@ -437,22 +439,35 @@ class Monitor:
         for sink in self._sinks:
             sink.write(_to_numbers([row]))
 
-    def close(self) -> None:
-        """Write what is waiting, remove the hooks, close the files."""
-        self.flush()
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
-        _clip.ACTIVE.discard(self)
-        for sink in self._sinks:
-            sink.close()
-        self._sinks = []
+    def close(self, error: BaseException | None = None) -> None:
+        """Write what is waiting and the end record (``finished``; ``crashed`` with the
+        type of ``error``, the exception that ended the run), remove the hooks, close the
+        files. A second call does nothing."""
+        _ending.untrack(self)
+        if not self._sinks and not self._hooks:
+            return
+        try:
+            self.flush()
+        finally:
+            rec = end_record(self.opt_step, time.time(), error=error, stopped=self.stopped)
+            for sink in self._sinks:
+                if hasattr(sink, "end"):
+                    sink.end(rec)
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
+            _clip.ACTIVE.discard(self)
+            for sink in self._sinks:
+                sink.close()
+            self._sinks = []
 
     def __enter__(self) -> Monitor:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: object
+    ) -> None:
+        self.close(error=error)
 
 
 def _nonfinite(rec: Mapping[str, Value]) -> bool:

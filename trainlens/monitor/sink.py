@@ -42,6 +42,10 @@ class JsonlSink:
         self._fh.write("\n".join(lines) + "\n")
         self._fh.flush()
 
+    def end(self, record: dict[str, Any]) -> None:
+        """The end record (:func:`trainlens.core.runstate.end_record`), the file's last line."""
+        self.write([record])
+
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()

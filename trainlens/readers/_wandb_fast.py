@@ -290,7 +290,7 @@ def parse_numbers(arr: np.ndarray, a: np.ndarray, lens: np.ndarray) -> np.ndarra
 # ---- records -------------------------------------------------------------------------------
 
 R_HISTORY = 2
-EXACT_RECORDS = (5, 7, 17)  # config, stats, run: few, decoded by the exact path
+EXACT_RECORDS = (5, 7, 17, 18)  # config, stats, run, exit: few, decoded by the exact path
 
 
 @dataclass

@@ -413,7 +413,7 @@ static int record(Out *o, const uint8_t *p, size_t n, int64_t rec, int joined) {
             if (r < 0) return -1;
             return r ? 0 : exact(o, p, n, rec, joined);
         }
-        if (num == 5 || num == 7 || num == 17) return exact(o, p, n, rec, joined);
+        if (num == 5 || num == 7 || num == 17 || num == 18) return exact(o, p, n, rec, joined);
     }
     return 0;
 }

@@ -21,6 +21,7 @@ import polars as pl
 from trainlens.core import steps
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.core.runstate import METADATA_KEY, RunEnd
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, too_deep_containers
 from trainlens.readers.base import ReadOptions, run_name_for
 
@@ -195,6 +196,7 @@ class _Columns:
         self.bad_entries: list[int] = []
         self.bad_values = 0
         self.seen = 0  # entries so far
+        self.end_step: int | None = None  # the step of the entry with train_runtime
 
     def add(self, history: list[Any]) -> None:
         names = self.names
@@ -207,6 +209,10 @@ class _Columns:
             step = _whole_step(entry.get("step"))
             lost = 0
             final = bool(_FINAL_KEYS & entry.keys())
+            if step is not None:
+                # the Trainer logs train_runtime once, when training ends: an entry after
+                # it is a run that went on (resumed)
+                self.end_step = step if "train_runtime" in entry else None
             for key, raw in entry.items():
                 value = _as_float(raw) if key != "step" else None
                 if value is None:
@@ -324,8 +330,12 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     if not columns.values:
         raise UnreadableInputError(f"{state_path}: log_history holds no metrics")
     long = columns.frame(names)
+    end_step = columns.end_step
     del columns
     meta: dict[str, Any] = {k: state[k] for k in _META_KEYS if k in state}
+    if end_step is not None:
+        end = RunEnd("finished", "HF Trainer's final log entry (train_runtime)", step=end_step)
+        meta[METADATA_KEY] = end.to_dict()
     name = run_name_for(path if path.is_dir() else state_path)
     if _CHECKPOINT.match(name):
         name = state_path.parent.parent.resolve().name

@@ -33,7 +33,8 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _native_json, _pandas_json, _shrink, _wandb
+from trainlens.readers import _native_json, _pandas_json, _run_end, _shrink, _wandb
+from trainlens.readers._json_flat import flat_object
 from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
 from trainlens.readers._repeated_keys import (
@@ -111,8 +112,10 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         issues = []
     else:
         df, line_numbers, issues, cursor = _read_bytes(path, opts, size)
+    df, line_numbers = _run_end.drop_end_records(df, line_numbers)
+    end = _run_end.jsonl_end(path)
     if df is None or df.width == 0 or df.height == 0:
-        raise UnreadableInputError(f"{path}: no JSON objects with metrics found")
+        raise UnreadableInputError(_run_end.no_metrics(path, end))
     df = flatten_structs(_wandb.history_dump(df))  # (a saved run.history(): W&B's columns)
     unit = "row" if table is not None else "line"
     read = _native_json.adapt(df, line_numbers, path, opts.aliases, use=table is None)
@@ -134,6 +137,8 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         blocks=counts,
     )
     run.cursor[source] = cursor
+    if end is not None:
+        _run_end.attach(run, end)
     return [run]
 
 
@@ -181,7 +186,7 @@ def _read_bytes(
                 )
             )
 
-    df, line_numbers, more = _parse(body, source)
+    df, line_numbers, more = _parse(_run_end.strip_end_lines(body), source)
     issues.extend(more)
     return df, line_numbers, issues, cursor
 
@@ -314,7 +319,7 @@ def _parse(
         # lines valid JSON one by one but not together (e.g. a key's type changes from
         # object to number): fall back to Python objects, flattened by hand
         df = pl.from_dicts(
-            [_flat(json.loads(g)) for g in good], infer_schema_length=None, strict=False
+            [flat_object(json.loads(g)) for g in good], infer_schema_length=None, strict=False
         )
     df = _first_appearance_order(df, lambda row: good[row])
     return df, lines, issues
@@ -363,12 +368,16 @@ def _read_mapped(path: Path) -> tuple[pl.DataFrame, int] | None:
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             if mm[size - 1 : size] != b"\n":
                 return None
-            newlines, colons = _scan(mm)
-            sample = _sample(mm)
+            # an end record last (trainlens' writers close with one): counted out, its
+            # row dropped, so the file stays on this path
+            body = _run_end.before_closing_end(mm, size)
+            closed = body < size
+            newlines, colons = _scan(memoryview(mm)[:body])
+            sample = _sample(mm, body)
         # (unmapped before polars maps the file itself: its pages would count twice in
         # the peak memory; a line appended meanwhile breaks the counts)
         try:
-            df = _read_sampled(path, sample, newlines, colons)
+            df = _read_sampled(path, sample, newlines, colons, extra_rows=int(closed))
         except _NotProven:
             return None
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
@@ -404,7 +413,7 @@ def _maybe_contains(data: bytes | mmap.mmap, token: bytes) -> bool:
 _SCAN_BLOCK = 1 << 20  # bytes per numpy pass (stays in cache)
 
 
-def _scan(data: bytes | mmap.mmap) -> tuple[int, int]:
+def _scan(data: bytes | mmap.mmap | memoryview) -> tuple[int, int]:
     """Newlines and colons, in one cache-friendly pass (bytes.count is 3x slower)."""
     import numpy as np
 
@@ -418,28 +427,30 @@ def _scan(data: bytes | mmap.mmap) -> tuple[int, int]:
     return newlines, colons
 
 
-def _sample(body: bytes | mmap.mmap) -> bytes:
-    """The first lines and lines spread evenly through the rest."""
-    head = bytes(body[: 1 << 20])
+def _sample(body: bytes | mmap.mmap, size: int | None = None) -> bytes:
+    """The first lines and lines spread evenly through the rest (of its first ``size``
+    bytes, when given)."""
+    n = len(body) if size is None else size
+    head = bytes(body[: min(1 << 20, n)])
     head_end = 0
     for _ in range(SAMPLE_HEAD_LINES):
         nxt = head.find(b"\n", head_end)
         if nxt < 0:
-            if len(head) == len(body):
+            if len(head) == n:
                 return head
             break
         head_end = nxt + 1
     if head_end == 0:
         return head
     parts = [head[:head_end]]
-    stride = max((len(body) - head_end) // (SAMPLE_SPREAD_LINES + 1), 1)
+    stride = max((n - head_end) // (SAMPLE_SPREAD_LINES + 1), 1)
     pos = head_end
     while True:
         pos += stride
-        if pos >= len(body):
+        if pos >= n:
             break
-        start = body.find(b"\n", pos) + 1
-        end = body.find(b"\n", start)
+        start = body.find(b"\n", pos, n) + 1
+        end = body.find(b"\n", start, n)
         if start <= 0 or end < 0:
             break
         parts.append(body[start : end + 1])
@@ -447,9 +458,12 @@ def _sample(body: bytes | mmap.mmap) -> bytes:
     return b"".join(parts)
 
 
-def _read_sampled(source: bytes | Path, sample: bytes, newlines: int, colons: int) -> pl.DataFrame:
+def _read_sampled(
+    source: bytes | Path, sample: bytes, newlines: int, colons: int, extra_rows: int = 0
+) -> pl.DataFrame:
     """Read ``source`` with the schema of ``sample``; raise _NotProven unless every line
-    gave a row and every ':' (one per key) is a non-null cell read."""
+    gave a row and every ':' (one per key) is a non-null cell read. ``extra_rows``: lines
+    at the end not counted in ``newlines`` and ``colons`` (an end record), dropped."""
     if lines_with_many_opens(sample):
         # polars infers a schema by building nested types, which crashes the process on
         # a line 700 deep: deep lines are left to the general path, which drops them
@@ -473,8 +487,10 @@ def _read_sampled(source: bytes | Path, sample: bytes, newlines: int, colons: in
         df = pl.read_ndjson(source, schema=schema)
     except Exception:
         raise _NotProven from None
-    if newlines != df.height:
+    if newlines + extra_rows != df.height:
         raise _NotProven  # a blank line (rows would not be lines), or no last newline
+    if extra_rows:
+        df = df.head(newlines)
     cells = sum(df.height - df.get_column(c).null_count() for c in df.columns)
     if colons != cells:
         raise _NotProven  # a key outside the sample, a null, or a ':' inside a string
@@ -558,43 +574,3 @@ def _nth_line(body: bytes | mmap.mmap, n: int) -> bytes:
         del arr
     stop = body.find(b"\n", start)
     return bytes(body[start : stop if stop >= 0 else len(body)])
-
-
-_STEP_KEYS_LOWER = frozenset(k.lower() for k in STEP_KEYS)
-
-
-def _big_int(v: int) -> float:
-    try:
-        return float(v)
-    except OverflowError:  # beyond a float too
-        return math.inf if v > 0 else -math.inf
-
-
-def _escaped(text: str) -> str:
-    """``text`` itself, or with its lone surrogates (JSON's ``"\\ud800"``, which no UTF-8
-    holds and polars refuses) as the escape text ``\\ud800``: two keys that differ only
-    there stay two metrics."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _flat(obj: dict[str, object], prefix: str = "") -> dict[str, object]:
-    out: dict[str, object] = {}
-    for k, v in obj.items():
-        key = _escaped(f"{prefix}{k}")
-        if isinstance(v, dict):
-            out.update(_flat(v, key + "/"))
-        elif key.lower() in _STEP_KEYS_LOWER and not isinstance(v, (str, type(None))):
-            # a step as its text, parsed exactly later (polars would make true 1 beside
-            # integers, and an integer beyond 64 bits a float)
-            out[key] = json.dumps(v)
-        elif isinstance(v, int) and not isinstance(v, bool) and not -(2**63) <= v < 2**63:
-            out[key] = _big_int(v)  # polars builds no column from a 128-bit integer
-        elif isinstance(v, (int, float)) or v is None:
-            out[key] = v
-        else:
-            out[key] = _escaped(str(v))
-    return out

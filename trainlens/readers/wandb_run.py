@@ -48,6 +48,7 @@ from trainlens.core import steps
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.frame import strictly_increasing
 from trainlens.core.run import DataIssue, Run, build_run
+from trainlens.core.runstate import METADATA_KEY, RunEnd
 from trainlens.readers import _shrink
 from trainlens.readers import _wandb_log as wl
 from trainlens.readers._outside import links_out, outside_note
@@ -76,7 +77,7 @@ ROW_SCHEMA = {
 }
 
 # Record field numbers (wandb/proto/wandb_internal.proto)
-R_HISTORY, R_CONFIG, R_STATS, R_RUN = 2, 5, 7, 17
+R_HISTORY, R_CONFIG, R_STATS, R_RUN, R_EXIT = 2, 5, 7, 17, 18
 H_ITEM, H_STEP = 1, 2
 I_KEY, I_NESTED, I_BOOL, I_INT, I_NUMBER, I_VALUE_JSON = 1, 2, 4, 5, 6, 16
 S_TIMESTAMP, S_ITEM = 2, 3
@@ -115,6 +116,7 @@ class _Log:
     rec: int = 0  # the record being decoded (its place in the run: file, byte offset)
     fast: list[pl.DataFrame] = field(default_factory=list)  # rec, step, metric, value, wall
     compiled: list[Compiled] = field(default_factory=list)  # one a file
+    exit: tuple[int, int] | None = None  # the exit record's exit code, and its record
 
 
 def _text(buf: bytes | memoryview, a: int, b: int) -> str:
@@ -254,7 +256,21 @@ def _run(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
             log.info["start_time"] = ts.get(1, 0) + ts.get(2, 0) / 1e9
 
 
-_DECODERS = {R_HISTORY: _history, R_STATS: _stats, R_CONFIG: _config, R_RUN: _run}
+def _exit(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
+    """The exit record W&B writes when the run finishes (``RunExitRecord``: exit_code 1,
+    runtime 2); a resumed run's later exit replaces an earlier one."""
+    got = {n: v for n, w, v, _ in wl.fields(buf, a, b) if w == 0}
+    code = got.get(1, 0)
+    log.exit = (code - (1 << 64) if code >= 1 << 63 else code, log.rec)
+
+
+_DECODERS = {
+    R_HISTORY: _history,
+    R_STATS: _stats,
+    R_CONFIG: _config,
+    R_RUN: _run,
+    R_EXIT: _exit,
+}
 
 
 def _record(log: _Log, buf: bytes | memoryview, a: int, b: int) -> None:
@@ -537,6 +553,15 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     summary = run_file(source, "wandb-summary.json", log.issues, _INSIDE)
     if summary is not None:
         metadata["summary"] = summary
+    if log.exit is not None and log.exit[1] >> 40 == len(files) - 1:
+        # (an exit in an earlier file of a resumed run: the run went on after it)
+        code = log.exit[0]
+        end = RunEnd(
+            "finished" if code == 0 else "crashed",
+            f"W&B's exit record (exit code {code})",
+            error=None if code == 0 else f"exit code {code}",
+        )
+        metadata[METADATA_KEY] = end.to_dict()
     run = build_run(
         frame,
         name=str(name or source.resolve().name),
@@ -547,6 +572,8 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
         issues=log.issues,
         blocks=blocks,
     )
+    if METADATA_KEY in metadata and run.frame.height:
+        run.metadata[METADATA_KEY]["step"] = run.frame.get_column("step").max()
     # system metrics are sampled on W&B's clock (every 15 s) and placed at the last step
     # logged before each sample: on steps slower than that, several samples share a step
     # by design, which is no repeated step worth a note

@@ -22,7 +22,9 @@ KINDS = (
     "incident-changed",  # its severity rose
     "incident-closed",  # the run no longer shows any of it
     "run-stalled",  # no new record for longer than the run's usual step time x k
-    "run-resumed",  # records came again after a stall, or the file was replaced
+    "run-resumed",  # records came again after a stall or an end, or the file was replaced
+    "run-finished",  # the writer left a normal end (docs/watch.md, "Run states"): no stall
+    "run-crashed",  # the writer left a crash (an exception, a traceback, a failed exit)
     "read-issue",  # a data-quality note on newly read bytes (a corrupt record, ...)
     "notify-failed",  # a notifier or --exec command failed (the watch goes on)
     "watch-ended",  # the watch stopped (Ctrl-C, --exit-on, --until-idle)

@@ -40,7 +40,13 @@ import polars as pl
 
 from trainlens.core.errors import TrainlensError
 from trainlens.core.run import DataIssue, Run
+from trainlens.core.runstate import RunEnd, run_end
 from trainlens.readers import ReadOptions, read_runs
+from trainlens.readers._run_end import jsonl_end, only_end_records, text_end
+
+#: Formats whose end is read from the file's last bytes each time it changed (the others'
+#: from what the last read of the source said: HF's state, W&B's exit record).
+END_PROBES = {"jsonl": jsonl_end, "text": text_end}
 
 #: Formats whose readers take ``ReadOptions.start_offset`` and set ``Run.cursor`` to the end
 #: of the last complete line or record, and leave a partial one out.
@@ -145,6 +151,19 @@ class Follower:
         self.paths: list[Path] = [path]
         self.error: str | None = None  # why the last read gave nothing, if it failed
         self._told: set[str] = set()  # kinds of summary notes passed on
+        self._end: RunEnd | None = None
+        self._end_of: tuple[int, int, float] | None = None  # the file the end was read from
+
+    def run_end(self) -> RunEnd | None:
+        """How the run ended, as its writer's last mark says; None: no end (yet), or not
+        known. A file's last bytes are looked at again only when it changed."""
+        probe = END_PROBES.get(self.format)
+        if probe is None or not self.path.is_file():
+            return self._end
+        sig = _signature(self.path)
+        if sig is not None and sig != self._end_of:
+            self._end_of, self._end = sig, probe(self.path)
+        return self._end
 
     def poll(self, final: bool = False) -> Chunk | None:  # pragma: no cover - subclasses
         """What the source gained since the last poll; None: nothing new. ``final``: the
@@ -194,6 +213,8 @@ class Follower:
         run = runs[0]
         if path is None:
             self.name, self.source = self.fixed_name or run.name, run.source
+            if self.format not in END_PROBES:
+                self._end = run_end(run.metadata)
         return run
 
 
@@ -219,6 +240,12 @@ class OffsetFollower(Follower):
             return None
         start = self.cursor
         run = self._read(start)
+        ends = self._only_ends(start, size) if run is None and self.format == "jsonl" else None
+        if ends is not None:
+            # the writer's end record after its last flush: no metric, nothing to tell
+            self.error, self.cursor = None, ends
+            self.lines += _count_lines(self.path, start, ends)
+            return None
         if run is None:
             return Chunk(empty_frame(), replaced=replaced) if replaced else None
         new_cursor = run.cursor.get(str(self.path), size)
@@ -233,6 +260,20 @@ class OffsetFollower(Follower):
             self.lines += _count_lines(self.path, start, new_cursor)
         self.cursor = new_cursor
         return Chunk(run.frame, issues, replaced=replaced, metadata=run.metadata)
+
+    def _only_ends(self, start: int, size: int) -> int | None:
+        """The offset after the complete lines from ``start`` when they are all end
+        records, else None."""
+        if size - start > 1 << 16:
+            return None
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(start)
+                data = fh.read(size - start)
+        except OSError:
+            return None
+        complete = data[: data.rfind(b"\n") + 1]
+        return start + len(complete) if only_end_records(complete) else None
 
 
 def _count_lines(path: Path, start: int, end: int) -> int:

@@ -34,6 +34,7 @@ import polars as pl
 
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import FRAME_SCHEMA, Run
+from trainlens.core.runstate import RunEnd
 from trainlens.watch.early import EarlyWarnings
 from trainlens.watch.events import WatchEvent
 from trainlens.watch.incidents import Change, IncidentTracker
@@ -91,6 +92,7 @@ class LiveRun:
     open: dict[tuple[str, str | None], list[Tracked]] = field(default_factory=dict)
     counts: Counter[tuple[str, str]] = field(default_factory=Counter)
     stalled: bool = False
+    end: RunEnd | None = None  # how the run ended, as its writer's last mark says
     dirty: bool = False  # new data since the last judging
     urgent: bool = False
     _told_error: str | None = None  # judge at the next tick, whatever the duty cycle says
@@ -193,6 +195,48 @@ class LiveRun:
             )
         return out
 
+    # ---- the run's state: running, finished, crashed, stalled ----------------------------
+
+    @property
+    def state(self) -> str:
+        """``finished`` / ``crashed`` when the writer left its end, else ``stalled`` once
+        no record came for the stall time, else ``running``."""
+        if self.end is not None:
+            return self.end.state
+        return "stalled" if self.stalled else "running"
+
+    def check_end(self) -> list[WatchEvent]:
+        """Look for the writer's end (only a source that changed is looked at again);
+        an end is announced once, and an end that went away (records after it: a resumed
+        job) once as a resume."""
+        end = self.follower.run_end()
+        if end == self.end:
+            return []
+        was, self.end = self.end, end
+        if end is None:
+            told = was.text() if was is not None else "ended"
+            return [self.event("run-resumed", f"new records after the run {told} (resumed?)")]
+        self.stalled = False
+        self.urgent = True  # what came last is judged at once: the run will not go on
+        details = {"state": end.state, "by": end.by, "end_step": end.step, "error": end.error}
+        if end.state == "finished":
+            return [
+                self.event(
+                    "run-finished",
+                    f"the run {end.text()}",
+                    severity="info",
+                    details=details,
+                )
+            ]
+        return [
+            self.event(
+                "run-crashed",
+                f"the run {end.text()}: its last records are what it wrote before",
+                severity="error",
+                details=details,
+            )
+        ]
+
     # ---- stalls ------------------------------------------------------------------------
 
     def stall_after(self) -> float:
@@ -202,8 +246,10 @@ class LiveRun:
         return max(self.min_stall_seconds, self.stall_factor * usual)
 
     def check_stall(self, now: float | None = None) -> list[WatchEvent]:
+        """A stall: no record for the stall time and no end (a run that ended is done,
+        not hung)."""
         since = self.seconds_since_record(now)
-        if self.stalled or since is None or since < self.stall_after():
+        if self.end is not None or self.stalled or since is None or since < self.stall_after():
             return []
         self.stalled = True
         return [

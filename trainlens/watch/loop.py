@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainlens.core.config import Config
 from trainlens.core.findings import Severity, fail_rank
+from trainlens.core.runstate import STATES
 from trainlens.readers import ReadOptions
 from trainlens.watch.discovery import Discovery
 from trainlens.watch.events import WatchEvent
@@ -130,7 +132,11 @@ def watch(
                     announce(live.add(chunk))
                 announce(live.read_error())
             for live in state.runs:
-                announce(live.judge(force=once, final=once))
+                end_before = live.end
+                announce(live.check_end())
+                # a run that just ended goes no further: judged now, nothing held back
+                settle = live.end is not None and live.end != end_before
+                announce(live.judge(force=once or settle, final=once or settle))
                 if not once:
                     announce(live.check_stall())
             sink.update(state)
@@ -175,9 +181,11 @@ def _ended_text(state: WatchState, code: int) -> str:
     open_ = sum(len(r.open_findings()) for r in state.runs)
     incidents = sum(len(r.incidents.open) for r in state.runs)
     why = "exit-on level reached" if code else "stopped"
+    states = Counter(r.state for r in state.runs)
+    shown = ", ".join(f"{states[s]} {s}" for s in STATES if states[s])
     return (
-        f"{why}: {n} run{'s' if n != 1 else ''} watched, {incidents} incident(s) open "
-        f"({open_} finding(s))"
+        f"{why}: {n} run{'s' if n != 1 else ''} watched{f' ({shown})' if shown else ''}, "
+        f"{incidents} incident(s) open ({open_} finding(s))"
     )
 
 

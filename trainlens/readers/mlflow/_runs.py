@@ -12,6 +12,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue
+from trainlens.core.runstate import METADATA_KEY, RunEnd
 from trainlens.readers._wide import enum_runs
 from trainlens.readers.base import ReadOptions
 
@@ -129,13 +130,14 @@ def run_metadata(
     params: dict[str, str],
     tags: dict[str, str],
 ) -> dict[str, Any]:
-    return {
+    status = _status(info.get("status"))
+    out = {
         "store": store,
         "run_id": run_id,
         "run_name": run_name,
         "experiment_id": None if experiment_id is None else str(experiment_id),
         "experiment": experiment,
-        "status": _status(info.get("status")),
+        "status": status,
         "lifecycle_stage": info.get("lifecycle_stage"),
         "start_time": _seconds(info.get("start_time")),
         "end_time": _seconds(info.get("end_time")),
@@ -144,6 +146,20 @@ def run_metadata(
         "params": params,
         "tags": tags,
     }
+    # MLflow's run status: set by end_run() (FINISHED; FAILED when the `with` block raised,
+    # KILLED by `mlflow.end_run("KILLED")` or the UI); RUNNING for a run never closed
+    if status in _ENDS:
+        end = RunEnd(
+            _ENDS[status],
+            f"MLflow run status {status}",
+            time=_seconds(info.get("end_time")),
+            error=None if status == "FINISHED" else status,
+        )
+        out[METADATA_KEY] = end.to_dict()
+    return out
+
+
+_ENDS = {"FINISHED": "finished", "FAILED": "crashed", "KILLED": "crashed"}
 
 
 def long_frame(

@@ -74,6 +74,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import Run, build_run
+from trainlens.readers import _run_end
 from trainlens.readers.base import HEAD_BYTES, ReadOptions, run_name_for
 from trainlens.readers.textlog import (
     blocks,
@@ -156,6 +157,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         issues=notes.issues,
     )
     run.cursor[source] = end
+    _run_end.attach(run, _run_end.text_end(path))
     # DeepSpeed shapes are read under canonical names: show what the log calls them
     for canonical, shown in logged_as.items():
         if run.raw_names.get(canonical) == canonical:

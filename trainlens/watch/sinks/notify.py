@@ -27,9 +27,17 @@ from trainlens.core.sanitize import terminal, terminal_lines
 from trainlens.watch.events import WatchEvent
 
 #: The events worth telling a person about: incidents, not their findings (one NaN that
-#: reaches 21 series is one incident, one page), early warnings and stalls (a closed
-#: incident or a read note is not).
-ALERT_EVENTS = ("incident-opened", "incident-changed", "early-warning", "run-stalled")
+#: reaches 21 series is one incident, one page), early warnings, stalls and ends (a crash
+#: is an error; a finish is info, sent at ``notify_level = "info"``; a closed incident or
+#: a read note is not).
+ALERT_EVENTS = (
+    "incident-opened",
+    "incident-changed",
+    "early-warning",
+    "run-stalled",
+    "run-crashed",
+    "run-finished",
+)
 
 
 def worth_alerting(event: WatchEvent, level: str) -> bool:

@@ -13,6 +13,9 @@ scrapes, so ``trainlens_seconds_since_last_record`` is current at every scrape:
   ``trainlens_seconds_since_last_record{run}``, ``trainlens_run_stalled{run}`` (0/1),
   ``trainlens_last_record_timestamp_seconds{run}`` (unix time the newest record was read:
   ``time() - ...`` in a rule, and it survives a restarted watch's first scrapes);
+  ``trainlens_run_stalled`` is 0 for a run that ended, whatever its last record's age;
+- ``trainlens_run_state{run, state}``: 1 for the run's state now, 0 for the others
+  (running, finished, crashed, stalled: docs/watch.md, "Run states");
 - ``trainlens_findings_total{run, code, severity}``: findings opened (a counter);
 - ``trainlens_incidents_open{run, severity}``: incidents open now (announced ones: one
   held back, docs/watch.md, is not yet);
@@ -41,6 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from trainlens.core.names import tensor_family
+from trainlens.core.runstate import STATES
 from trainlens.core.sanitize import terminal
 from trainlens.watch.events import WatchEvent
 from trainlens.watch.settings import parse_host_port
@@ -112,6 +116,11 @@ def _run_gauges(runs: list[Any], tensors: int, now: float) -> Iterator[Any]:
         "last_record_timestamp_seconds", "Unix time the newest record of the run was read"
     )
     stalled = gauge("run_stalled", "1 while the run counts as stalled")
+    run_state = gauge(
+        "run_state",
+        "1 for the run's state now: running, finished, crashed or stalled",
+        ("run", "state"),
+    )
     open_ = gauge("open_findings", "Findings open now", ("run", "severity"))
     inc_open = gauge("incidents_open", "Incidents open now", ("run", "severity"))
     # label values come from the input; prometheus_client escapes what the exposition
@@ -133,7 +142,10 @@ def _run_gauges(runs: list[Any], tensors: int, now: float) -> Iterator[Any]:
         if live.last_arrival is not None:
             since.add_metric([name], live.seconds_since_record(now))
             last_record.add_metric([name], live.last_arrival)
-        stalled.add_metric([name], 1.0 if live.stalled else 0.0)
+        now = live.state
+        stalled.add_metric([name], 1.0 if now == "stalled" else 0.0)
+        for st in STATES:
+            run_state.add_metric([name, st], 1.0 if now == st else 0.0)
         counts = {s: 0 for s in SEVERITIES}
         by_sev = dict(counts)
         for f in findings:
@@ -143,7 +155,18 @@ def _run_gauges(runs: list[Any], tensors: int, now: float) -> Iterator[Any]:
         for sev in SEVERITIES:
             open_.add_metric([name, sev], counts[sev])
             inc_open.add_metric([name, sev], by_sev[sev])
-    yield from (metric, omitted, last_step, sps, since, last_record, stalled, inc_open, open_)
+    yield from (
+        metric,
+        omitted,
+        last_step,
+        sps,
+        since,
+        last_record,
+        stalled,
+        run_state,
+        inc_open,
+        open_,
+    )
 
 
 def exported_values(

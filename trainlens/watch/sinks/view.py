@@ -1,7 +1,8 @@
 """The live terminal view (a TTY without ``--json``), drawn with rich.
 
-Per run: the last step, the steps/s it is making, the time since its last record (red once
-the run counts as stalled), its open incidents (severity, headline, age), and the last
+Per run: its state (running, finished, crashed, stalled: docs/watch.md), the last step,
+the steps/s it is making, the time since its last record (red once the run counts as
+stalled), its open incidents (severity, headline, age), and the last
 value of each metric of the minimum dashboard with a sparkline of its recent values (one
 point per refresh); below, the latest events, newest first. Redrawn at most four times a
 second.
@@ -30,6 +31,17 @@ DASHBOARD = (
 )
 BLOCKS = "▁▂▃▄▅▆▇█"
 STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+STATE_STYLE = {"finished": "green", "crashed": "bold red", "stalled": "bold red", "running": "dim"}
+
+
+def state_text(live: Any) -> str:
+    """``running``, ``stalled``, ``finished``, ``crashed (RuntimeError)``: the error type
+    comes from the input, made printable."""
+    state = str(getattr(live, "state", "running"))
+    end = getattr(live, "end", None)
+    if end is not None and end.error:
+        state += f" ({terminal(end.error)})"
+    return state
 
 
 def sparkline(values: list[float]) -> str:
@@ -136,6 +148,7 @@ class LiveView:
             rate = live.steps_per_sec()
             # rich strips only some control codes (not ESC sequences' tails, not bidi)
             line = Text(terminal(live.name), "bold")
+            line.append(f"  {state_text(live)}", STATE_STYLE.get(getattr(live, "state", ""), ""))
             line.append(f"  step {live.last_step if live.last_step is not None else '—'}")
             line.append(f"  {_num(rate)} steps/s" if rate is not None else "  — steps/s")
             if since is not None:
