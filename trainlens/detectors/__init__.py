@@ -66,6 +66,7 @@ FAMILIES = (
     "DATA",
     "MFU",
     "CKPT",
+    "REF",  # the gate's golden-curve checks (trainlens/gate/reference.py)
 )
 
 _CODE = re.compile(r"([A-Z]+)(\d{3})")

@@ -5,10 +5,10 @@ Every W&B run, online or offline, leaves a complete local copy of what it logged
 offline). Its history records hold every ``wandb.log`` call at full resolution (the
 public API's ``run.history()`` samples 500 points). Read here:
 
-- **History**: each item is a metric at the record's ``_step``; ``_timestamp`` is the
-  wall time; ``_step``, ``_runtime`` and ``_timestamp`` are W&B's own and not metrics.
-  A run whose trainer logs its step as a metric (Lightning's ``trainer/global_step``,
-  HF's ``train/global_step``) is at that step (:mod:`trainlens.readers._wandb_steps`).
+- **History**: each item is a metric at the record's ``_step`` (or, where the trainer
+  logs its own step, ``trainer/global_step`` / ``train/global_step``, at that:
+  :mod:`trainlens.readers._wandb_steps`); ``_timestamp`` is the wall time; ``_step``,
+  ``_runtime`` and ``_timestamp`` are W&B's own and not metrics.
   A nested dict (``{"eval": {"loss": x}}``) is W&B's nested key, read as ``eval.loss``
   as W&B shows it; a key written with slashes (``train/loss``) keeps them. Values that are
   no number (media, tables, strings) are left out and counted in one note.
@@ -21,14 +21,14 @@ public API's ``run.history()`` samples 500 points). Read here:
   :mod:`trainlens.runconfig` finds the declared schedule and the model size; the run's
   name is its display name, ``metadata["wandb"]`` holds its id, project, entity, host
   and start time, ``metadata["summary"]`` the ``files/wandb-summary.json`` when there.
-- **Layout**: one ``.wandb`` file; one run folder; or a folder of run folders (W&B's
+- **Layout**: one ``.wandb`` file, one run folder, or a folder of run folders (W&B's
   ``wandb/``): each run id one run. A resumed run (``resume=`` with the same id) writes
   a new folder: the folders of one id are read in the order of their date and
   concatenated, so a step going back is a restart (:func:`trainlens.core.run.build_run`).
   ``latest-run`` (a link to one of them) is not read twice.
 
-Damage (a truncated file, a bad checksum) is a data-quality note naming the block and
-byte offset; every sound record is kept (see :mod:`trainlens.readers._wandb_log`).
+Damage (a truncated file, a bad checksum) is a data-quality note naming the block and byte
+offset; every sound record is kept (:mod:`trainlens.readers._wandb_log`).
 """
 
 from __future__ import annotations
@@ -447,8 +447,7 @@ def _from_compiled(log: _Log, c: Compiled) -> tuple[pl.DataFrame, list[int] | No
 def _blocked(
     history: pl.DataFrame, stats: pl.DataFrame | None
 ) -> tuple[pl.DataFrame, list[int] | None]:
-    """History in blocks (an Enum of its metrics, in order) with the system metrics
-    appended as blocks of their own, one Enum over both."""
+    """History in blocks (an Enum of its metrics, in order), system metrics after it."""
     metric = history.get_column("metric")
     names = [str(c) for c in metric.dtype.categories.to_list()]  # type: ignore[attr-defined]
     import numpy as np  # (the lanes that made this frame imported it already)
@@ -574,9 +573,8 @@ def _read_group(source: Path, files: list[Path], opts: ReadOptions) -> Run:
     )
     if METADATA_KEY in metadata and run.frame.height:
         run.metadata[METADATA_KEY]["step"] = run.frame.get_column("step").max()
-    # system metrics are sampled on W&B's clock (every 15 s) and placed at the last step
-    # logged before each sample: on steps slower than that, several samples share a step
-    # by design, which is no repeated step worth a note
+    # system metrics (sampled every 15 s, at the last step logged before each sample) share
+    # a step by design on slow steps: no repeated step worth a note
     sampled = {c for c, raw in run.raw_names.items() if raw.startswith(SYSTEM_PREFIX)}
     run.data_quality = [
         i
