@@ -30,7 +30,8 @@ def _rows(out: Path) -> list[dict[str, Any]]:
     path = out / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r for r in rows if "event" not in r]  # (the end record close() writes)
 
 
 def _run(

@@ -105,6 +105,6 @@ def test_the_bound_is_a_setting_and_a_flag(capsys: pytest.CaptureFixture[str]) -
     code = main(["watch", str(run), "--once", "--json", "--prometheus-tensors", "-1"])
     assert code == 2
     assert (
-        "'prometheus_tensors' must be a whole number of at least 0, not -1"
+        "--prometheus-tensors must be a whole number of at least 0, not -1"
         in capsys.readouterr().err
     )

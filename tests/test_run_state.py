@@ -433,7 +433,14 @@ def test_prometheus_exports_the_state_and_no_stall_for_an_ended_run(tmp_path: Pa
         live.check_stall()
 
     sink = SimpleNamespace(
-        lock=threading.Lock(), runs=[ended, killed], opened={}, incidents={}, early={}, events=0
+        lock=threading.Lock(),
+        runs=[ended, killed],
+        opened={},
+        incidents={},
+        early={},
+        events=0,
+        tensors=8,
+        clock=time.time,
     )
 
     got = {
@@ -621,8 +628,9 @@ def test_the_shipped_rules_page_for_a_crash_and_not_for_a_finished_run(tmp_path:
                                 "exp_labels": {"severity": "critical", "run": "gone"},
                                 "exp_annotations": {
                                     "summary": "gone: no new record",
-                                    "description": "gone has not logged for 1 (stalled flag "
-                                    "or seconds). Is the job hung, crashed or waiting on I/O?\n",
+                                    "description": "gone has logged nothing for longer than "
+                                    "its usual gap between records allows (or for 30 minutes)."
+                                    " Is the job hung, crashed or waiting on I/O?\n",
                                 },
                             }
                         ],

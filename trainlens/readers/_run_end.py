@@ -54,9 +54,11 @@ def _last_object(data: bytes) -> object:
         s = line.strip()
         if not s:
             continue
+        if not s.startswith(b"{") or s.count(b"{") > 64:
+            return None  # no end record: those are one flat object (a deep line is no end)
         try:
             return json.loads(s)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None  # a line still being written (or a broken one): no end yet
     return None
 

@@ -142,10 +142,10 @@ def _run_gauges(runs: list[Any], tensors: int, now: float) -> Iterator[Any]:
         if live.last_arrival is not None:
             since.add_metric([name], live.seconds_since_record(now))
             last_record.add_metric([name], live.last_arrival)
-        now = live.state
-        stalled.add_metric([name], 1.0 if now == "stalled" else 0.0)
+        state = live.state
+        stalled.add_metric([name], 1.0 if state == "stalled" else 0.0)
         for st in STATES:
-            run_state.add_metric([name, st], 1.0 if now == st else 0.0)
+            run_state.add_metric([name, st], 1.0 if state == st else 0.0)
         counts = {s: 0 for s in SEVERITIES}
         by_sev = dict(counts)
         for f in findings:
