@@ -31,6 +31,18 @@ DOCS = REPO / "docs"
 BENCH = REPO / "bench"
 
 
+@pytest.fixture(autouse=True)
+def _mlflow_forgets_its_experiment():
+    """``mlflow.set_experiment`` is remembered by the process (the fluent API's active
+    experiment and ``MLFLOW_EXPERIMENT_ID``): a later test's new store has no such
+    experiment ("Could not find experiment with ID 1"), which depended on the order."""
+    yield
+    fluent = sys.modules.get("mlflow.tracking.fluent")
+    if fluent is not None:
+        fluent._active_experiment_id = None  # type: ignore[attr-defined]
+        os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+
+
 @functools.cache
 def _all_labels() -> dict[str, Any]:
     if not LABELS_PATH.is_file() or not FIXTURE_RUNS.is_dir():
