@@ -29,7 +29,9 @@ import polars as pl
 
 from trainlens.core.names import Alias, AliasTable
 from trainlens.core.run import DataIssue
-from trainlens.readers._wide import wide_to_long
+from trainlens.readers import _step_rule
+from trainlens.readers._step_rule import StepGuess
+from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long
 
 MIB = float(1 << 20)
 
@@ -424,27 +426,35 @@ def recognise(df: pl.DataFrame, path: Path) -> Layout | None:
 
 @dataclass
 class Adapted:
-    """What the JSONL reader reads: the frame (adapted when a layout was recognised), its
-    line numbers, the step/clock columns for ``wide_to_long``, the aliases, metadata."""
+    """What the JSONL reader reads: the frame (adapted when a layout was recognised, or
+    its step found by rule), its line numbers, the step/clock columns for
+    ``wide_to_long``, the aliases, metadata."""
 
     df: pl.DataFrame
     line_numbers: pl.Series
     aliases: AliasTable
     layout: Layout | None = None
     metadata: dict[str, object] = field(default_factory=dict)
+    guess: StepGuess | None = None
 
     def notes(self, source: str) -> list[DataIssue]:
+        if self.guess is not None:
+            return [
+                DataIssue(kind="inferred-step", source=source, message=n, severity="info")
+                for n in self.guess.notes
+            ]
         return self.layout.issues(source) if self.layout else []
 
     def to_long(self, source: str, unit: str) -> tuple[pl.DataFrame, list[DataIssue], list[int]]:
         """:func:`trainlens.readers._wide.wide_to_long` with the layout's step and clock."""
-        lay = self.layout
+        lay, guess = self.layout, self.guess
         return wide_to_long(
             self.df,
             source=source,
             line_numbers=self.line_numbers,
             unit=unit,
-            step_key=lay.step_key if lay else None,
+            step_key=lay.step_key if lay else guess.step_key if guess else None,
+            step_name=guess.step_name if guess else None,
             time_key=lay.time_key if lay else None,
             no_wall_time=lay.no_wall_time if lay else False,
         )
@@ -453,10 +463,15 @@ class Adapted:
 def adapt(
     df: pl.DataFrame, line_numbers: pl.Series, path: Path, aliases: AliasTable, *, use: bool
 ) -> Adapted:
-    """``df`` read as its framework's layout when one is recognised (and ``use``)."""
+    """``df`` read as its framework's layout when one is recognised (and ``use``), else
+    at the step a rule finds (:mod:`trainlens.readers._step_rule`) when the usual step
+    keys give none the plain reading would read right."""
     layout = recognise(df.with_columns(line_numbers.alias("_line")), path) if use else None
     if layout is None:
-        return Adapted(df, line_numbers, aliases)
+        guess = _step_rule.resolve(df, find_key(df.columns, STEP_KEYS)) if use else None
+        if guess is None:
+            return Adapted(df, line_numbers, aliases)
+        return Adapted(guess.df, line_numbers, aliases, metadata=guess.metadata, guess=guess)
     return Adapted(
         layout.df.drop("_line"),
         layout.df.get_column("_line"),
