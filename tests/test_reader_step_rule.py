@@ -153,7 +153,7 @@ def test_step_words() -> None:
     assert step_word("optimizer.iterations") == "iteration"
     assert step_word("n_batches") == "batch"
     assert step_word("GLOBAL_STEP") == "global_step"
-    for name in ("step_time", "steps_per_sec", "time/step", "max_steps", "loss", "stepsize"):
+    for name in ("step_time", "steps_per_sec", "time/step", "per_step", "loss", "stepsize"):
         assert step_word(name) is None, name
 
 

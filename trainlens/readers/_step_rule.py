@@ -76,10 +76,15 @@ _WORDS = {
     "batches": "batch",
     "epoch": "epoch",
     "epochs": "epoch",
+    # reinforcement learning's count of environment steps (`total timesteps`)
+    "timestep": "step",
+    "timesteps": "step",
 }
 _SPLIT = re.compile(r"[_/ .:-]+")
-# a word before the step word that makes the name a rate, size or budget, not a count
-_NOT_A_COUNT = frozenset({"per", "max", "total", "warmup", "size", "time", "ms", "sec", "s"})
+# a word before the step word that makes the name a rate or a duration, not a count (a
+# budget such as `max_steps` or `total_steps` is constant: the rise rule refuses it, while
+# `total/steps`, OpenAI baselines' running count, is the step)
+_NOT_A_COUNT = frozenset({"per", "time", "ms", "sec", "s"})
 _FRACTION = r"^\s*([0-9]+)\s*/\s*([0-9]+)\s*$"
 
 

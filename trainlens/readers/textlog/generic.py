@@ -110,6 +110,7 @@ class Pairs:
             )
             .with_columns(_step_word_alone(pl.col("key")).alias("key"))
             .pipe(_evaluation_lines)
+            .pipe(_repeats_after_evaluation)
             # a one-letter key is a unit or a fragment (`Time: 8m 32s`), not a metric
             .filter(pl.col("key").str.len_chars() > 1)
         )
@@ -206,6 +207,21 @@ def _evaluation_lines(pairs: pl.DataFrame) -> pl.DataFrame:
             .alias("key")
         )
         .drop("_eval")
+    )
+
+
+_EVAL_KEY = r"(?i)^(?:val|valid|validation|eval|evaluation|test|dev)\b"
+
+
+def _repeats_after_evaluation(pairs: pl.DataFrame) -> pl.DataFrame:
+    """A key said again on its line after an evaluation's key (`Train Loss: 11.2 | Token
+    Acc: 0.05 | Val Loss: 10.9 | Token Acc: 0.07`) is the evaluation's: ``val/<key>``
+    (read as one name, the validation accuracy overwrote the training one)."""
+    at = pl.when(pl.col("key").str.contains(_EVAL_KEY)).then(pl.col("field")).min().over("lineno")
+    again = pl.col("field").cum_count().over("lineno", "key") > 1
+    later = at.is_not_null() & (pl.col("field") > at) & again
+    return pairs.with_columns(
+        pl.when(later).then(pl.lit("val/") + pl.col("key")).otherwise(pl.col("key")).alias("key")
     )
 
 
