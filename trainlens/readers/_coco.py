@@ -22,7 +22,7 @@ EVAL = re.compile(r"^(?:val/)?(bbox|segm|keypoints|sem_seg|panoptic_seg|box_prop
 # the results COCOeval leaves undefined when nothing fits: detectron2 writes NaN ...
 _AP = re.compile(r"^(?:val/)?(?:bbox|segm|keypoints)/AP")
 # ... and OpenMMLab's CocoMetric the -1 itself (`coco/bbox_mAP_s`, mmpose's `coco/AP (M)`)
-_MM_AP = re.compile(r"^(?:val/|test/)?coco/.*\b(?:m?AP|AR)", re.IGNORECASE)
+_MM_AP = re.compile(r"^(?:val/|test/)?coco/(?:.*[/_ ])?(?:m?AP|AR)", re.IGNORECASE)
 
 
 def undefined_note(n: int) -> str:
