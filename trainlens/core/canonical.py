@@ -294,11 +294,8 @@ def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[
     nxt = pl.col("step").shift(-1).over("metric")
     df = df.with_columns(
         (pl.col("step") < prev).fill_null(False).alias("_back"),
-        # a value behind the one before it whose next is ahead of both: a line logged out
-        # of order, or two writers appending to one file in turn (two ranks both logging:
-        # 1020, 1010, 1030, 1020, …) — no resume, nothing to supersede. A resume goes on
-        # from where it went back to (its next step is at most the one it went back from)
-        ((pl.col("step") < prev) & (nxt > prev)).fill_null(False).alias("_aside"),
+        # (in this context: the window's groups are built once for both shifts)
+        (nxt > prev).fill_null(False).alias("_ahead"),
         prev.alias("_prev_step"),
         # a repeated step is worth a note only when it disagrees with what was logged
         # (Lightning's CSV repeats `epoch` on every row of a step)
@@ -308,6 +305,18 @@ def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[
         )
         .fill_null(False)
         .alias("_dup"),
+    )
+    if not df.get_column("_back").any():
+        dups = df.filter(pl.col("_dup"))
+        if dups.height:
+            issues.extend(_duplicate_issues(dups, source))
+        return df.with_columns(pl.lit(False).alias("superseded")).select(list(FRAME_SCHEMA)), issues
+    df = df.with_columns(
+        # a value behind the one before it whose next is ahead of both: a line logged out
+        # of order, or two writers appending to one file in turn (two ranks both logging:
+        # 1020, 1010, 1030, 1020, …) — no resume, nothing to supersede. A resume goes on
+        # from where it went back to (its next step is at most the one it went back from)
+        (pl.col("_back") & pl.col("_ahead")).alias("_aside"),
     )
     aside = df.filter(pl.col("_aside"))
     if aside.height >= _INTERLEAVED:

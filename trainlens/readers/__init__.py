@@ -58,8 +58,9 @@ BINARY_FORMATS = frozenset(
 NOT_KNOWN = (
     "not a format trainlens knows; it reads JSONL, CSV/TSV, parquet, TensorBoard, MLflow, "
     "W&B runs, HF trainer_state.json, Keras history, frameworks' own files (detectron2, "
-    "MMEngine, Ultralytics, timm, fastai, fairseq, LLaMA-Factory, Ray, DVCLive, Sacred, "
-    "SB3 …) and text logs of `step N: name value` lines (docs/formats.md lists them)"
+    "MMEngine, Ultralytics, YOLOX, timm, fastai, fairseq, LLaMA-Factory, Ray, DVCLive, "
+    "Sacred, Stable-Baselines3 …) and text logs of `step N: name value` lines "
+    "(docs/formats.md lists them)"
 )
 NOT_KNOWN_HINT = "use --reader to force one, or --regex for another text log shape"
 
