@@ -7,7 +7,9 @@ it (docs/formats.md, "Held-out check", names the files; they are not in this rep
   says nothing of chance (detectron2 `total_loss` 1.83 read as ln 6 made a detection
   head's `fg_cls_accuracy` "at the chance of 6 classes").
 - LLaMA-Factory writes `throughput` 0 when it counts no tokens: no measurement.
-- YOLOX's `after_iter` lines and pycocotools' summary lines.
+- YOLOX's `after_iter` lines and pycocotools' summary lines (written here in the layout
+  of YOLOX's `Trainer.after_iter` and `COCOeval.summarize`, checked against the public
+  logs tkp153/ML and 851624623/YOLOX; YOLOX pins its own torch and is not installed).
 - MMEngine keys with a space (`coco/AP .5`), cut at the space before.
 - A log whose last launch finished after earlier crashed ones is finished.
 - Two writers appending to one file in turn are no chain of restarts.
