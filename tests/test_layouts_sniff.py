@@ -55,3 +55,25 @@ def test_trainer_state_with_bom_is_hf_trainer(tmp_path: Path) -> None:
     path = tmp_path / "trainer_state.json"
     path.write_bytes(BOM + json.dumps(state).encode())
     assert detect_format(path) == "hf-trainer"
+
+
+def test_an_unknown_format_names_what_is_read_and_where_it_is_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The message lists today's readers (frameworks' files among them), points to
+    docs/formats.md, and names the flag that exists (--reader, not the old --format)."""
+    path = tmp_path / "notes.txt"
+    path.write_text("We trained a model.\nIt went fine.\n")
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "not a format trainlens knows" in err and "docs/formats.md" in err
+    for named in ("JSONL", "TensorBoard", "detectron2", "MMEngine", "Ultralytics", "--reader"):
+        assert named in err, named
+    assert "--format" not in err and err.count("\n") == 1
+    # and every framework it names has a row in docs/formats.md
+    from tests.conftest import REPO
+    from trainlens.readers import NOT_KNOWN
+
+    listed = NOT_KNOWN.split("own files (", 1)[1].split(" …)", 1)[0].split(", ")
+    doc = (REPO / "docs" / "formats.md").read_text()
+    assert [n for n in listed if f"| {n}" not in doc] == []

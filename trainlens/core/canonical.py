@@ -291,8 +291,12 @@ def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[
         return df.with_columns(pl.lit(False).alias("superseded")), issues
     df = df.with_row_index("_row")
     prev = pl.col("step").shift(1).over("metric")
+    nxt = pl.col("step").shift(-1).over("metric")
     df = df.with_columns(
         (pl.col("step") < prev).fill_null(False).alias("_back"),
+        # (in this context: the window's groups are built once for both shifts)
+        (nxt > prev).fill_null(False).alias("_ahead"),
+        prev.alias("_prev_step"),
         # a repeated step is worth a note only when it disagrees with what was logged
         # (Lightning's CSV repeats `epoch` on every row of a step)
         (
@@ -302,6 +306,29 @@ def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[
         .fill_null(False)
         .alias("_dup"),
     )
+    if not df.get_column("_back").any():
+        dups = df.filter(pl.col("_dup"))
+        if dups.height:
+            issues.extend(_duplicate_issues(dups, source))
+        return df.with_columns(pl.lit(False).alias("superseded")).select(list(FRAME_SCHEMA)), issues
+    df = df.with_columns(
+        # a value behind the one before it whose next is ahead of both: a line logged out
+        # of order, or two writers appending to one file in turn (two ranks both logging:
+        # 1020, 1010, 1030, 1020, …) — no resume, nothing to supersede. A resume goes on
+        # from where it went back to (its next step is at most the one it went back from)
+        (pl.col("_back") & pl.col("_ahead")).alias("_aside"),
+    )
+    aside = df.filter(pl.col("_aside"))
+    if aside.height >= _INTERLEAVED:
+        # two writers in turn: a step back no farther than they ever lagged each other
+        # (one pausing to save a checkpoint: 1050, 1040, 1050) is the same interleaving
+        lag = aside.select((pl.col("_prev_step") - pl.col("step")).max()).item()
+        within = pl.col("_back") & ((pl.col("_prev_step") - pl.col("step")) <= lag)
+        df = df.with_columns((pl.col("_aside") | within).alias("_aside"))
+        aside = df.filter(pl.col("_aside"))
+    if aside.height:
+        issues.append(_aside_issue(aside, source))
+        df = df.with_columns((pl.col("_back") & ~pl.col("_aside")).alias("_back"))
     if not df.get_column("_back").any():
         dups = df.filter(pl.col("_dup"))
         if dups.height:
@@ -371,6 +398,38 @@ def mark_restarts(df: pl.DataFrame, *, source: str) -> tuple[pl.DataFrame, list[
     if dups.height:
         issues.extend(_duplicate_issues(dups, source))
     return df.select(list(FRAME_SCHEMA)), issues
+
+
+#: values aside their neighbours that make a file two writers' in turn, not a stray line
+_INTERLEAVED = 3
+
+
+def _aside_issue(aside: pl.DataFrame, source: str) -> DataIssue:
+    """The note for values logged behind their neighbours (see ``_aside``)."""
+    where = pl.col("_line") if "_line" in aside.columns else pl.col("_row") + 1
+    unit = "line" if "_line" in aside.columns else "row"
+    first = aside.select(where.first(), pl.col("step").first()).row(0)
+    n = aside.height
+    many = n >= _INTERLEAVED
+    return DataIssue(
+        kind="out-of-order",
+        source=source,
+        location=f"{unit} {int(first[0])}",
+        message=(
+            f"{n} value(s) logged behind the step before them and followed by a later one "
+            f"(first: step {int(first[1])}); "
+            + (
+                "two writers append to this file in turn (two processes or ranks each "
+                "logging the run): read as one run, not as restarts; where both logged a "
+                "step, the last value stands"
+                if many
+                else "read in step order, not as a restart"
+            )
+        ),
+        count=n,
+        severity="warning" if many else "info",
+        details={"first_step": int(first[1])},
+    )
 
 
 def _duplicate_issues(dups: pl.DataFrame, source: str) -> list[DataIssue]:

@@ -25,7 +25,7 @@ SHORT_LABEL = {
     "train/loss": "loss",
 }
 
-_FACTOR = re.compile(r"×\s?[0-9][0-9.]*")
+_FACTOR = re.compile(r"×\s?[0-9][0-9.]*(?:e[+-]?[0-9]+)?")  # (×1e+05 too: it was "×1")
 
 
 @dataclass(frozen=True)

@@ -277,6 +277,10 @@ def _jump_move(
     level = float(np.median(v[max(0, k - LEVEL_POINTS) : k]))
     if abs(math.log(v[k] / level)) < math.log(p.lr_jump):
         return None
+    if (v[k] > level) != (sign > 0):
+        # the change slowed the other way, the level did not move that way: a warmup's
+        # ramp flattening is no fall (it was told "lr fell ×3" of an LR that rose ×3)
+        return None
     r = int(np.searchsorted(s, sc.reach, side="right")) - 1
     if r > k and abs(math.log(v[r] / level)) < math.log(p.lr_jump):
         return None

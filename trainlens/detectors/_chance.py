@@ -15,12 +15,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainlens.core.run import Run
+from trainlens.core.units import loss_parts
 
 # accuracy-like metrics, by their canonical names (train/accuracy, val/accuracy,
 # val/accuracy/<set>, val/<set>_accuracy, train/acc, top1 …); validation first: it is
 # what a run is judged on
-_ACCURACY = re.compile(r"(?:^|[/_])(?:acc|accuracy|top1|top_1|acc1|acc_top1)(?:$|[/_])")
-_NOT = re.compile(r"balanced|_vs_|loss|err")
+# (words may be apart by a space and capitalised as a text log prints them: `Token Acc`)
+_ACCURACY = re.compile(
+    r"(?:^|[/_ ])(?:acc|accuracy|top1|top_1|acc1|acc_top1)(?:$|[/_ ])", re.IGNORECASE
+)
+_NOT = re.compile(r"balanced|_vs_|loss|err", re.IGNORECASE)
 
 #: an accuracy that never rose this much (absolute, as a fraction) above where it
 #: started, nor 3 of its noise sigmas, did not improve
@@ -74,10 +78,11 @@ def _noise(v: np.ndarray) -> float:
     return float(np.median(np.abs(d - np.median(d)))) * 1.4826 / math.sqrt(2)
 
 
-def judge(run: Run, metric: str, since: int, loss_level: float) -> Accuracy | None:
+def judge(run: Run, metric: str, since: int, loss_level: float | None) -> Accuracy | None:
     """What ``metric`` did from step ``since`` on (all of it when too little is left
-    there); ``loss_level`` is the loss' early level, for the ln k check. None when it has
-    too few values or does not read as a fraction or a percentage."""
+    there); ``loss_level`` is the loss' early level, for the ln k check (None: the loss
+    is no single cross-entropy, so no ln k). None when it has too few values or does not
+    read as a fraction or a percentage."""
     s, v = run.series(metric, finite=True)
     if (s >= since).sum() >= MIN_VALUES:
         s, v = s[s >= since], v[s >= since]
@@ -96,7 +101,7 @@ def judge(run: Run, metric: str, since: int, loss_level: float) -> Accuracy | No
     if not improved:
         if best <= ZERO:
             chance = 0.0
-        elif 0.5 < loss_level < 14.0:  # ln 2 … ln 1.2M: k classes at the uniform guess
+        elif loss_level is not None and 0.5 < loss_level < 14.0:  # ln 2 … ln 1.2M: k classes
             k = round(math.exp(loss_level))
             mean = float(v.mean())
             if (
@@ -121,9 +126,18 @@ def accuracies(run: Run, since: int, loss_level: float) -> list[Accuracy]:
     accuracy against the validation loss' median for the ln k check (when logged), a
     training one against ``loss_level`` (the train loss' early level)."""
     val_level = _level(run, "val/loss")
+    # a loss that is the sum of several parts (a detector's total_loss: classification,
+    # box regression, masks …) is no cross-entropy over the classes an accuracy counts:
+    # its level says nothing of k (detectron2's total 1.83 read as ln 6 made a detection
+    # head's fg_cls_accuracy "at the chance of 6 classes")
+    summed = len(loss_parts(n for m, n in run.raw_names.items() if m != "train/loss")) >= 2
     out = []
     for m in accuracy_metrics(run.metrics):
-        level = val_level if m.startswith("val") and val_level is not None else loss_level
+        level: float | None = (
+            val_level if m.startswith("val") and val_level is not None else loss_level
+        )
+        if summed:
+            level = None
         a = judge(run, m, since, level)
         if a is not None:
             out.append(a)

@@ -54,6 +54,16 @@ BINARY_FORMATS = frozenset(
     {"wandb-run", "tensorboard", "mlflow", "parquet"}
 )  # (an MLflow sqlite database)
 
+#: what a file no reader takes is told (kept short: docs/formats.md has the whole list)
+NOT_KNOWN = (
+    "not a format trainlens knows; it reads JSONL, CSV/TSV, parquet, TensorBoard, MLflow, "
+    "W&B runs, HF trainer_state.json, Keras history, frameworks' own files (detectron2, "
+    "MMEngine, Ultralytics, YOLOX, timm, fastai, fairseq, LLaMA-Factory, Ray, DVCLive, "
+    "Sacred, Stable-Baselines3 …) and text logs of `step N: name value` lines "
+    "(docs/formats.md lists them)"
+)
+NOT_KNOWN_HINT = "use --reader to force one, or --regex for another text log shape"
+
 __all__ = ["FORMATS", "ReadOptions", "detect_format", "folder_runs", "read_runs"]
 
 
@@ -168,11 +178,7 @@ def detect_format(path: Path) -> str:
             if fmt == "csv" and _module("text").has_metric_line(h):
                 return "text"
             return fmt
-    raise UnreadableInputError(
-        f"{path}: not a format trainlens knows (JSONL, CSV/TSV, parquet, TensorBoard events, "
-        "MLflow, W&B runs, trainer_state.json, Megatron or llm.c text logs)",
-        hint="use --format to force one, or --regex for another text log shape",
-    )
+    raise UnreadableInputError(f"{path}: {NOT_KNOWN}", hint=NOT_KNOWN_HINT)
 
 
 def read_runs(
@@ -278,6 +284,10 @@ def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
         for run in runs:
             _fwtables.finish(run)
     # --- end CSV-family frameworks
+    from trainlens.readers import _coco
+
+    for run in runs:
+        _coco.drop_undefined(run)  # (COCO's NaN or -1 results: no ground truth, no value)
     return runs
 
 

@@ -29,7 +29,9 @@ import polars as pl
 
 from trainlens.core.names import Alias, AliasTable
 from trainlens.core.run import DataIssue
-from trainlens.readers._wide import wide_to_long
+from trainlens.readers import _coco, _step_rule
+from trainlens.readers._step_rule import StepGuess
+from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long
 
 MIB = float(1 << 20)
 
@@ -84,7 +86,7 @@ class Layout:
 
 # evaluation results detectron2's trainer puts in the same storage (``DatasetEvaluators``
 # name them <task>/<metric>: bbox/AP, segm/AP50, sem_seg/mIoU, panoptic_seg/PQ)
-_D2_EVAL = re.compile(r"^(bbox|segm|keypoints|sem_seg|panoptic_seg|box_proposals)/")
+_D2_EVAL = _coco.EVAL
 
 
 def _detectron2(df: pl.DataFrame, path: Path) -> Layout | None:
@@ -130,13 +132,7 @@ def _detectron2(df: pl.DataFrame, path: Path) -> Layout | None:
     if renames:
         notes.append(
             f"{len(renames)} evaluation result(s) (bbox/AP, …; detectron2 writes them in "
-            "percent) read as val/<name>"
-            + (
-                f"; {n_nan} NaN result(s) left out (COCO's mark for no ground truth of that "
-                "size or category)"
-                if n_nan
-                else ""
-            )
+            "percent) read as val/<name>" + (f"; {_coco.undefined_note(n_nan)}" if n_nan else "")
         )
     return Layout(
         "detectron2",
@@ -315,6 +311,13 @@ def _seconds(text: pl.Series) -> pl.Series:
     return (days * 86400 + h * 3600 + m * 60 + s).alias("_elapsed")
 
 
+def _all_zero(df: pl.DataFrame, col: str) -> bool:
+    """Every value of ``col`` (numbers, or their text) is 0."""
+    v = df.get_column(col).cast(pl.String).str.strip_chars().cast(pl.Float64, strict=False)
+    v = v.drop_nulls()
+    return v.len() > 0 and bool((v == 0).all())
+
+
 def _llamafactory(df: pl.DataFrame, path: Path) -> Layout | None:
     cols = _cols(df)
     if not {"current_steps", "total_steps"} <= cols or not (
@@ -329,15 +332,25 @@ def _llamafactory(df: pl.DataFrame, path: Path) -> Layout | None:
     meta: dict[str, object] = {}
     if total.len() and total.dtype.is_numeric():
         meta["total_steps"] = int(total.max())  # type: ignore[arg-type]
-    df = df.drop(
-        [c for c in ("total_steps", "percentage", "elapsed_time", "remaining_time") if c in cols]
-    )
+    # LogCallback writes 0 for both unless the trainer counts tokens
+    # (`include_num_input_tokens_seen`): no measurement, not a stalled job
+    uncounted: list[str] = [
+        c for c in ("throughput", "total_tokens") if c in cols and _all_zero(df, c)
+    ]
+    progress = ("total_steps", "percentage", "elapsed_time", "remaining_time")
+    df = df.drop([c for c in progress if c in cols] + uncounted)
     notes = [
         "read as LLaMA-Factory's trainer_log.jsonl (LogCallback): `current_steps` is the "
         "step, `elapsed_time` (H:MM:SS since the start) the clock; `throughput` is tokens "
         "per second of the whole job (all ranks' input tokens over the elapsed time), "
         "`total_tokens` the input tokens seen"
     ]
+    if uncounted:
+        notes.append(
+            f"{' and '.join(f'`{c}`' for c in uncounted)} "
+            f"{'are' if len(uncounted) > 1 else 'is'} 0 on every line: the trainer "
+            "counted no tokens (`include_num_input_tokens_seen` off), so no throughput is read"
+        )
     return Layout(
         "llamafactory",
         df,
@@ -424,27 +437,35 @@ def recognise(df: pl.DataFrame, path: Path) -> Layout | None:
 
 @dataclass
 class Adapted:
-    """What the JSONL reader reads: the frame (adapted when a layout was recognised), its
-    line numbers, the step/clock columns for ``wide_to_long``, the aliases, metadata."""
+    """What the JSONL reader reads: the frame (adapted when a layout was recognised, or
+    its step found by rule), its line numbers, the step/clock columns for
+    ``wide_to_long``, the aliases, metadata."""
 
     df: pl.DataFrame
     line_numbers: pl.Series
     aliases: AliasTable
     layout: Layout | None = None
     metadata: dict[str, object] = field(default_factory=dict)
+    guess: StepGuess | None = None
 
     def notes(self, source: str) -> list[DataIssue]:
+        if self.guess is not None:
+            return [
+                DataIssue(kind="inferred-step", source=source, message=n, severity="info")
+                for n in self.guess.notes
+            ]
         return self.layout.issues(source) if self.layout else []
 
     def to_long(self, source: str, unit: str) -> tuple[pl.DataFrame, list[DataIssue], list[int]]:
         """:func:`trainlens.readers._wide.wide_to_long` with the layout's step and clock."""
-        lay = self.layout
+        lay, guess = self.layout, self.guess
         return wide_to_long(
             self.df,
             source=source,
             line_numbers=self.line_numbers,
             unit=unit,
-            step_key=lay.step_key if lay else None,
+            step_key=lay.step_key if lay else guess.step_key if guess else None,
+            step_name=guess.step_name if guess else None,
             time_key=lay.time_key if lay else None,
             no_wall_time=lay.no_wall_time if lay else False,
         )
@@ -453,10 +474,15 @@ class Adapted:
 def adapt(
     df: pl.DataFrame, line_numbers: pl.Series, path: Path, aliases: AliasTable, *, use: bool
 ) -> Adapted:
-    """``df`` read as its framework's layout when one is recognised (and ``use``)."""
+    """``df`` read as its framework's layout when one is recognised (and ``use``), else
+    at the step a rule finds (:mod:`trainlens.readers._step_rule`) when the usual step
+    keys give none the plain reading would read right."""
     layout = recognise(df.with_columns(line_numbers.alias("_line")), path) if use else None
     if layout is None:
-        return Adapted(df, line_numbers, aliases)
+        guess = _step_rule.resolve(df, find_key(df.columns, STEP_KEYS)) if use else None
+        if guess is None:
+            return Adapted(df, line_numbers, aliases)
+        return Adapted(guess.df, line_numbers, aliases, metadata=guess.metadata, guess=guess)
     return Adapted(
         layout.df.drop("_line"),
         layout.df.get_column("_line"),

@@ -154,6 +154,7 @@ def no_metrics(path: Path, end: RunEnd | None) -> str:
 
 _FINISHED = re.compile(
     rb"\[after training is done\]|exits successfully|exits with return code = 0\b"
+    rb"|Training of experiment is done"  # (YOLOX's Trainer.after_train)
 )
 _CRASHED = re.compile(
     rb"Traceback \(most recent call last\)|^\s*(?:\S+:\s*)?KeyboardInterrupt\s*$"
@@ -172,13 +173,19 @@ _EXCEPTION = re.compile(
 )
 
 
-def text_end(path: Path) -> RunEnd | None:
-    """The end a text log's last bytes say, or None."""
-    return text_end_of(tail(path))
+def text_end(path: Path, training: re.Pattern[bytes] | None = None) -> RunEnd | None:
+    """The end a text log's last bytes say, or None. ``training``: the lines the reader
+    took training steps from (its shapes'), beside the ones known here."""
+    return text_end_of(tail(path), training)
 
 
-def text_end_of(data: bytes) -> RunEnd | None:
-    last_train = max((m.end() for m in _TRAINING.finditer(data)), default=-1)
+def text_end_of(data: bytes, training: re.Pattern[bytes] | None = None) -> RunEnd | None:
+    # (a YOLOX log whose last launch finished after two crashed ones was "crashed": its
+    # training lines were not known here, so a traceback before them looked the last word)
+    last_train = max(
+        (m.end() for p in (_TRAINING, training) if p is not None for m in p.finditer(data)),
+        default=-1,
+    )
     fin = max((m.start() for m in _FINISHED.finditer(data)), default=-1)
     crash = max((m.start() for m in _CRASHED.finditer(data)), default=-1)
     at = max(fin, crash)
@@ -201,7 +208,9 @@ def attach(run: Run, end: RunEnd | None) -> None:
     if end is None:
         return
     if end.step is None and run.frame.height:
-        last = run.frame.get_column("step").max()
+        # the standing values' last step: a relaunch from step 0 ends where it ended, not
+        # where the superseded launch before it got to
+        last = run.standing().get_column("step").max()
         if isinstance(last, int):
             end = replace(end, step=last)
     run.metadata[METADATA_KEY] = end.to_dict()

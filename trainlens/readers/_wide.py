@@ -63,6 +63,7 @@ def wide_to_long(
     step_key: str | None = None,
     time_key: str | None = None,
     no_wall_time: bool = False,
+    step_name: str | None = None,
 ) -> tuple[pl.DataFrame, list[DataIssue], list[int]]:
     """Unpivot a wide table (a step column, maybe a time column, one column per metric)
     to (step, metric, value, wall_time) in file order within each metric, the metrics in
@@ -71,7 +72,8 @@ def wide_to_long(
     Non-numeric cells are counted and reported; missing cells are simply absent.
     ``step_key`` / ``time_key`` name the columns when a framework's layout says which
     (:mod:`trainlens.readers._native_json`); ``no_wall_time``: the file has no wall clock
-    (detectron2's ``time`` is seconds per iteration, not a timestamp)."""
+    (detectron2's ``time`` is seconds per iteration, not a timestamp); ``step_name``: the
+    logged name of a step column made by the reader, for the notes."""
     issues: list[DataIssue] = []
     cols = df.columns
     step_key = original_step_key = step_key or find_key(cols, STEP_KEYS)
@@ -155,7 +157,7 @@ def wide_to_long(
         )
     not_metrics = set(dropped)
     metric_names = [c for c in metric_cols if c not in not_metrics and schema[c] != pl.Null]
-    issues.extend(_stepless_rows(df, step_key, casts, source, unit, original_step_key))
+    issues.extend(_stepless_rows(df, step_key, casts, source, unit, step_name or original_step_key))
     # (columns keep the reader's chunks: a per-metric view is made one chunk when a
     # detector first asks for it, see Run.series_frame)
     wide = pl.DataFrame(

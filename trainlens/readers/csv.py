@@ -23,7 +23,7 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _fwtables, _shrink, _wandb
+from trainlens.readers import _fwtables, _shrink, _step_rule, _wandb
 from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long, without_pandas_index
 from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
 
@@ -191,7 +191,21 @@ def _one_run(
     if _fwtables.SOURCE_LINE in df.columns:  # rows were left out: each keeps its own line
         line_numbers = df.get_column(_fwtables.SOURCE_LINE).alias("_line")
         df = df.drop(_fwtables.SOURCE_LINE)
-    long, more, counts = wide_to_long(df, source=source, line_numbers=line_numbers)
+    # a step under another name, `N/M`, or counted again each epoch (the JSONL rule)
+    guess = _step_rule.resolve(df, find_key(df.columns, STEP_KEYS), "CSV")
+    if guess is not None:
+        df = guess.df
+        issues += [
+            DataIssue(kind="inferred-step", source=source, message=n, severity="info")
+            for n in guess.notes
+        ]
+    long, more, counts = wide_to_long(
+        df,
+        source=source,
+        line_numbers=line_numbers,
+        step_key=guess.step_key if guess else None,
+        step_name=guess.step_name if guess else None,
+    )
     if long.height == 0:
         raise UnreadableInputError(f"{source}: no numeric metric columns found")
     run = build_run(
@@ -203,6 +217,8 @@ def _one_run(
         issues=[*issues, *more],
         blocks=counts,
     )
+    if guess is not None:
+        run.metadata.update(guess.metadata)
     run.cursor[source] = size
     return run
 

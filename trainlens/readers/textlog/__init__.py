@@ -83,6 +83,7 @@ from trainlens.readers.textlog import (
     deepspeed,
     frameworks,
     generic,
+    registry,
     user_regex,
     values,
 )
@@ -157,7 +158,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         issues=notes.issues,
     )
     run.cursor[source] = end
-    _run_end.attach(run, _run_end.text_end(path))
+    _run_end.attach(run, _run_end.text_end(path, registry.training_lines()))
     # DeepSpeed shapes are read under canonical names: show what the log calls them
     for canonical, shown in logged_as.items():
         if run.raw_names.get(canonical) == canonical:

@@ -69,7 +69,9 @@ DETECTRON2 = Shape(
 
 # ---- MMEngine / mmcv ------------------------------------------------------------------------
 
-_MM_KEY = r"[A-Za-z_][^ \t,:]*"
+# LogProcessor joins its fields with two spaces; a key may hold one (mmpose's
+# `coco/AP .5`, `coco/AP (M)`: cut at the space they were `val/l)` and `val/m)`)
+_MM_KEY = r"[A-Za-z_](?:[^ \t,:]| [^ \t,:])*"
 _MM_TOKENS = rf"{_MM_KEY}:[ \t]*[^ \t,]+"
 _MM_FIELD = rf"^(?P<key>{_MM_KEY}):[ \t]*(?P<value>{NUM})$"
 _MM_NAMES = {"time": "iter_time", "memory": "max_mem_mib"}
@@ -237,6 +239,62 @@ PYTORCH_IMAGENET_EVAL = Shape(
     follows=True,
 )
 
+# ---- YOLOX (its Trainer.after_iter) --------------------------------------------------------
+
+# `epoch: 1/20, iter: 10/112, mem: 4605Mb, iter_time: 0.671s, data_time: 0.001s,
+# total_loss: 11.8, iou_loss: 2.0, l1_loss: 0.0, conf_loss: 6.7, cls_loss: 3.0, lr:
+# 9.965e-08, size: 640, ETA: 0:24:55` after loguru's prefix
+_YX_PAIR = rf"(?P<key>[A-Za-z_][A-Za-z0-9_]*):[ \t]*(?P<value>{NUM})(?P<unit>Mb|s)?"
+YOLOX = Shape(
+    name="yolox",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])epoch: (?P<epoch>[0-9]+)/[0-9]+, iter: (?P<iter>[0-9]+)/"
+        r"(?P<per_epoch>[0-9]+), (?P<body>.*total_loss: .*)$"
+    ),
+    hint=r"epoch: [0-9]+/[0-9]+, iter: [0-9]+/",
+    split=",",
+    field=rf"^[ \t]*{_YX_PAIR}[ \t]*$",
+    units={"Mb": "", "s": ""},
+    # `size` is the multi-scale input size of the iteration, not a measurement
+    skip=frozenset({"ETA", "size"}),
+    # `mem` is gpu_mem_usage(): max_memory_allocated in MiB; times are seconds
+    names={"mem": "max_mem_mib"},
+    step_from=lambda: (
+        (pl.col("epoch").cast(pl.Int64) - 1) * pl.col("per_epoch").cast(pl.Int64)
+        + pl.col("iter").cast(pl.Int64)
+    ),
+)
+
+# ---- pycocotools' summary (printed by YOLOX, detectron2, torchvision's references, DETR,
+# MMDetection ...): ` Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all |
+# maxDets=100 ] = 0.374`; -1.000 where nothing fits (left out as COCO's undefined)
+
+_COCO_IOU = {"0.50:0.95": "", "0.50": "50", "0.75": "75"}
+_COCO_AREA = {"all": "", "small": "s", "medium": "m", "large": "l"}
+
+
+def _coco_metric() -> pl.Expr:
+    """``val/coco/AP``, ``val/coco/AP50``, ``val/coco/APs``, ``val/coco/AR@100`` …"""
+    iou = pl.col("iou").replace_strict(_COCO_IOU, default="", return_dtype=pl.String)
+    area = pl.col("area").replace_strict(_COCO_AREA, default="", return_dtype=pl.String)
+    ap = pl.lit("val/coco/AP") + iou + area
+    ar = pl.lit("val/coco/AR") + iou + area + pl.lit("@") + pl.col("dets")
+    return pl.when(pl.col("key").str.contains("Precision")).then(ap).otherwise(ar)
+
+
+COCO_SUMMARY = Shape(
+    name="coco_summary",
+    line=(
+        r"^[ \t]*(?P<key>Average (?:Precision|Recall))[ \t]+\(A[PR]\)[ \t]*@\[[ \t]*"
+        r"IoU=(?P<iou>[0-9.:]+)[ \t]*\|[ \t]*area=[ \t]*(?P<area>[a-z]+)[ \t]*\|[ \t]*"
+        rf"maxDets=[ \t]*(?P<dets>[0-9]+)[ \t]*\][ \t]*=[ \t]*(?P<value>{NUM})[ \t]*$"
+    ),
+    hint=r"Average (?:Precision|Recall)",
+    sniff="",
+    metric=_coco_metric,
+    follows=True,
+)
+
 #: the framework shapes, read after the built-in ones (see registry.SHAPES)
 SHAPES: tuple[Shape, ...] = (
     DETECTRON2,
@@ -250,4 +308,6 @@ SHAPES: tuple[Shape, ...] = (
     TORCHVISION,
     PYTORCH_IMAGENET,
     PYTORCH_IMAGENET_EVAL,
+    YOLOX,
+    COCO_SUMMARY,
 )

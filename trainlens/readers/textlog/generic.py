@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from trainlens.readers._step_rule import EPOCH_NAMES, RISE, STEP_NAMES
 from trainlens.readers.textlog.notes import Notes
 from trainlens.readers.textlog.shapes import NUM
 
@@ -45,22 +46,8 @@ _PAIR_TOKEN = re.sub(r"\(\?P<[a-z]+>", "(?:", _PAIR)
 # a counter's name as a step name
 _COUNTERS = {"batches": "batch", "steps": "step", "iters": "iter", "iterations": "iteration"}
 _COUNTERS |= {"updates": "update", "batch": "batch"}
-# step-like names, finest first; epoch-like ones last
-STEP_NAMES: tuple[str, ...] = (
-    "global_step",
-    "step",
-    "steps",
-    "iteration",
-    "iter",
-    "it",
-    "num_updates",
-    "update",
-    "updates",
-    "batch",
-    "epoch",
-    "ep",
-)
-_EPOCHS = frozenset({"epoch", "ep"})
+# step-like names, finest first, epoch-like ones last: one list with the JSONL/CSV rule
+_EPOCHS = EPOCH_NAMES
 _MEMORY = {"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2.0**10, "MiB": 2.0**20}
 _MEMORY |= {"GiB": 2.0**30, "TiB": 2.0**40}
 _WORD = r"[A-Za-z]{2,}"
@@ -80,7 +67,7 @@ SNIFF = (
     rf"[ \t]+{_KEY}[ \t]*[=:][ \t]*{NUM}"
 )
 _MIN_LINES = 2  # step lines a file needs before its guess is trusted
-_RISE = 0.9  # share of a step's moves that must go up (or no more than one move down:
+_RISE = RISE  # share of a step's moves that must go up (or no more than one move down:
 # a job launched again and appended to its log, in a short log)
 
 
@@ -123,6 +110,7 @@ class Pairs:
             )
             .with_columns(_step_word_alone(pl.col("key")).alias("key"))
             .pipe(_evaluation_lines)
+            .pipe(_repeats_after_evaluation)
             # a one-letter key is a unit or a fragment (`Time: 8m 32s`), not a metric
             .filter(pl.col("key").str.len_chars() > 1)
         )
@@ -219,6 +207,21 @@ def _evaluation_lines(pairs: pl.DataFrame) -> pl.DataFrame:
             .alias("key")
         )
         .drop("_eval")
+    )
+
+
+_EVAL_KEY = r"(?i)^(?:val|valid|validation|eval|evaluation|test|dev)\b"
+
+
+def _repeats_after_evaluation(pairs: pl.DataFrame) -> pl.DataFrame:
+    """A key said again on its line after an evaluation's key (`Train Loss: 11.2 | Token
+    Acc: 0.05 | Val Loss: 10.9 | Token Acc: 0.07`) is the evaluation's: ``val/<key>``
+    (read as one name, the validation accuracy overwrote the training one)."""
+    at = pl.when(pl.col("key").str.contains(_EVAL_KEY)).then(pl.col("field")).min().over("lineno")
+    again = pl.col("field").cum_count().over("lineno", "key") > 1
+    later = at.is_not_null() & (pl.col("field") > at) & again
+    return pairs.with_columns(
+        pl.when(later).then(pl.lit("val/") + pl.col("key")).otherwise(pl.col("key")).alias("key")
     )
 
 

@@ -46,8 +46,8 @@ def match(shape: Shape, lines: pl.DataFrame) -> pl.DataFrame:
     found = (
         lines.select("lineno", pl.col("line").str.extract_groups(shape.line).alias("_g"))
         .unnest("_g")
-        # a group every match fills: the step, else the body
-        .filter(pl.col("step" if "step" in groups else "body").is_not_null())
+        # a group every match fills: the step, else the body (else the one field's value)
+        .filter(pl.col(next(g for g in ("step", "body", "value") if g in groups)).is_not_null())
     )
     if "step" in groups:
         found = found.with_columns(pl.col("step").cast(pl.Int64, strict=False))
