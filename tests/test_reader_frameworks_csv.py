@@ -339,7 +339,10 @@ def test_sb3_ppo_run_is_silent(tmp_path: Path) -> None:
     (a,) = analyze(tmp_path / "progress.csv")
     assert a.run.metadata["framework"] == "stable-baselines3"
     assert a.run.has("train/rl_loss") and a.run.has("rollout/ep_rew_mean")
-    assert [f.code for f in a.findings if f.severity.rank >= Severity.WARNING.rank] == []
+    # (DATA002 aside: a real loop on a loaded machine can really pause for seconds, and this
+    # run lasts about ten; tests/test_stalls_clock.py judges SB3's whole-second clock)
+    warned = [f.code for f in a.findings if f.severity.rank >= Severity.WARNING.rank]
+    assert [c for c in warned if c != "DATA002"] == []
 
 
 # ---- DVCLive ------------------------------------------------------------------------------

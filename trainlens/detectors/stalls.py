@@ -54,7 +54,8 @@ Default thresholds and their source
 
 Known false positives
     - An eval or checkpoint that happens only once or twice (nothing routine to compare with).
-    - Coarse clocks (whole seconds) in very fast runs.
+    - Coarse clocks in very fast runs; a clock of whole seconds is judged by the shortest
+      each gap can have been (a gap read as 2 s is at least 1 s).
     - Runs stitched from separate jobs where the queueing time between them is expected
       (reported, with `across_restart`).
     - A wall clock that jumped (NTP) on one host.
@@ -244,6 +245,12 @@ def _points(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return pts.get_column("step").to_numpy(), pts.get_column("wall_time").to_numpy(), ends
 
 
+def _resolution(w: np.ndarray) -> float:
+    """The clock's resolution when it counts whole seconds (every time a whole number), else
+    0: a finer clock's rounding is far below ``min_gap_s``."""
+    return 1.0 if w.size and bool(np.all(w == np.round(w))) else 0.0
+
+
 def _epoch_ends(w: np.ndarray, ends: np.ndarray, slack: float) -> np.ndarray:
     """For each gap between consecutive points, whether another axis logged in it (or
     within ``slack`` seconds after it): the end of an epoch, whose validation and epoch
@@ -272,10 +279,13 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     # the pause beyond what the steps in the interval explain must be worth
     # ``factor`` - 1 step times; with sparse logging the interval must also at least double
     excess = gap - expected
+    # a clock that counts whole seconds (Stable-Baselines3's `time_elapsed`) reads a gap
+    # up to a second long: judged by the shortest it can have been, 2 s read is 1 s
+    short = gap - _resolution(w)
     cand = (
-        (excess >= (params.factor - 1.0) * typical)
-        & (gap >= 2.0 * expected)
-        & (excess >= params.min_gap_s)
+        (short - expected >= (params.factor - 1.0) * typical)
+        & (short >= 2.0 * expected)
+        & (short - expected >= params.min_gap_s)
         & ~_epoch_ends(w, ends, max(params.min_gap_s, typical))
     )
     routine = None
