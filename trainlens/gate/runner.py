@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -292,9 +293,15 @@ def load_reference(paths: Sequence[str | Path], cfg: Config, rules: GateRules) -
 _JOB: GateJob | None = None
 
 
+_WORKER_SCOPE = ExitStack()  # what a worker keeps on until its pool shuts it down
+
+
 def _init_worker(job: GateJob) -> None:
+    from trainlens.checkpoints._discover import shared_listings
+
     global _JOB
     _JOB = job
+    _WORKER_SCOPE.enter_context(shared_listings())
 
 
 def _work(index: int, source: Source) -> tuple[int, list[RunReport]]:
@@ -314,10 +321,13 @@ def run_sources(
     results: list[list[RunReport]] = [[] for _ in sources]
     workers = max(1, min(jobs, total))
     if workers == 1:
-        for i, source in enumerate(sources):
-            results[i] = gate_source(source, job)
-            if on_done:
-                on_done(i + 1, total)
+        from trainlens.checkpoints._discover import shared_listings
+
+        with shared_listings():
+            for i, source in enumerate(sources):
+                results[i] = gate_source(source, job)
+                if on_done:
+                    on_done(i + 1, total)
     else:
         import multiprocessing as mp
 
