@@ -154,6 +154,9 @@ class Run:
     def series_frame(self, metric: str) -> pl.DataFrame:
         """step, value, wall_time of one metric: standing values, step order, last per step."""
         views = self._by_metric()
+        done = views.series.get(metric)
+        if done is not None:  # (a polars frame is not changed in place: shared safely)
+            return done
         df = views.get(metric)
         if df is None:
             return pl.DataFrame(
@@ -163,7 +166,8 @@ class Run:
             df = views[metric] = df.rechunk()
         if not strictly_increasing(df.get_column("step")):
             df = df.unique(subset="step", keep="last", maintain_order=True).sort("step")
-        return df.select("step", "value", "wall_time")
+        done = views.series[metric] = df.select("step", "value", "wall_time")
+        return done
 
     def series(self, metric: str, *, finite: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Steps and values of one metric (standing values, step order, last per step)."""
@@ -204,7 +208,7 @@ def build_run(
     frame, more, names, found = canonicalize(
         long, source=source, aliases=aliases, block_counts=blocks
     )
-    scaled, decided = units.infer(frame, names, aliases or AliasTable(), source)
+    scaled, decided = units.infer(frame, names, aliases or AliasTable(), source, found)
     if scaled is not frame:  # (a unit decided: the block views were of the old frame)
         frame, found = scaled, None
     more = [*more, *decided]
