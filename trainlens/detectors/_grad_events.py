@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from trainlens.core.stats import MAD_TO_SIGMA
+from trainlens.core.stats import MAD_TO_SIGMA, prefix_medians
 from trainlens.detectors._grad_baseline import _scores, _z_for
 from trainlens.detectors._grad_common import (
     Bound,
@@ -90,8 +90,9 @@ def _early(x: np.ndarray, m: int, least_excess: Bound) -> tuple[np.ndarray, np.n
     jump. A loss going 2.77 -> 7.34 in the second point of an excerpt is a blow-up at
     any length. At most ``m - 1`` points."""
     med = np.full(x.size, np.nan)
-    for i in range(1, min(m, x.size)):
-        med[i] = np.median(x[:i])
+    k = min(m, x.size)
+    if k > 1:
+        med[1:k] = prefix_medians(x, np.arange(1, k))
     spike = np.zeros(x.size, dtype=bool)
     with np.errstate(invalid="ignore"):
         excess = x[1:m] - med[1:m]
@@ -112,8 +113,9 @@ def _head_sigma(x: np.ndarray, p: SpikeParams, sigma_floor: Bound) -> np.ndarray
     n = min(x.size, p.window)
     out = np.full(x.size, np.nan)
     d = np.abs(np.diff(x[:n]))
-    for i in range(max(p.min_sigma_points, 4), n):  # x[:i] holds i - 1 changes
-        out[i] = np.median(d[: i - 1]) * MAD_TO_SIGMA / math.sqrt(2.0)
+    at = np.arange(max(p.min_sigma_points, 4), n)  # x[:i] holds i - 1 changes
+    if at.size:
+        out[at] = prefix_medians(d, at - 1) * MAD_TO_SIGMA / math.sqrt(2.0)
     head = out[:n]
     with np.errstate(invalid="ignore"):
         floor = np.broadcast_to(sigma_floor(np.abs(x[:n])), head.shape)
@@ -130,7 +132,7 @@ def _head_may_spike(
     idx = np.arange(max(p.min_sigma_points, 1), n)
     if idx.size == 0 or not np.isfinite(x[:n]).all():
         return idx.size > 0
-    med = np.array([np.median(x[:i]) for i in idx.tolist()])
+    med = prefix_medians(x, idx)
     exc = x[idx] - med
     lim = np.broadcast_to(least_excess(np.abs(med)), med.shape)
     flo = np.broadcast_to(sigma_floor(np.abs(med)), med.shape)
