@@ -182,17 +182,28 @@ def _neighbour_spikes(
     if d.size < 4 or not np.isfinite(d).all():
         return base, sig, spike
     sigma = float(np.median(np.abs(d - np.median(d)))) * MAD_TO_SIGMA / math.sqrt(2.0)
+    head = x[: min(p.min_sigma_points, n - 1) + 2].tolist()  # (a few points: Python floats)
     for i in range(1, min(p.min_sigma_points, n - 1)):
         k = min(2, i, n - 1 - i)  # as many either side: one-sided, a steep trend leans
-        nbr = np.r_[x[i - k : i], x[i + 1 : i + 1 + k]]
+        nbr = head[i - k : i] + head[i + 1 : i + 1 + k]
         # and above both next points: a point between them (a fall that speeds up or slows
         # down, law-llm's 284.9 -> 161.2 -> 9.9) is no spike
-        base[i] = max(float(np.median(nbr)), float(x[i - 1]), float(x[i + 1]))
+        base[i] = max(_median_of_few(nbr), head[i - 1], head[i + 1])
         floor = max(p.loss_sigma_floor_rel * abs(base[i]), 1e-12)
         sig[i] = max(sigma, floor)
         excess = x[i] - base[i]
         spike[i] = excess >= z * sig[i] and excess >= p.loss_min_rel * abs(base[i])
     return base, sig, spike
+
+
+def _median_of_few(v: list[float]) -> float:
+    """``float(np.median(v))`` of a few finite values, bit for bit: the middle value, or
+    the two middle ones averaged from +0.0 as numpy's mean sums (a NaN: numpy's own)."""
+    s = sorted(v)
+    if any(math.isnan(a) for a in s):
+        return float(np.median(v))
+    m = len(s) // 2
+    return 0.0 + s[m] if len(s) % 2 else (0.0 + s[m - 1] + s[m]) / 2
 
 
 def _with_early(
