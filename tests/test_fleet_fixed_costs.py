@@ -228,3 +228,57 @@ def test_a_gate_lists_the_folder_above_its_runs_once(
         gated = [d["message"] for d in r.data_quality if d["kind"] == "checkpoints-elsewhere"]
         assert gated == notes and f"found checkpoints in {fleet} " in notes[0]
     assert _discover._LISTED is None  # off again after the gate
+
+
+# ---- the pool ---------------------------------------------------------------------------------
+
+
+def _fleet(root: Path, n: int) -> Path:
+    for i in range(n):
+        d = root / f"run{i:02d}"
+        d.mkdir(parents=True)
+        diverges = i % 4 == 1  # the loss turns NaN for good: an error, the run fails
+        loss = [float("nan") if diverges and s >= 200 else 2.0 - s / 300 for s in range(300)]
+        (d / "metrics.jsonl").write_text(
+            "\n".join(
+                json.dumps({"step": s, "loss": v, "lr": 1e-3, "grad_norm": 1.0})
+                for s, v in enumerate(loss)
+            )
+            + "\n"
+        )
+    (root / "broken").mkdir()
+    (root / "broken" / "metrics.jsonl").write_text("not json\n")
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parent_judges", [True, False])
+def test_the_pool_gives_the_serial_reports_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parent_judges: bool
+) -> None:
+    from trainlens.core.config import Config
+    from trainlens.gate import _pool, gate
+
+    root = _fleet(tmp_path / "fleet", 11)
+    one = gate([str(root)], config=Config(), jobs=1)
+    monkeypatch.setattr(_pool, "PARENT_JUDGES", parent_judges)  # False: workers judge all
+    seen: list[tuple[int, int]] = []
+    three = gate([str(root)], config=Config(), jobs=3, on_done=lambda d, t: seen.append((d, t)))
+
+    def strip(r: object) -> dict[str, object]:
+        d = r.to_dict()  # type: ignore[attr-defined]
+        d.pop("seconds")
+        return d
+
+    assert [strip(r) for r in three.reports] == [strip(r) for r in one.reports]
+    assert [r.verdict for r in one.reports].count("fail") >= 2
+    assert seen == [(k, 12) for k in range(1, 13)]
+    assert "POLARS_MAX_THREADS" not in os.environ or os.environ["POLARS_MAX_THREADS"] != "1"
+
+
+def test_chunks_shrink_to_one_run_at_the_end() -> None:
+    from trainlens.gate._pool import CHUNK_MAX, chunk_size
+
+    assert chunk_size(10_000, 2) == CHUNK_MAX
+    assert chunk_size(20, 2) == 2
+    assert [chunk_size(k, 4) for k in (15, 3, 1, 0)] == [1, 1, 1, 1]

@@ -44,6 +44,10 @@ CHUNK_MAX = 8
 #: tasks kept queued per worker, so a worker never waits for this process to hand it one
 QUEUED_PER_WORKER = 2
 
+#: whether this process judges runs beside its workers (tests turn it off to send every
+#: run through a worker)
+PARENT_JUDGES = True
+
 _JOB: GateJob | None = None
 _WORKER_SCOPE = ExitStack()  # what a worker keeps on until its pool shuts it down
 
@@ -131,11 +135,13 @@ def run_parallel(
                     queued.discard(fut)
                     for i, reports in fut.result():
                         done(i, reports)
-                if left:  # this process judges one run while the workers work
+                if left and PARENT_JUDGES:  # this process judges a run while they work
                     i, source = left.pop()  # (from the end: the workers take the front)
                     done(i, gate_source(source, job))
                 elif queued:
                     wait(queued, return_when=FIRST_COMPLETED)
+                elif left:  # nothing queued yet: the workers are starting
+                    wait(probes, return_when=FIRST_COMPLETED)
         for p in probes:
             p.result()  # (a worker that died starting: BrokenProcessPool, below)
     except BrokenProcessPool:
