@@ -37,7 +37,9 @@ from trainlens.core.errors import TrainlensError
 if TYPE_CHECKING:
     from trainlens.gate.discover import Source
     from trainlens.gate.result import RunReport
-    from trainlens.gate.runner import GateJob
+    from trainlens.gate.runner import GateJob  # (a type only: runner imports this module)
+
+    Judge = Callable[[Source, GateJob], list[RunReport]]
 
 #: runs per task at most (a task's overhead, ~0.3 ms, is then spread over them)
 CHUNK_MAX = 8
@@ -60,11 +62,9 @@ def _init_worker(job: GateJob) -> None:
     _WORKER_SCOPE.enter_context(shared_listings())
 
 
-def _work(chunk: list[tuple[int, Source]]) -> list[tuple[int, list[RunReport]]]:
-    from trainlens.gate.runner import gate_source
-
+def _work(judge: Judge, chunk: list[tuple[int, Source]]) -> list[tuple[int, list[RunReport]]]:
     assert _JOB is not None, "worker not initialized"
-    return [(i, gate_source(source, _JOB)) for i, source in chunk]
+    return [(i, judge(source, _JOB)) for i, source in chunk]
 
 
 @contextmanager
@@ -91,13 +91,14 @@ def run_parallel(
     job: GateJob,
     processes: int,
     on_done: Callable[[int, int], None] | None,
+    judge: Judge,
 ) -> list[list[RunReport]]:
-    """Gate every source in ``processes`` processes (this one and ``processes - 1``
-    workers); each source's reports at its index."""
+    """``judge(source, job)`` for every source in ``processes`` processes (this one and
+    ``processes - 1`` workers; ``judge`` a module-level function, sent by name); each
+    source's reports at its index."""
     import multiprocessing as mp
 
     from trainlens.checkpoints._discover import shared_listings
-    from trainlens.gate.runner import gate_source
 
     total = len(sources)
     results: list[list[RunReport]] = [[] for _ in sources]
@@ -130,14 +131,14 @@ def run_parallel(
                     while left and len(queued) < QUEUED_PER_WORKER * helpers:
                         k = chunk_size(len(left), processes)
                         chunk = [left.popleft() for _ in range(min(k, len(left)))]
-                        queued.add(pool.submit(_work, chunk))
+                        queued.add(pool.submit(_work, judge, chunk))
                 for fut in [f for f in queued if f.done()]:
                     queued.discard(fut)
                     for i, reports in fut.result():
                         done(i, reports)
                 if left and PARENT_JUDGES:  # this process judges a run while they work
                     i, source = left.pop()  # (from the end: the workers take the front)
-                    done(i, gate_source(source, job))
+                    done(i, judge(source, job))
                 elif queued:
                     wait(queued, return_when=FIRST_COMPLETED)
                 elif left:  # nothing queued yet: the workers are starting

@@ -301,7 +301,7 @@ def run_sources(
     if workers > 1:
         from trainlens.gate._pool import run_parallel
 
-        results = run_parallel(sources, job, workers, on_done)
+        results = run_parallel(sources, job, workers, on_done, gate_source)
         return [r for rs in results for r in rs]
     from trainlens.checkpoints._discover import shared_listings
 
