@@ -343,6 +343,8 @@ def _distinct_steps(views: Mapping[str, pl.DataFrame]) -> int:
 def _non_finite(run: Run, many: bool | None = None) -> dict[str, dict[str, int]]:
     """metric -> count and first step of its NaN/±inf standing values (``many``: more
     than MANY_METRICS metrics, known to the caller)."""
+    if run.all_finite():
+        return {}
     if many is None:
         many = len(run.metrics) > MANY_METRICS
     if many:

@@ -161,7 +161,7 @@ def canonicalize(
             [(canonical[c], k) for c, k in zip(block_codes, lengths, strict=True)],
             pl.Categorical(),
         )
-        superseded = runs_series([(False, k) for k in lengths], pl.Boolean())
+        superseded = pl.repeat(False, n, eager=True, dtype=pl.Boolean)
     else:
         assert codes is not None
         metric = pl.Series("metric", canonical, dtype=pl.Categorical).gather(codes)

@@ -154,6 +154,9 @@ class Run:
     def series_frame(self, metric: str) -> pl.DataFrame:
         """step, value, wall_time of one metric: standing values, step order, last per step."""
         views = self._by_metric()
+        done = views.series.get(metric)
+        if done is not None:  # (a polars frame is not changed in place: shared safely)
+            return done
         df = views.get(metric)
         if df is None:
             return pl.DataFrame(
@@ -161,9 +164,19 @@ class Run:
             )
         if max(df.n_chunks("all")) > 1:  # joined once, then numpy arrays need no copy
             df = views[metric] = df.rechunk()
-        if not strictly_increasing(df.get_column("step")):
+        if not _increasing(df.get_column("step")):
             df = df.unique(subset="step", keep="last", maintain_order=True).sort("step")
-        return df.select("step", "value", "wall_time")
+        # (the columns themselves: a select goes through polars' query engine, ~30 µs)
+        done = pl.DataFrame([df.get_column(c) for c in ("step", "value", "wall_time")])
+        views.series[metric] = done
+        return done
+
+    def all_finite(self) -> bool:
+        """Whether every standing value is finite (nulls aside), once per frame: the
+        usual answer, which spares a check per metric (nonfinite, the summary)."""
+        return self.memo(
+            "all_finite", lambda: bool(self.standing().get_column("value").is_finite().all())
+        )
 
     def series(self, metric: str, *, finite: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Steps and values of one metric (standing values, step order, last per step)."""
@@ -187,6 +200,14 @@ class Run:
         )
 
 
+def _increasing(steps: pl.Series) -> bool:
+    """:func:`strictly_increasing`, in numpy for a column without nulls (no copy)."""
+    if steps.null_count() or steps.dtype != pl.Int64:
+        return strictly_increasing(steps)
+    a = steps.to_numpy()
+    return a.size < 2 or bool((a[1:] > a[:-1]).all())
+
+
 def build_run(
     long: pl.DataFrame,
     *,
@@ -204,7 +225,7 @@ def build_run(
     frame, more, names, found = canonicalize(
         long, source=source, aliases=aliases, block_counts=blocks
     )
-    scaled, decided = units.infer(frame, names, aliases or AliasTable(), source)
+    scaled, decided = units.infer(frame, names, aliases or AliasTable(), source, found)
     if scaled is not frame:  # (a unit decided: the block views were of the old frame)
         frame, found = scaled, None
     more = [*more, *decided]

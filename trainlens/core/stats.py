@@ -179,6 +179,35 @@ def median_rows(a: np.ndarray) -> np.ndarray:
     return (0.0 + p[:, :k].max(axis=1) + p[:, k]) / 2
 
 
+#: above this many values, prefix_medians takes numpy's median one prefix at a time (the
+#: table it sorts holds counts x max(counts) values)
+PREFIX_TABLE_MAX = 256
+
+
+def prefix_medians(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``np.median(x[:c])`` for each ``c`` in ``counts`` (each at least 1), bit for bit
+    (as :func:`median_rows`), by one sort of a table of the prefixes: the first points of
+    a series asked for 40-80 medians of growing prefixes a run, ~10 µs each in numpy's
+    median, ~1 ms of a 1,200-step run. A prefix holding NaN, a non-float64 ``x`` or a
+    longest prefix over PREFIX_TABLE_MAX take numpy's median, one by one."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if counts.size == 0:
+        return np.empty(0, dtype=np.float64)
+    m = int(counts.max())
+    head = x[:m]
+    if m > PREFIX_TABLE_MAX or x.dtype != np.float64 or np.isnan(head).any():
+        return np.array([np.median(x[:c]) for c in counts.tolist()], dtype=np.float64)
+    table = np.where(np.arange(m) < counts[:, None], head, np.inf)  # +inf sorts last
+    table.sort(axis=1)
+    rows = np.arange(counts.size)
+    high = table[rows, counts // 2]
+    low = table[rows, (counts - 1) // 2]
+    out = 0.0 + high
+    even = counts % 2 == 0
+    out[even] = (0.0 + low[even] + high[even]) / 2
+    return out
+
+
 def run_medians(a: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """The median of each run ``a[starts[i] : starts[i + 1]]`` (the last to the end; each
     run non-empty, ``a`` finite), value for value what polars' group median gives: the

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 
 import polars as pl
 
-from trainlens.core.frame import DataIssue
+from trainlens.core.frame import Blocks, DataIssue
 from trainlens.core.names import AliasTable
 
 MEMORY = re.compile(r"^(?:mem/(?:allocated|reserved|rss)|gpu\d+/mem_used)$")
@@ -40,10 +40,29 @@ _SCALE = {"k": float(1 << 10), "m": float(1 << 20), "g": float(1 << 30)}
 _UNIT_NAME = {"k": "KiB", "m": "MiB", "g": "GiB"}
 
 
-def _median(frame: pl.DataFrame, metric: str) -> float | None:
-    v = frame.filter((pl.col("metric") == metric) & pl.col("value").is_finite()).get_column("value")
-    v = v.filter(v > 0)
+def _median(
+    frame: pl.DataFrame, metric: str, spans: Mapping[str, tuple[int, int]] | None = None
+) -> float | None:
+    """The median of the metric's finite positive values; ``spans``: each metric's one
+    block of rows (first row, length), when known: a slice, not a filter of every row."""
+    v: pl.Series
+    if spans is None:
+        rows = frame.filter((pl.col("metric") == metric) & pl.col("value").is_finite())
+        v = rows.get_column("value")
+        v = v.filter(v > 0)
+    elif metric in spans:
+        v = frame.get_column("value").slice(*spans[metric])
+        v = v.filter(v.is_finite() & (v > 0))
+    else:
+        return None
     return float(v.median()) if v.len() else None  # type: ignore[arg-type]
+
+
+def _spans(frame: pl.DataFrame, blocks: Blocks | None) -> dict[str, tuple[int, int]] | None:
+    if blocks is None or blocks.frame is not frame or len(set(blocks.names)) < len(blocks.names):
+        return None
+    ends = [*blocks.starts[1:], frame.height]
+    return {m: (a, b - a) for m, a, b in zip(blocks.names, blocks.starts, ends, strict=True)}
 
 
 def _note(source: str, message: str) -> DataIssue:
@@ -60,14 +79,20 @@ def _scaled(frame: pl.DataFrame, metric: str, factor: float) -> pl.DataFrame:
 
 
 def infer(
-    frame: pl.DataFrame, raw_names: Mapping[str, str], aliases: AliasTable, source: str
+    frame: pl.DataFrame,
+    raw_names: Mapping[str, str],
+    aliases: AliasTable,
+    source: str,
+    blocks: Blocks | None = None,
 ) -> tuple[pl.DataFrame, list[DataIssue]]:
     """The frame with undeclared units made canonical, and a note for each decision.
-    ``raw_names``: canonical name -> as logged (:attr:`trainlens.core.run.Run.raw_names`)."""
+    ``raw_names``: canonical name -> as logged (:attr:`trainlens.core.run.Run.raw_names`);
+    ``blocks``: the frame's one block per metric, when known (scaling keeps the rows)."""
     metrics = set(raw_names)
     if not metrics:
         return frame, []
     notes: list[DataIssue] = []
+    spans = _spans(frame, blocks)
 
     def undeclared(metric: str) -> str | None:
         raw = raw_names.get(metric)
@@ -78,7 +103,7 @@ def infer(
 
     for metric in sorted(m for m in metrics if MEMORY.match(m)):
         raw = undeclared(metric)
-        med = _median(frame, metric) if raw is not None else None
+        med = _median(frame, metric, spans) if raw is not None else None
         if raw is None or med is None:
             continue
         unit = _MEM_UNIT.search(raw.lower())
@@ -97,7 +122,7 @@ def infer(
     time_in_ms = False
     for metric in TIMES:
         raw = undeclared(metric)
-        med = _median(frame, metric) if raw is not None else None
+        med = _median(frame, metric, spans) if raw is not None else None
         if raw is None or med is None:
             continue
         if _MS.search(raw.lower()):
@@ -111,9 +136,10 @@ def infer(
         notes.append(_note(source, f"`{raw}` read as milliseconds ({why}), kept as seconds"))
 
     raw_wait = undeclared("dataloader_wait")
-    wait = _median(frame, "dataloader_wait") if raw_wait is not None else None
-    step = _median(frame, "step_time")
+    wait = _median(frame, "dataloader_wait", spans) if raw_wait is not None else None
     if raw_wait is not None and wait is not None:
+        # (the step time's median only when a wait is to be judged beside it)
+        step = _median(frame, "step_time", spans) if time_in_ms else None
         if _MS.search(raw_wait.lower()):
             why = "its name says ms"
         elif time_in_ms and step is not None and wait > 10 * step and wait / 1000 < step:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from trainlens.core.stats import MAD_TO_SIGMA
+from trainlens.core.stats import MAD_TO_SIGMA, prefix_medians
 from trainlens.detectors._grad_baseline import _scores, _z_for
 from trainlens.detectors._grad_common import (
     Bound,
@@ -90,8 +90,9 @@ def _early(x: np.ndarray, m: int, least_excess: Bound) -> tuple[np.ndarray, np.n
     jump. A loss going 2.77 -> 7.34 in the second point of an excerpt is a blow-up at
     any length. At most ``m - 1`` points."""
     med = np.full(x.size, np.nan)
-    for i in range(1, min(m, x.size)):
-        med[i] = np.median(x[:i])
+    k = min(m, x.size)
+    if k > 1:
+        med[1:k] = prefix_medians(x, np.arange(1, k))
     spike = np.zeros(x.size, dtype=bool)
     with np.errstate(invalid="ignore"):
         excess = x[1:m] - med[1:m]
@@ -112,8 +113,9 @@ def _head_sigma(x: np.ndarray, p: SpikeParams, sigma_floor: Bound) -> np.ndarray
     n = min(x.size, p.window)
     out = np.full(x.size, np.nan)
     d = np.abs(np.diff(x[:n]))
-    for i in range(max(p.min_sigma_points, 4), n):  # x[:i] holds i - 1 changes
-        out[i] = np.median(d[: i - 1]) * MAD_TO_SIGMA / math.sqrt(2.0)
+    at = np.arange(max(p.min_sigma_points, 4), n)  # x[:i] holds i - 1 changes
+    if at.size:
+        out[at] = prefix_medians(d, at - 1) * MAD_TO_SIGMA / math.sqrt(2.0)
     head = out[:n]
     with np.errstate(invalid="ignore"):
         floor = np.broadcast_to(sigma_floor(np.abs(x[:n])), head.shape)
@@ -130,7 +132,7 @@ def _head_may_spike(
     idx = np.arange(max(p.min_sigma_points, 1), n)
     if idx.size == 0 or not np.isfinite(x[:n]).all():
         return idx.size > 0
-    med = np.array([np.median(x[:i]) for i in idx.tolist()])
+    med = prefix_medians(x, idx)
     exc = x[idx] - med
     lim = np.broadcast_to(least_excess(np.abs(med)), med.shape)
     flo = np.broadcast_to(sigma_floor(np.abs(med)), med.shape)
@@ -180,17 +182,28 @@ def _neighbour_spikes(
     if d.size < 4 or not np.isfinite(d).all():
         return base, sig, spike
     sigma = float(np.median(np.abs(d - np.median(d)))) * MAD_TO_SIGMA / math.sqrt(2.0)
+    head = x[: min(p.min_sigma_points, n - 1) + 2].tolist()  # (a few points: Python floats)
     for i in range(1, min(p.min_sigma_points, n - 1)):
         k = min(2, i, n - 1 - i)  # as many either side: one-sided, a steep trend leans
-        nbr = np.r_[x[i - k : i], x[i + 1 : i + 1 + k]]
+        nbr = head[i - k : i] + head[i + 1 : i + 1 + k]
         # and above both next points: a point between them (a fall that speeds up or slows
         # down, law-llm's 284.9 -> 161.2 -> 9.9) is no spike
-        base[i] = max(float(np.median(nbr)), float(x[i - 1]), float(x[i + 1]))
+        base[i] = max(_median_of_few(nbr), head[i - 1], head[i + 1])
         floor = max(p.loss_sigma_floor_rel * abs(base[i]), 1e-12)
         sig[i] = max(sigma, floor)
         excess = x[i] - base[i]
         spike[i] = excess >= z * sig[i] and excess >= p.loss_min_rel * abs(base[i])
     return base, sig, spike
+
+
+def _median_of_few(v: list[float]) -> float:
+    """``float(np.median(v))`` of a few finite values, bit for bit: the middle value, or
+    the two middle ones averaged from +0.0 as numpy's mean sums (a NaN: numpy's own)."""
+    s = sorted(v)
+    if any(math.isnan(a) for a in s):
+        return float(np.median(v))
+    m = len(s) // 2
+    return 0.0 + s[m] if len(s) % 2 else (0.0 + s[m - 1] + s[m]) / 2
 
 
 def _with_early(

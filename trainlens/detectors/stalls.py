@@ -119,24 +119,29 @@ def _fmt_s(x: float) -> str:
     return f"{x:.3g} s"
 
 
-def _other_axis(dense_steps: np.ndarray, dense_wall: np.ndarray, sf: pl.DataFrame) -> bool:
+def _other_axis(dense_steps: np.ndarray, clock: np.ndarray, sf: pl.DataFrame) -> bool:
     """Whether a series is logged against another step axis than the densest one: Keras'
     ``epoch_loss`` at step = epoch beside ``batch_loss`` at step = iteration. When its
     points were written the dense series stood at ``axis_ratio`` times their steps or more
     (epoch 1 is written when the batches are at step 3000); a series of the same axis —
-    an eval at step 1500, written when the batches are at 1500 — stands at about 1."""
+    an eval at step 1500, written when the batches are at 1500 — stands at about 1.
+    ``clock``: the densest series' running maximum wall time (:func:`_clock`)."""
     steps = sf.get_column("step").to_numpy()
     wall = sf.get_column("wall_time").to_numpy()
     ok = (steps >= 1) & np.isfinite(wall)
     if not ok.any() or dense_steps.size < 2:
         return False
-    clock = np.maximum.accumulate(np.where(np.isfinite(dense_wall), dense_wall, -np.inf))
     at = np.searchsorted(clock, wall[ok], side="right") - 1
     seen = at >= 0
     if not seen.any():
         return False
     stood = dense_steps[at[seen]] / steps[ok][seen]
     return float(np.median(stood)) >= AXIS_RATIO
+
+
+def _clock(dense_wall: np.ndarray) -> np.ndarray:
+    """The densest series' wall time as it stood at each point (a clock never going back)."""
+    return np.maximum.accumulate(np.where(np.isfinite(dense_wall), dense_wall, -np.inf))
 
 
 #: a series whose points were written when the densest one stood at this many times
@@ -171,7 +176,8 @@ def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool, np.ndarray]:
     _, dense = timed[0]
     dense_steps = dense.get_column("step").to_numpy()  # increasing (series_frame)
     dense_wall = dense.get_column("wall_time").to_numpy()
-    other = [sf for _, sf in timed[1:] if _other_axis(dense_steps, dense_wall, sf)]
+    clock = _clock(dense_wall)  # (once: the same for every series compared with it)
+    other = [sf for _, sf in timed[1:] if _other_axis(dense_steps, clock, sf)]
     ends = (
         np.concatenate([sf.get_column("wall_time").to_numpy() for sf in other])
         if other

@@ -1,17 +1,14 @@
 """Gate every source, in parallel over processes.
 
-Each worker reads and analyzes one source and returns :class:`RunReport` objects (plain
-dicts and small dataclasses; no Run, no polars frame crosses a process boundary). The
-pool is a ``spawn`` ProcessPoolExecutor (forking a process that already runs polars'
-thread pool can deadlock); ``jobs=1`` runs in this process.
+Each source is read and analyzed into :class:`RunReport` objects (plain dicts and small
+dataclasses; no Run, no polars frame crosses a process boundary). ``jobs=1`` runs in
+this process; more go to :mod:`trainlens.gate._pool`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -287,19 +284,7 @@ def load_reference(paths: Sequence[str | Path], cfg: Config, rules: GateRules) -
     )
 
 
-# ---- the pool -----------------------------------------------------------------------------
-
-_JOB: GateJob | None = None
-
-
-def _init_worker(job: GateJob) -> None:
-    global _JOB
-    _JOB = job
-
-
-def _work(index: int, source: Source) -> tuple[int, list[RunReport]]:
-    assert _JOB is not None, "worker not initialized"
-    return index, gate_source(source, _JOB)
+# ---- many sources ---------------------------------------------------------------------------
 
 
 def run_sources(
@@ -309,43 +294,24 @@ def run_sources(
     jobs: int = 1,
     on_done: Callable[[int, int], None] | None = None,
 ) -> list[RunReport]:
-    """Gate every source; reports come back in the sources' order."""
+    """Gate every source in ``jobs`` processes (:mod:`trainlens.gate._pool`; 1: this one
+    alone); reports come back in the sources' order."""
     total = len(sources)
-    results: list[list[RunReport]] = [[] for _ in sources]
     workers = max(1, min(jobs, total))
-    if workers == 1:
+    if workers > 1:
+        from trainlens.gate._pool import run_parallel
+
+        results = run_parallel(sources, job, workers, on_done, gate_source)
+        return [r for rs in results for r in rs]
+    from trainlens.checkpoints._discover import shared_listings
+
+    out: list[RunReport] = []
+    with shared_listings():
         for i, source in enumerate(sources):
-            results[i] = gate_source(source, job)
+            out.extend(gate_source(source, job))
             if on_done:
                 on_done(i + 1, total)
-    else:
-        import multiprocessing as mp
-
-        ctx = mp.get_context("spawn")
-        pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(job,)
-        )
-        try:
-            futures = [pool.submit(_work, i, s) for i, s in enumerate(sources)]
-            for done, fut in enumerate(as_completed(futures), 1):
-                i, reports = fut.result()
-                results[i] = reports
-                if on_done:
-                    on_done(done, total)
-        except BrokenProcessPool:
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise TrainlensError(
-                "a gate worker process died abruptly (out of memory, a crash in a native "
-                "library, or, when trainlens.gate.gate() is called from a script, a missing "
-                "`if __name__ == '__main__':` guard around the call)",
-                hint="rerun with --jobs 1 (jobs=1) to see the error in this process",
-            ) from None
-        except BaseException:
-            # Ctrl-C or a bug in a worker: do not wait for the queued sources
-            pool.shutdown(wait=False, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
-    return [r for rs in results for r in rs]
+    return out
 
 
 __all__ = [

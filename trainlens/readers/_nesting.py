@@ -25,6 +25,7 @@ _SMALL = 1 << 20  # below this, a plain loop over lines (no numpy import for a s
 _QUOTE, _BACKSLASH = 0x22, 0x5C
 _OPENS = (0x7B, 0x5B)  # { [
 _CLOSES = (0x7D, 0x5D)  # } ]
+_NOT_OPENS_OR_NEWLINES = bytes(b for b in range(256) if b not in (*_OPENS, 0x0A))
 
 
 def lines_with_many_opens(data: bytes | mmap.mmap, limit: int = MAX_DEPTH) -> list[int]:
@@ -34,11 +35,10 @@ def lines_with_many_opens(data: bytes | mmap.mmap, limit: int = MAX_DEPTH) -> li
         small = bytes(data)
         if small.count(b"{") + small.count(b"[") < limit:
             return []
-        return [
-            n
-            for n, line in enumerate(small.split(b"\n"))
-            if line.count(b"{") + line.count(b"[") >= limit
-        ]
+        # only the brackets and newlines kept (one C pass): each line is then its count
+        # of opens, so the loop is over short lines (a count per line cost ~5x more)
+        kept = small.translate(None, _NOT_OPENS_OR_NEWLINES)
+        return [n for n, opens in enumerate(kept.split(b"\n")) if len(opens) >= limit]
     import numpy as np
 
     arr = np.frombuffer(data, dtype=np.uint8)

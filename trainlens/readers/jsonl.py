@@ -249,7 +249,11 @@ def _parse(
     if not has_blank:
         try:
             df = _ndjson(_swap_nonfinite(body))
-            repeating = lines_repeating_a_key(body, df, large=len(body) >= FAST_MIN_BYTES)
+            repeating = (
+                []
+                if _no_key_repeated(body, df)
+                else lines_repeating_a_key(body, df, large=len(body) >= FAST_MIN_BYTES)
+            )
             if repeating:  # rare: those lines rewritten, the whole read again
                 body, issues = last_key_wins(body, repeating, source)
                 df = _ndjson(_swap_nonfinite(body))
@@ -325,7 +329,18 @@ def _parse(
     return df, lines, issues
 
 
-# ---- fast path: polars with a sampled schema, checked complete ----------------------------
+def _no_key_repeated(body: bytes, df: pl.DataFrame) -> bool:
+    """True when the counts prove that no line of ``body`` repeats a key: every column is
+    a number (or bool) and the file's ':' equal the non-null cells polars read. A flat
+    line gives at most one cell per ':' (a key repeated in it gives one cell for two), so
+    equality over the file is equality on each line. A ':' in a key, a null or a nested
+    object breaks the equality and leaves the lines to the screen (lines_repeating_a_key,
+    ~4 ms of a 1,200-line log's 15 ms read)."""
+    if not all(dt in _NUMERIC for dt in df.schema.values()):
+        return False
+    cells = sum(df.height - k for k in df.null_count().row(0))
+    return body.count(b":") == cells
+
 
 FAST_MIN_BYTES = 1 << 20  # smaller files: inferring from every line costs nothing
 SAMPLE_HEAD_LINES = 1000  # the sample: the first lines ...
