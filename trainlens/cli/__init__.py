@@ -8,9 +8,11 @@ traceback instead."""
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # The command line's numpy work is elementwise; an OpenBLAS thread pool only spins at
 # start-up (0.05-0.1 s of CPU per command, measured). Set before numpy is imported, for
@@ -20,6 +22,7 @@ if "numpy" not in sys.modules:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import typer
+from typer.main import get_command_name
 
 # importing a command module registers its commands on ``app``
 from trainlens.cli import analyze as _analyze  # noqa: F401
@@ -118,9 +121,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """``app`` holding only the command ``args`` start with, when they start with one.
+
+    typer turns every registered command into a click command (their signatures read,
+    their annotations evaluated) before it runs any: 11 commands and 145 parameters, for
+    one. The same app narrowed to that command runs it the same way (its help, usage
+    line, errors and exit codes are built from it alone); anything else (``--help``,
+    ``--version``, no command, a name trainlens does not know, completion) gets the whole
+    app, so listings and did-you-mean hints see every command."""
+    if not args or args[0].startswith("-"):
+        return app
+    name = args[0]
+    chosen = [c for c in app.registered_commands if command_name(c) == name]
+    if len(chosen) != 1 or app.registered_groups:
+        return app
+    narrowed = copy.copy(app)
+    narrowed.registered_commands = chosen
+    return narrowed
+
+
+def command_name(command: Any) -> str | None:
+    """The name typer gives a registered command (its own, else the function's)."""
+    if command.name:
+        return str(command.name)
+    callback = command.callback
+    return None if callback is None else get_command_name(callback.__name__)
+
+
 def _run(args: list[str]) -> int:
     try:
-        result = app(args=args, prog_name="trainlens", standalone_mode=False)
+        result = app_for(args)(args=args, prog_name="trainlens", standalone_mode=False)
     except TrainlensError as exc:
         # the message names files and records of the input: one line, no control codes
         # (GitHub Actions reads workflow commands from stderr too)
