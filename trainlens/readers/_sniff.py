@@ -132,4 +132,6 @@ def may_be(fmt: str, path: Path, head: bytes) -> bool:
         return tensorboard_file(path, head)
     if fmt == "mlflow":
         return mlflow_dir_maybe(path) if path.is_dir() else mlflow_file(path, head) is not False
+    if fmt == "dvclive":
+        return path.is_dir()  # (a folder of TSVs; its reader's import is ~15 ms)
     return True
