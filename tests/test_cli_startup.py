@@ -177,9 +177,28 @@ def test_the_narrowed_app_runs_a_command_as_the_whole_app(args: list[str]) -> No
     assert _through(narrowed, args) == _through(app, args)
 
 
-@pytest.mark.parametrize("args", [[], ["--help"], ["--version"], ["analyz", "x"], ["-V"]])
-def test_listings_and_unknown_names_get_the_whole_app(args: list[str]) -> None:
+@pytest.mark.parametrize("args", [[], ["--help"], ["-h"], ["--version"], ["-V"]])
+def test_the_listing_app_prints_what_the_whole_app_prints(args: list[str]) -> None:
+    listing = app_for(args)
+    assert listing is not app
+    assert len(listing.registered_commands) == len(app.registered_commands)
+    got = _through(listing, args)
+    assert got == _through(app, args)
+    printed = got[1] + got[2] + str(got[0])
+    assert "analyze" in printed or "trainlens 0" in printed
+
+
+@pytest.mark.parametrize(
+    "args", [["analyz", "x"], ["-V", "analyze"], ["--help", "gate"], ["--show-completion"]]
+)
+def test_unknown_names_and_options_first_get_the_whole_app(args: list[str]) -> None:
     assert app_for(args) is app
+
+
+def test_completion_gets_the_whole_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("_TRAINLENS_COMPLETE", "complete_bash")
+    assert app_for([]) is app
+    assert app_for(["analyze"]) is app
 
 
 def test_every_command_is_one_the_app_can_be_narrowed_to() -> None:

@@ -8,11 +8,9 @@ traceback instead."""
 
 from __future__ import annotations
 
-import copy
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 # The command line's numpy work is elementwise; an OpenBLAS thread pool only spins at
 # start-up (0.05-0.1 s of CPU per command, measured). Set before numpy is imported, for
@@ -22,7 +20,6 @@ if "numpy" not in sys.modules:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import typer
-from typer.main import get_command_name
 
 # importing a command module registers its commands on ``app``
 from trainlens.cli import analyze as _analyze  # noqa: F401
@@ -32,9 +29,12 @@ from trainlens.cli import checkpoints as _checkpoints  # noqa: F401
 from trainlens.cli import gate as _gate  # noqa: F401
 from trainlens.cli import report as _report  # noqa: F401
 from trainlens.cli import watch as _watch  # noqa: F401
+from trainlens.cli._narrow import app_for
 from trainlens.cli.app import app
 from trainlens.core.errors import TrainlensError
 from trainlens.core.sanitize import terminal
+
+__all__ = ["ISSUES_URL", "app", "app_for", "entry", "internal_error_message", "main"]
 
 
 def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
@@ -119,34 +119,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         typer.echo(terminal(internal_error_message(exc)), err=True)
         return 2
-
-
-def app_for(args: Sequence[str]) -> typer.Typer:
-    """``app`` holding only the command ``args`` start with, when they start with one.
-
-    typer turns every registered command into a click command (their signatures read,
-    their annotations evaluated) before it runs any: 11 commands and 145 parameters, for
-    one. The same app narrowed to that command runs it the same way (its help, usage
-    line, errors and exit codes are built from it alone); anything else (``--help``,
-    ``--version``, no command, a name trainlens does not know, completion) gets the whole
-    app, so listings and did-you-mean hints see every command."""
-    if not args or args[0].startswith("-"):
-        return app
-    name = args[0]
-    chosen = [c for c in app.registered_commands if command_name(c) == name]
-    if len(chosen) != 1 or app.registered_groups:
-        return app
-    narrowed = copy.copy(app)
-    narrowed.registered_commands = chosen
-    return narrowed
-
-
-def command_name(command: Any) -> str | None:
-    """The name typer gives a registered command (its own, else the function's)."""
-    if command.name:
-        return str(command.name)
-    callback = command.callback
-    return None if callback is None else get_command_name(callback.__name__)
 
 
 def _run(args: list[str]) -> int:
