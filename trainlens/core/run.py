@@ -204,7 +204,7 @@ def build_run(
     frame, more, names, found = canonicalize(
         long, source=source, aliases=aliases, block_counts=blocks
     )
-    scaled, decided = units.infer(frame, names, aliases or AliasTable(), source)
+    scaled, decided = units.infer(frame, names, aliases or AliasTable(), source, found)
     if scaled is not frame:  # (a unit decided: the block views were of the old frame)
         frame, found = scaled, None
     more = [*more, *decided]

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 import polars as pl
 
-from trainlens.core.frame import DataIssue
+from trainlens.core.frame import Blocks, DataIssue, block_lengths
 from trainlens.core.names import AliasTable
 
 MEMORY = re.compile(r"^(?:mem/(?:allocated|reserved|rss)|gpu\d+/mem_used)$")
@@ -40,10 +40,31 @@ _SCALE = {"k": float(1 << 10), "m": float(1 << 20), "g": float(1 << 30)}
 _UNIT_NAME = {"k": "KiB", "m": "MiB", "g": "GiB"}
 
 
-def _median(frame: pl.DataFrame, metric: str) -> float | None:
-    v = frame.filter((pl.col("metric") == metric) & pl.col("value").is_finite()).get_column("value")
+#: each metric's rows (first row, length) when the frame holds one block per metric
+Spans = dict[str, tuple[int, int]]
+
+
+def _values(frame: pl.DataFrame, metric: str, spans: Spans | None) -> pl.Series:
+    """The metric's values in frame order: a slice of its block when the blocks are
+    known (a filter over every row cost 80 ms a metric at 11M rows)."""
+    if spans is not None:
+        a, k = spans.get(metric, (0, 0))
+        return frame.get_column("value").slice(a, k)
+    return frame.filter(pl.col("metric") == metric).get_column("value")
+
+
+def _median(frame: pl.DataFrame, metric: str, spans: Spans | None = None) -> float | None:
+    v = _values(frame, metric, spans)
+    v = v.filter(v.is_finite())
     v = v.filter(v > 0)
     return float(v.median()) if v.len() else None  # type: ignore[arg-type]
+
+
+def _spans(frame: pl.DataFrame, blocks: Blocks | None) -> Spans | None:
+    if blocks is None or blocks.frame is not frame or len(set(blocks.names)) < len(blocks.names):
+        return None  # (a name in two blocks: the filter finds both)
+    lengths = block_lengths(blocks.starts, frame.height)
+    return {m: (a, k) for m, a, k in zip(blocks.names, blocks.starts, lengths, strict=True)}
 
 
 def _note(source: str, message: str) -> DataIssue:
@@ -60,14 +81,21 @@ def _scaled(frame: pl.DataFrame, metric: str, factor: float) -> pl.DataFrame:
 
 
 def infer(
-    frame: pl.DataFrame, raw_names: Mapping[str, str], aliases: AliasTable, source: str
+    frame: pl.DataFrame,
+    raw_names: Mapping[str, str],
+    aliases: AliasTable,
+    source: str,
+    blocks: Blocks | None = None,
 ) -> tuple[pl.DataFrame, list[DataIssue]]:
     """The frame with undeclared units made canonical, and a note for each decision.
-    ``raw_names``: canonical name -> as logged (:attr:`trainlens.core.run.Run.raw_names`)."""
+    ``raw_names``: canonical name -> as logged (:attr:`trainlens.core.run.Run.raw_names`);
+    ``blocks``: where each metric's block starts, when the frame is one per metric (a
+    scaled metric keeps its rows where they were, so they stay valid)."""
     metrics = set(raw_names)
     if not metrics:
         return frame, []
     notes: list[DataIssue] = []
+    spans = _spans(frame, blocks)
 
     def undeclared(metric: str) -> str | None:
         raw = raw_names.get(metric)
@@ -78,7 +106,7 @@ def infer(
 
     for metric in sorted(m for m in metrics if MEMORY.match(m)):
         raw = undeclared(metric)
-        med = _median(frame, metric) if raw is not None else None
+        med = _median(frame, metric, spans) if raw is not None else None
         if raw is None or med is None:
             continue
         unit = _MEM_UNIT.search(raw.lower())
@@ -97,7 +125,7 @@ def infer(
     time_in_ms = False
     for metric in TIMES:
         raw = undeclared(metric)
-        med = _median(frame, metric) if raw is not None else None
+        med = _median(frame, metric, spans) if raw is not None else None
         if raw is None or med is None:
             continue
         if _MS.search(raw.lower()):
@@ -111,9 +139,10 @@ def infer(
         notes.append(_note(source, f"`{raw}` read as milliseconds ({why}), kept as seconds"))
 
     raw_wait = undeclared("dataloader_wait")
-    wait = _median(frame, "dataloader_wait") if raw_wait is not None else None
-    step = _median(frame, "step_time")
+    wait = _median(frame, "dataloader_wait", spans) if raw_wait is not None else None
     if raw_wait is not None and wait is not None:
+        # (the step time's median only when it decides: a median is a sort of its values)
+        step = _median(frame, "step_time", spans) if time_in_ms else None
         if _MS.search(raw_wait.lower()):
             why = "its name says ms"
         elif time_in_ms and step is not None and wait > 10 * step and wait / 1000 < step:
@@ -128,9 +157,8 @@ def infer(
 
     raw_mfu = undeclared("mfu")
     if raw_mfu is not None:
-        v = frame.filter((pl.col("metric") == "mfu") & pl.col("value").is_finite()).get_column(
-            "value"
-        )
+        v = _values(frame, "mfu", spans)
+        v = v.filter(v.is_finite())
         if v.len() and float(v.median()) > 1.0 and float(v.max()) <= 100.0:  # type: ignore[arg-type]
             frame = _scaled(frame, "mfu", 0.01)
             notes.append(
