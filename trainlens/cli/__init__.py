@@ -169,4 +169,11 @@ def entry() -> None:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 0
+    # The interpreter's last cyclic collection at exit walks every object the imports
+    # made: 4.7 % of a 100-step analyze's instructions, 2.4 % of a 100k-step one's
+    # (callgrind, issue 28). Frozen objects are left out of it; every output trainlens
+    # writes is closed where it is written, so nothing it would free holds unwritten data.
+    import gc
+
+    gc.freeze()
     sys.exit(code)
