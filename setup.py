@@ -1,8 +1,9 @@
-"""Build of the compiled TensorBoard and W&B lanes and the guard for mapped reads;
+"""Build of the compiled TensorBoard, W&B and JSONL lanes and the guard for mapped reads;
 everything else is declared in pyproject.toml.
 
-The extension is optional: where it does not compile (no C compiler, an unusual platform)
-the install goes on and trainlens reads TensorBoard and W&B files with its numpy readers."""
+The extensions are optional: where they do not compile (no C compiler, an unusual
+platform) the install goes on and trainlens reads TensorBoard and W&B files with its
+numpy readers and JSONL files with polars alone."""
 
 from setuptools import Extension, setup
 
@@ -25,6 +26,16 @@ setup(
             depends=[
                 "trainlens/readers/_arrow_column.h",
                 "trainlens/readers/_wbcrc.h",
+                "trainlens/readers/_wbfloat.h",
+                "trainlens/readers/_pow5.h",
+            ],
+            optional=True,
+        ),
+        Extension(
+            "trainlens.readers._jlscan",
+            sources=["trainlens/readers/_jlscan.c"],
+            depends=[
+                "trainlens/readers/_arrow_column.h",
                 "trainlens/readers/_wbfloat.h",
                 "trainlens/readers/_pow5.h",
             ],

@@ -10,35 +10,26 @@ summary, not raised: the rest of the analysis stands.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
-from trainlens.calculators import (
-    DEFAULT_GRID,
-    DEFAULT_PUE,
-    GRID_PRESETS,
-    attention_flops_per_token,
-    dense_peak,
-    energy,
-    gpu_row,
-    measured_energy,
-    mfu_series,
-    training_compute,
-)
-from trainlens.calculators.energy import GAP_INTERVALS
-from trainlens.calculators.hardware import GPU
-from trainlens.calculators.units import parse_number
 from trainlens.core.errors import TrainlensError
 from trainlens.core.names import GPU_METRIC, GPU_POWER_FIELD
 from trainlens.core.run import Run
+
+if TYPE_CHECKING:  # the calculators are imported where a figure is computed: a run that
+    # names no model and logs no GPU power needs none of them (~10 ms of start-up)
+    from trainlens.calculators.hardware import GPU
 
 
 def _int(model: dict[str, Any], key: str) -> int | None:
     value = model.get(key)
     if value is None:
         return None
+    from trainlens.calculators.units import parse_number
+
     try:
         return int(parse_number(value, key))
     except TrainlensError:
@@ -121,6 +112,8 @@ def attention_per_token(model: dict[str, Any]) -> float:
     layers, heads, seq_len = _int(model, "layers"), _int(model, "heads"), _int(model, "seq_len")
     head_dim = _int(model, "head_dim")
     if layers and heads and seq_len and head_dim:
+        from trainlens.calculators import attention_flops_per_token
+
         return attention_flops_per_token(layers, heads, head_dim, seq_len)
     return 0.0
 
@@ -147,6 +140,9 @@ def mfu_of(
     """The run's MFU from its logged tokens/s: the one computation behind analyze's summary
     and the gate's MFU check (6·N plus the attention term where the shape is known).
     Raises TrainlensError (a sentence) when the model size, the GPU or tokens/s is missing."""
+    from trainlens.calculators import dense_peak, gpu_row, mfu_series
+    from trainlens.calculators.units import parse_number
+
     raw = model.get("n_params")
     if raw is None:
         raise TrainlensError("needs n_params (--params, [tool.trainlens.model] or a run config)")
@@ -222,6 +218,9 @@ def add_efficiency(
     """Add ``mfu`` and ``compute`` to ``summary`` (and an ``mfu`` series to the run).
     ``sources`` says where each model key came from (:class:`Context.model_sources`), for
     the words that name the precision and what to check."""
+    from trainlens.calculators import gpu_row, training_compute
+    from trainlens.calculators.units import parse_number
+
     sources = sources or {}
     raw_params = model.get("n_params")
     if raw_params is None:
@@ -335,6 +334,9 @@ def _measured_entry(run: Run) -> tuple[dict[str, Any] | None, str | None]:
     samples = gpu_power_samples(run)
     if not samples:
         return None, None
+    from trainlens.calculators import measured_energy
+    from trainlens.calculators.energy import GAP_INTERVALS
+
     got = measured_energy(samples)
     if got is None:
         return None, "GPU power logged without two timed samples per GPU: energy not measured"
@@ -370,6 +372,8 @@ def _estimated_entry(
     gpu_name = model.get("gpu")
     if not gpu_name or not wall:
         return None
+    from trainlens.calculators import energy, gpu_row
+
     try:
         row = gpu_row(str(gpu_name), None, [])
     except TrainlensError:
@@ -398,6 +402,10 @@ def add_energy(run: Run, model: dict[str, Any], summary: dict[str, Any]) -> None
         model, summary.get("wall_clock_seconds"), measured["n_gpus"] if measured else None
     )
     chosen = measured or estimated
+    if chosen is None and not why_not:
+        return
+    from trainlens.calculators import DEFAULT_GRID, DEFAULT_PUE, GRID_PRESETS
+
     grid = GRID_PRESETS[DEFAULT_GRID]
     if chosen is None:
         if why_not:  # power was logged, but nothing to integrate: say so, no figure

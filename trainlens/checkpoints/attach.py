@@ -37,12 +37,13 @@ def checkpoints_path(config: Config) -> str | None:
 def _inventory(run: Run, config: Config) -> tuple[Inventory | None, str | None]:
     """The run's inventory (None when nothing is found or readable) and a note naming
     checkpoints near the run that are not its own (:mod:`trainlens.checkpoints._owner`)."""
-    from trainlens.checkpoints import audited, inventory
     from trainlens.core.errors import TrainlensError
 
     named = checkpoints_path(config)
     try:
         if named is not None:
+            from trainlens.checkpoints import inventory
+
             return inventory(named, crc_budget=0), None
         if not os.path.exists(run.source):  # a Run made in memory names no place
             return None, None
@@ -52,6 +53,9 @@ def _inventory(run: Run, config: Config) -> tuple[Inventory | None, str | None]:
         note = stray_note(stray_folders(run, found), places.outside)
         if not found and not found.pointers:
             return None, note
+        # (imported only now: the audit's modules are most of the package's start-up)
+        from trainlens.checkpoints import audited
+
         return audited(places.root, found, crc_budget=0), note
     except (TrainlensError, OSError):
         return None, None

@@ -7,6 +7,8 @@ from typing import Any
 import typer
 import typer.core
 
+from trainlens.cli import _coerce
+
 
 def _plain_metavars() -> None:
     """Help in the convention of click and ruff (``--gpu GPU``, ``PATHS...``), not typer's
@@ -44,6 +46,7 @@ def _plain_metavars() -> None:
 
 
 _plain_metavars()
+_coerce.install(typer.core)  # plain types converted without importing pydantic
 
 app = typer.Typer(
     name="trainlens",

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
-
-import yaml
+from typing import TYPE_CHECKING, Any, cast
 
 from trainlens.core.errors import UnreadableInputError
+
+if TYPE_CHECKING:  # imported where a file is parsed: PyYAML's import is ~10 ms of
+    # start-up, and most runs have no YAML file beside them (issue 28)
+    import yaml
 
 #: run configs and MLflow metadata are kilobytes; past that, reading costs seconds
 #: (measured: a 440 KB config takes about 1 s to compose, check and construct)
@@ -52,6 +54,8 @@ class RefusedFile(UnreadableInputError):
 def _plain(loader: Any, node: yaml.Node) -> Iterator[Any]:
     # a generator, as SafeConstructor's own collection constructors are: the object is
     # handed out before its children are filled, so self-references stay possible
+    import yaml
+
     if isinstance(node, yaml.MappingNode):
         yield from loader.construct_yaml_map(node)
     elif isinstance(node, yaml.SequenceNode):
@@ -69,8 +73,17 @@ def make_loader(base: type) -> type:
 
 
 # the C loader when PyYAML was built with libyaml (measured 3x faster on a 440 KB
-# config); never a loader that builds objects
-_Loader = make_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+# config); never a loader that builds objects. Made on first use (:func:`_loader`)
+_Loader: type | None = None
+
+
+def _loader() -> type:
+    global _Loader
+    if _Loader is None:
+        import yaml
+
+        _Loader = make_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return _Loader
 
 
 def _measure(root: yaml.Node) -> str | None:
@@ -78,6 +91,9 @@ def _measure(root: yaml.Node) -> str | None:
 
     Sizes and heights are memoized per node, so this costs one visit per node of the
     composed graph however many times an alias repeats it."""
+    import yaml
+
+    kinds = (yaml.MappingNode, yaml.SequenceNode)
     size: dict[int, int] = {}
     height: dict[int, int] = {}
     open_: set[int] = set()
@@ -86,7 +102,7 @@ def _measure(root: yaml.Node) -> str | None:
         node, done = stack.pop()
         key = id(node)
         if done:
-            kids = _children(node)
+            kids = _children(node, *kinds)
             size[key] = 1 + sum(size[id(k)] for k in kids)
             height[key] = 1 + max((height[id(k)] for k in kids), default=0)
             open_.discard(key)
@@ -101,20 +117,24 @@ def _measure(root: yaml.Node) -> str | None:
             return "an alias refers to the node that contains it"
         open_.add(key)
         stack.append((node, True))
-        stack.extend((k, False) for k in _children(node) if id(k) not in size)
+        stack.extend((k, False) for k in _children(node, *kinds) if id(k) not in size)
     return None
 
 
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.MappingNode):
+def _children(
+    node: yaml.Node, mapping: type[yaml.MappingNode], sequence: type[yaml.SequenceNode]
+) -> list[yaml.Node]:
+    if isinstance(node, mapping):
         return [n for pair in node.value for n in pair]
-    if isinstance(node, yaml.SequenceNode):
+    if isinstance(node, sequence):
         return list(node.value)
     return []
 
 
 def parse_yaml(text: str, origin: str) -> Any:
     """One YAML document as plain Python data (None for an empty document)."""
+    import yaml
+
     try:
         return _parse(text, origin)
     except yaml.MarkedYAMLError as exc:
@@ -130,7 +150,7 @@ def parse_yaml(text: str, origin: str) -> Any:
 
 
 def _parse(text: str, origin: str) -> Any:
-    loader = _Loader(text)
+    loader = _loader()(text)
     try:
         node = loader.get_single_node()
         if node is None:

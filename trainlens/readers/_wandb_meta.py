@@ -74,6 +74,12 @@ def run_dirs(folder: Path) -> list[Path]:
     return sorted((p for p in subs if p.is_dir() and logs_in(p)), key=_dir_order)
 
 
+def is_run_folder(path: Path) -> bool:
+    """A run folder holding a ``.wandb`` log, or a folder of run folders (the W&B reader's
+    sniff of a folder; also asked before that reader is imported)."""
+    return bool(logs_in(path) or run_dirs(path))
+
+
 def _dir_order(p: Path) -> tuple[str, int, str]:
     m = RUN_DIR.match(p.name)
     if not m:

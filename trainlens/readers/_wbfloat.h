@@ -164,8 +164,26 @@ static inline const char *wb_digits(const char *p, const char *end, uint64_t *m)
     return p;
 }
 
+/* 1: m * 10^exp10 (m of at most 19 digits), negated when neg, as the nearest double in
+ * *out; 0: not decided here (strtod must). The last step of wb_parse_double, also used
+ * by the JSONL lane, whose scan of the text checks JSON's grammar as it reads the digits. */
+static inline int wb_scaled(uint64_t m, int32_t exp10, int neg, double *out) {
+    double d;
+    if (m == 0) {
+        d = 0.0;
+    } else if (m <= (1ULL << 53) && exp10 >= -22 && exp10 <= 22) {
+        d = exp10 < 0 ? (double)m / wb_pow10[-exp10] : (double)m * wb_pow10[exp10];
+    } else {
+        uint64_t bits;
+        if (!wb_eisel_lemire(m, exp10, &bits)) return 0;
+        d = wb_from_bits(bits);
+    }
+    *out = neg ? -d : d;
+    return 1;
+}
+
 /* 1: s[0..n) is [-]digits[.digits][(e|E)[+|-]digits] read exactly into *out; 0: not read */
-static int wb_parse_double(const char *s, size_t n, double *out) {
+static inline int wb_parse_double(const char *s, size_t n, double *out) {
     const char *p = s, *end = s + n;
     int neg = p < end && *p == '-';
     p += neg;
@@ -197,18 +215,7 @@ static int wb_parse_double(const char *s, size_t n, double *out) {
         for (const char *q = first; q < end && (*q == '0' || *q == '.'); q++) digits -= *q == '0';
         if (digits > 19) return 0; /* more than a uint64 holds exactly: strtod */
     }
-    double d;
-    if (m == 0) {
-        d = 0.0;
-    } else if (m <= (1ULL << 53) && exp10 >= -22 && exp10 <= 22) {
-        d = exp10 < 0 ? (double)m / wb_pow10[-exp10] : (double)m * wb_pow10[exp10];
-    } else {
-        uint64_t bits;
-        if (!wb_eisel_lemire(m, exp10, &bits)) return 0;
-        d = wb_from_bits(bits);
-    }
-    *out = neg ? -d : d;
-    return 1;
+    return wb_scaled(m, exp10, neg, out);
 }
 
 #endif

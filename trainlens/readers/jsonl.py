@@ -33,7 +33,14 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _native_json, _pandas_json, _run_end, _shrink, _wandb
+from trainlens.readers import (
+    _jsonl_compiled,
+    _native_json,
+    _pandas_json,
+    _run_end,
+    _shrink,
+    _wandb,
+)
 from trainlens.readers._json_flat import flat_object
 from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
@@ -387,8 +394,11 @@ def _read_mapped(path: Path) -> tuple[pl.DataFrame, int] | None:
             # row dropped, so the file stays on this path
             body = _run_end.before_closing_end(mm, size)
             closed = body < size
-            newlines, colons = _scan(memoryview(mm)[:body])
             sample = _sample(mm, body)
+            compiled = _jsonl_compiled.read(mm, body, sample)  # (None: polars reads it)
+            if compiled is not None:
+                return compiled, size
+            newlines, colons = _scan(memoryview(mm)[:body])
         # (unmapped before polars maps the file itself: its pages would count twice in
         # the peak memory; a line appended meanwhile breaks the counts)
         try:

@@ -53,7 +53,7 @@ from trainlens.readers import _shrink
 from trainlens.readers import _wandb_log as wl
 from trainlens.readers._outside import links_out, outside_note
 from trainlens.readers._wandb_compiled import Compiled, from_compiled
-from trainlens.readers._wandb_meta import LOG_GLOB, groups, logs_in, machine_of, run_dirs, run_file
+from trainlens.readers._wandb_meta import LOG_GLOB, groups, is_run_folder, machine_of, run_file
 from trainlens.readers._wandb_steps import trainer_steps
 from trainlens.readers.base import ReadOptions, readable_runs
 
@@ -90,7 +90,7 @@ def sniff(path: Path, head: bytes) -> bool:
     """A ``.wandb`` transaction log (its magic), a run folder holding one, or a folder of
     run folders."""
     if path.is_dir():
-        return bool(logs_in(path) or run_dirs(path))
+        return is_run_folder(path)
     return wl.has_magic(head)
 
 

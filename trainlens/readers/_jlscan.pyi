@@ -1,0 +1,5 @@
+from typing import Any
+
+def scan(
+    buffer: object, stop: int, step_names: tuple[bytes, ...]
+) -> tuple[list[str], list[Any], list[Any | None], int] | str: ...
