@@ -21,7 +21,7 @@ and a scaled alias is never second-guessed here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import polars as pl
 
@@ -177,11 +177,7 @@ def infer(
             )
 
     if "train/loss" not in metrics:
-        parts = sorted(
-            raw
-            for raw in raw_names.values()
-            if _LOSS_PART.match(raw.lower()) and not _NOT_TRAIN.match(raw.lower())
-        )
+        parts = loss_parts(raw_names.values())
         if len(parts) >= 2:
             shown = ", ".join(parts[:6]) + ("…" if len(parts) > 6 else "")
             notes.append(
@@ -192,3 +188,16 @@ def infer(
                 )
             )
     return frame, notes
+
+
+def loss_parts(raw_names: Iterable[str]) -> list[str]:
+    """The training loss parts among a run's logged names (``loss_cls``, ``loss/bbox``,
+    YOLO's ``train/box_loss`` …; not validation ones), sorted. A total beside two or more
+    of them is their (weighted) sum, not one cross-entropy."""
+    return sorted(
+        raw
+        for raw in raw_names
+        if _LOSS_PART.match(low := raw.lower())
+        and not _NOT_TRAIN.match(low)
+        and "scale" not in low  # (fp16's loss_scale is no part of the loss)
+    )
