@@ -41,10 +41,15 @@ class Ratio(NamedTuple):
     dens: list[Any]
     scale: float = 1.0
     offset: float = 0.0
+    leaves: bool = True  # nums and dens hold no Calc (the conversion's fast path)
 
     def plus(self, other: Ratio) -> Ratio:
         """Both together: micro-batches pooled by their own weights (kept positions)."""
-        return self._replace(nums=self.nums + other.nums, dens=self.dens + other.dens)
+        return self._replace(
+            nums=self.nums + other.nums,
+            dens=self.dens + other.dens,
+            leaves=self.leaves and other.leaves,
+        )
 
 
 class Calc(NamedTuple):
@@ -54,6 +59,7 @@ class Calc(NamedTuple):
 
     inputs: list[Any]
     fn: Callable[[list[Any]], float]
+    leaves: bool = True  # the inputs are floats and tensors only (no Calc, no Ratio)
 
 
 class Calcs(NamedTuple):
@@ -63,6 +69,7 @@ class Calcs(NamedTuple):
 
     inputs: list[Any]
     fn: Callable[[list[Any]], dict[str, float]]
+    leaves: bool = True
 
 
 Scalar = float | torch.Tensor
@@ -107,7 +114,7 @@ def pooled(values: list[Any]) -> Value:
         return sum(cast(list[float], values)) / len(values)
     if all(isinstance(v, torch.Tensor) for v in values):
         return torch.stack(values).float().mean()
-    return Calc(list(values), _mean)  # (a step mixing ratios and plain values: rare)
+    return Calc(list(values), _mean, leaves=False)  # (a step mixing ratios and values: rare)
 
 
 def _mean(v: list[Any]) -> float:
@@ -137,7 +144,7 @@ def to_numbers(records: list[dict[str, Value]]) -> list[dict[str, Any]]:
                 row[key] = vals[at[0]]
                 at[0] += 1
             elif isinstance(value, Calcs):
-                row.update(value.fn(_inputs(value.inputs, vals, at)))
+                row.update(value.fn(_inputs(value.inputs, value.leaves, vals, at)))
             else:
                 row[key] = _build(value, vals, at)
         row["step"] = int(row["step"])
@@ -150,39 +157,34 @@ def evaluate(value: Value) -> float:
     return float(to_numbers([{"step": 0.0, "v": value}])[0]["v"])
 
 
-_NODES = frozenset({Calc, Calcs, Ratio})
-
-
-def _is_node(x: Any) -> bool:
-    return type(x) in _NODES
-
-
 def _collect(node: Any, flat: list[Any]) -> None:
     parts = (node.nums, node.dens) if isinstance(node, Ratio) else (node.inputs,)
     for part in parts:
+        if node.leaves:
+            flat.extend(part)
+            continue
         for x in part:
-            if _is_node(x):
+            if isinstance(x, (Calc, Calcs, Ratio)):
                 _collect(x, flat)
             else:
                 flat.append(x)
 
 
-def _inputs(inputs: list[Any], vals: list[Any], at: list[int]) -> list[Any]:
+def _inputs(inputs: list[Any], leaves: bool, vals: list[Any], at: list[int]) -> list[Any]:
     """The values of ``inputs`` (leaves or nodes), consumed from ``vals`` at ``at``."""
-    n = len(inputs)
-    if not any(_is_node(x) for x in inputs):  # the common case: leaves only, one slice
+    if leaves:  # the common case: one slice
         i = at[0]
-        at[0] = i + n
-        return vals[i : i + n]
+        at[0] = i + len(inputs)
+        return vals[i : at[0]]
     return [_build(x, vals, at) for x in inputs]
 
 
 def _build(node: Any, vals: list[Any], at: list[int]) -> Any:
     if isinstance(node, Calc):
-        return node.fn(_inputs(node.inputs, vals, at))
+        return node.fn(_inputs(node.inputs, node.leaves, vals, at))
     if isinstance(node, Ratio):
-        nums = _inputs(node.nums, vals, at)
-        den = sum(_inputs(node.dens, vals, at))
+        nums = _inputs(node.nums, node.leaves, vals, at)
+        den = sum(_inputs(node.dens, node.leaves, vals, at))
         return node.offset + node.scale * sum(nums) / den if den else math.nan
     i = at[0]
     at[0] = i + 1
@@ -199,19 +201,21 @@ def _leaf_values(flat: Sequence[Any]) -> list[Any]:
     transfer of the 0-d tensors per device; the 1-D ones as numpy views on the CPU
     (no torch op at all), or one cat and one copy per device elsewhere. A tensor met
     twice (the kept mask of the entropy and of the padding) is converted once."""
-    out: list[Any] = [math.nan] * len(flat)
-    scalars: dict[torch.device, list[int]] = {}
+    out: list[Any] = list(flat)  # (floats stay as they are)
+    cpu: list[int] = []  # the 0-d CPU tensors, the common case
+    scalars: dict[torch.device, list[int]] = {torch.device("cpu"): cpu}
     vectors: dict[torch.device, dict[int, list[int]]] = {}  # by id: where each one is
     for i, item in enumerate(flat):
-        if isinstance(item, torch.Tensor):
-            if item.ndim == 0:
-                scalars.setdefault(item.device, []).append(i)
-            else:
-                vectors.setdefault(item.device, {}).setdefault(id(item), []).append(i)
-        else:
+        if type(item) is float:
+            continue
+        if not isinstance(item, torch.Tensor):
             out[i] = float(item)
+        elif item.ndim == 0:
+            (cpu if item.is_cpu else scalars.setdefault(item.device, [])).append(i)
+        else:
+            vectors.setdefault(item.device, {}).setdefault(id(item), []).append(i)
     for idx in scalars.values():
-        for k in range(0, len(idx), _CALL_VALUES):
+        for k in range(0, len(idx), _CALL_VALUES):  # (none when idx is empty)
             part = idx[k : k + _CALL_VALUES]
             got = torch.stack([flat[i] for i in part]).double().tolist()
             for i, v in zip(part, got, strict=True):

@@ -89,10 +89,11 @@ def entropy_and_padding(
                 torch.amax(p, -1, out=pmax[i : i + rows])
                 torch.nansum(p.mul_(c), -1, out=pz[i : i + rows])
     if keep is None:
-        return Ratio([Calc([zmax, pmax, pz], _entropy_sum)], [float(positions)]), None
+        entropy = Ratio([Calc([zmax, pmax, pz], _entropy_sum)], [float(positions)], leaves=False)
+        return entropy, None
     kept = Calc([keep], _sum)
-    entropy = Ratio([Calc([zmax, pmax, pz, keep], _entropy_sum)], [kept])
-    return entropy, Ratio([kept], [float(positions)], scale=-1.0, offset=1.0)
+    entropy = Ratio([Calc([zmax, pmax, pz, keep], _entropy_sum)], [kept], leaves=False)
+    return entropy, Ratio([kept], [float(positions)], scale=-1.0, offset=1.0, leaves=False)
 
 
 def _entropy_sum(v: list[Any]) -> float:
