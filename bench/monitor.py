@@ -16,9 +16,11 @@ waits). Wall-clock medians are printed beside it.
 ``--self`` measures the same thing from inside one process, which other processes cannot
 disturb: tiny_gpt runs with the monitor, each of the monitor's entry points (the
 optimizer pre/post hooks, the forward pre-hook, the clip observer, ``step`` with its
-flushes) is timed with the process CPU clock, and the sum is divided by the CPU time of
-the steps without it. It leaves out indirect costs (allocator, caches), which the
-process-level comparison includes.
+flushes) is timed with the training thread's CPU clock, the CPU of the monitor's writer
+thread is added, and the sum is divided by the CPU time of the steps without it. It
+leaves out indirect costs (allocator, caches), which the process-level comparison
+includes. bench/monitor_paired.py measures the overhead paired in one process (two
+identical models, steps interleaved): the method that resolves 1-5 % on a shared machine.
 """
 
 from __future__ import annotations
@@ -46,16 +48,19 @@ def run(steps: int, every: int | None, out: Path, size: list[str]) -> tuple[floa
 
 
 def self_time(steps: int, every: int, size: list[str]) -> tuple[dict[str, float], float]:
-    """(monitor CPU seconds per entry point, loop CPU seconds without them) of one
-    tiny_gpt run."""
+    """(monitor CPU seconds per entry point and of its writer thread, loop CPU seconds
+    without them) of one tiny_gpt run."""
     import functools
     import time
 
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "examples"))
+    sys.path.insert(0, str(ROOT / "bench"))
     import tiny_gpt  # type: ignore[import-not-found]
+    from monitor_paired import _writer_cpu
 
     from trainlens.monitor.loop import Monitor
+    from trainlens.monitor.writer import Writer
 
     spent: dict[str, float] = {}
     originals = {}
@@ -63,13 +68,21 @@ def self_time(steps: int, every: int, size: list[str]) -> tuple[dict[str, float]
         original = originals[name] = getattr(Monitor, name)
 
         def timed(*a: object, _f: object = original, _n: str = name, **k: object) -> object:
-            t = time.process_time()
+            t = time.thread_time()
             try:
                 return _f(*a, **k)  # type: ignore[operator]
             finally:
-                spent[_n] = spent.get(_n, 0.0) + time.process_time() - t
+                spent[_n] = spent.get(_n, 0.0) + time.thread_time() - t
 
         setattr(Monitor, name, functools.wraps(original)(timed))
+    close = Writer.close
+
+    def closing(self: Writer) -> None:
+        self.wait()
+        spent["writer thread"] = _writer_cpu()  # (before its thread ends)
+        close(self)
+
+    Writer.close = closing  # type: ignore[method-assign]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             argv = ["--out", tmp, "--steps", str(steps), "--every", str(every), *size]
@@ -77,6 +90,7 @@ def self_time(steps: int, every: int, size: list[str]) -> tuple[dict[str, float]
     finally:
         for name, original in originals.items():
             setattr(Monitor, name, original)
+        Writer.close = close  # type: ignore[method-assign]
     return spent, sum(cpu) - sum(spent.values())
 
 

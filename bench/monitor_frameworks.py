@@ -16,10 +16,11 @@ records the process CPU time of every optimizer step, and the run prints the med
 its per-step times. The bench prints the median over rounds and the ratio.
 
 ``--self``: one run with the callback, each entry point the monitor adds (the callback's
-hooks, the optimizer and forward hooks, the clip observer) timed with the process CPU
-clock — outermost calls only, so nothing is counted twice — and the sum divided by the
-CPU time of the steps without it. Other processes on a shared machine move that ratio
-far less than they move two separate runs.
+hooks, the optimizer and forward hooks, the clip observer) timed with the training
+thread's CPU clock — outermost calls only, so nothing is counted twice — plus the CPU of
+the monitor's writer thread (the conversion and the writing, off the training thread),
+and the sum divided by the CPU time of the steps without it. Other processes on a shared
+machine move that ratio far less than they move two separate runs.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from monitor_paired import _load, _machine, _writer_cpu  # noqa: E402
+
 VOCAB, SEQ, BATCH, LAYERS, HEADS, WIDTH = 96, 64, 12, 4, 4, 128
 
 
@@ -71,8 +75,9 @@ def _model() -> Any:
     return transformers.GPT2LMHeadModel(config)
 
 
-def run_hf(steps: int, monitor: bool, out: Path) -> list[float]:
-    """Per-step process CPU seconds of an HF Trainer run."""
+def run_hf(steps: int, monitor: bool, out: Path, writer: list[float] | None = None) -> list[float]:
+    """Per-step process CPU seconds of an HF Trainer run (``writer`` gets the CPU seconds
+    of the monitor's writer thread)."""
     import transformers
 
     from trainlens.monitor import HFCallback
@@ -82,6 +87,8 @@ def run_hf(steps: int, monitor: bool, out: Path) -> list[float]:
     class Clock(transformers.TrainerCallback):  # type: ignore[misc]
         def on_step_end(self, *a: Any, **k: Any) -> None:
             times.append(time.process_time())
+            if writer is not None and len(times) == steps:
+                writer.append(_writer_cpu())
 
     args = transformers.TrainingArguments(
         output_dir=str(out),
@@ -107,8 +114,10 @@ def run_hf(steps: int, monitor: bool, out: Path) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times)]
 
 
-def run_lightning(steps: int, monitor: bool, out: Path) -> list[float]:
-    """Per-step process CPU seconds of a Lightning run."""
+def run_lightning(
+    steps: int, monitor: bool, out: Path, writer: list[float] | None = None
+) -> list[float]:
+    """Per-step process CPU seconds of a Lightning run (``writer``: as for run_hf)."""
     import lightning.pytorch as pl
     import torch
 
@@ -119,6 +128,8 @@ def run_lightning(steps: int, monitor: bool, out: Path) -> list[float]:
     class Clock(pl.Callback):  # type: ignore[misc]
         def on_train_batch_end(self, *a: Any, **k: Any) -> None:
             times.append(time.process_time())
+            if writer is not None and len(times) == steps:
+                writer.append(_writer_cpu())
 
     class Module(pl.LightningModule):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -170,8 +181,9 @@ ENTRIES = {
 MONITOR_ENTRIES = ["_pre_hook", "_post_hook", "_forward_pre_hook", "_saw_clip"]
 
 
-def self_time(name: str, steps: int) -> tuple[dict[str, float], float]:
-    """(CPU seconds by entry point, CPU seconds of the steps without them)."""
+def self_time(name: str, steps: int) -> tuple[dict[str, float], float, float]:
+    """(training-thread CPU seconds by entry point, CPU seconds of the steps without
+    them, CPU seconds of the writer thread)."""
     import importlib
 
     from trainlens.monitor.loop import Monitor
@@ -185,11 +197,11 @@ def self_time(name: str, steps: int) -> tuple[dict[str, float], float]:
             if depth[0]:
                 return f(*a, **k)  # inside another entry point: counted there
             depth[0] += 1
-            t = time.process_time()
+            t = time.thread_time()
             try:
                 return f(*a, **k)
             finally:
-                spent[label] = spent.get(label, 0.0) + time.process_time() - t
+                spent[label] = spent.get(label, 0.0) + time.thread_time() - t
                 depth[0] -= 1
 
         return wrapper
@@ -200,13 +212,14 @@ def self_time(name: str, steps: int) -> tuple[dict[str, float], float]:
             setattr(cls, m, timed(getattr(cls, m), m))
     for m in MONITOR_ENTRIES:
         setattr(Monitor, m, timed(getattr(Monitor, m), m))
+    writer: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        per_step = RUNNERS[name](steps, True, Path(tmp))
+        per_step = RUNNERS[name](steps, True, Path(tmp), writer)
     # entry points over the measured steps only (the first step's are outside them)
     total = sum(per_step)
     scale = len(per_step) / steps
     parts = {k: v * scale for k, v in spent.items()}
-    return parts, total - sum(parts.values())
+    return parts, total - sum(parts.values()) - writer[0], writer[0]
 
 
 def child(name: str, steps: int, monitor: bool) -> None:
@@ -231,20 +244,25 @@ def main() -> None:
         return
     print(
         f"GPT-2 {LAYERS} layers, d_model {WIDTH}, context {SEQ}, batch {BATCH}, "
-        f"vocabulary {VOCAB}; {args.steps} steps; CPU, one thread"
+        f"vocabulary {VOCAB}; {args.steps} steps; CPU, one thread; {_machine()}; "
+        f"load average {_load()}"
     )
     if args.self:
         import torch
 
         torch.set_num_threads(1)
         for name in args.only:
-            parts, rest = self_time(name, args.steps)
+            parts, rest, writer = self_time(name, args.steps)
             mon = sum(parts.values())
             each = ", ".join(f"{k} {v / args.steps * 1e6:.0f}" for k, v in parts.items())
-            print(f"{name}: µs/step by entry point: {each}")
             print(
-                f"{name}: monitor {mon / args.steps * 1e3:.3f} ms/step of CPU, "
-                f"{mon / rest:.2%} of the step without it ({rest / args.steps * 1e3:.2f} ms)"
+                f"{name}: µs/step by entry point: {each}; "
+                f"writer thread {writer / args.steps * 1e6:.0f}"
+            )
+            print(
+                f"{name}: monitor {mon / args.steps * 1e3:.3f} ms/step of training-thread CPU, "
+                f"{mon / rest:.2%} of the step without it ({rest / args.steps * 1e3:.2f} ms); "
+                f"with the writer thread {(mon + writer) / rest:.2%}; load average {_load()}"
             )
         return
     for name in args.only:

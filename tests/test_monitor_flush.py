@@ -1,7 +1,8 @@
 """When the monitor writes: every ``flush_every`` steps, or sooner so that no record waits
 ``flush_seconds`` for the file, and at once after a step with a non-finite value. A fake
 flush clock makes the step rate whatever a test needs; the file is read back after each
-step."""
+step (once the writer thread wrote what the step handed over, except where a test says
+the record is on disk when the step returns)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ def _run(
         opt.zero_grad()
         extra = {"reward": math.inf} if step == extra_inf_at else {}
         mon.step(loss=loss, **extra)
+        # what the step handed to the writer thread is written (drain); what it did not
+        # hand over is not: the count says which steps flushed
+        mon.drain()
         on_disk.append(len(_rows(out)))
     mon.close()
     return on_disk

@@ -26,11 +26,18 @@ What is measured where (so each figure is the one the docs promise):
   memory, loss scale. It may be called on every micro-batch: a record is written once per
   optimizer step, its loss the mean over the step's micro-batches.
 
-Figures stay tensors until a flush, where they become numbers in one host transfer: no
-sync on the hot path on an accelerator. A flush comes every ``flush_every`` steps, or
-sooner when the records waiting would otherwise be ``flush_seconds`` old by the next step
-(at 1 step/s a record is on disk within about a second, not 50), and at once after a step
-that logged a non-finite value the host can see without a sync (see :meth:`Monitor.step`).
+Figures stay tensors until a flush, and the last arithmetic on them (divisions, sums of
+squares, the entropy's per-position reduction) is left to the conversion
+(:mod:`trainlens.monitor.records`): the hot path is built for op count. A flush comes
+every ``flush_every`` steps, or sooner when the records waiting would otherwise be
+``flush_seconds`` old by the next step (at 1 step/s a record is on disk within about a
+second, not 50), and at once after a step that logged a non-finite value the host can
+see without a sync (see :meth:`Monitor.step`). A flush hands the records to the writer
+thread (:mod:`trainlens.monitor.writer`), which turns them into numbers in one host
+transfer and writes them: the training thread never converts or writes (no sync on the
+hot path on an accelerator either), except with several ranks, where the whole values of
+sharded tensors are gathered at the flush on the training thread (a collective), and
+with ``on_finding`` / ``stop_on``, whose judging reads the file at once.
 """
 
 from __future__ import annotations
@@ -39,15 +46,17 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any
 
 import torch
 
 from trainlens.core.runstate import end_record
-from trainlens.monitor import _clip, _ending, stats
+from trainlens.monitor import _clip, _ending, records, stats
 from trainlens.monitor.hardware import Hardware
+from trainlens.monitor.records import CALCS, Scalar, Value
 from trainlens.monitor.schedule import declared_schedule
 from trainlens.monitor.sink import JsonlSink, TensorBoardSink, write_config
+from trainlens.monitor.writer import Writer
 
 #: per-tensor statistics every 10 steps: see docs/monitor.md (overhead table)
 DEFAULT_EVERY = 10
@@ -56,21 +65,6 @@ DEFAULT_FLUSH = 50
 #: ... and no record waits longer than this (seconds) for its write: the watch sees a
 #: record this late at most, whatever the step rate (docs/watch.md, "How late")
 DEFAULT_FLUSH_SECONDS = 2.0
-
-
-class Vec(NamedTuple):
-    """Figures of many tensors held as one 1-D tensor until the flush (one op, not one
-    per tensor: the op count is what costs on the hot path)."""
-
-    names: list[str]
-    values: torch.Tensor
-
-
-Scalar = float | torch.Tensor
-Value = Scalar | Vec | stats.Ratio
-#: key prefix of a Vec entry in a record: ``_VEC + "grad_norm/"`` expands to
-#: ``grad_norm/<name>`` for each of its names
-_VEC = "\0vec:"
 
 
 class Monitor:
@@ -143,16 +137,20 @@ class Monitor:
         self._clock = clock
         self.opt_step = resume_step  # optimizer steps seen (the step number of the last one)
         self._named = [(n, p) for n, p in model.named_parameters()]
+        self._names = [n for n, _ in self._named]
+        self._params: list[torch.Tensor] = [p for _, p in self._named]
+        self._grad_keys = [f"grad_norm/{n}" for n in self._names]
+        self._ratio_keys = [f"update_ratio/{n}" for n in self._names]
         self._opt_params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self._param_ids = {id(p) for p in self._opt_params}
-        self._zero_keys = [f"grad_norm/{n}" for n, _ in self._named]
         self._clip: tuple[torch.Tensor, float] | None = None
         self._fig: dict[str, Value] = {}  # figures of the current optimizer step
         self._snapshot: list[torch.Tensor] | None = None
-        self._micro: dict[str, list[Scalar | stats.Ratio]] = {}
+        self._micro: dict[str, list[Any]] = {}
         self._tokens: int | None = None
         self._samples: int | None = None
         self._records: list[dict[str, Value]] = []
+        self._urgent = False  # the last record holds a NaN or an infinity
         self._written = resume_step  # last optimizer step turned into a record
         self._last_end: float | None = None
         self._fwd_start: float | None = None
@@ -164,13 +162,15 @@ class Monitor:
             from trainlens.monitor.judge import Judge
 
             self._judge = Judge(on_finding, stop_on)
-        self._sinks: list[Any] = []
+        sinks: list[Any] = []
         self._hooks: list[Any] = []
+        self._closed = False
         if self.hw.rank == 0:
-            self._sinks.append(JsonlSink(self.out))
+            sinks.append(JsonlSink(self.out))
             if tensorboard:
-                self._sinks.append(TensorBoardSink(self.out))
+                sinks.append(TensorBoardSink(self.out))
             self._write_config(scheduler, schedule, config)
+        self._writer = Writer(sinks, self._to_rows, str(self.path))
         if hook_optimizer:
             self._hooks.append(self.optimizer.register_step_pre_hook(self._pre_hook))
         self._hooks.append(self.optimizer.register_step_post_hook(self._post_hook))
@@ -181,9 +181,12 @@ class Monitor:
 
     def add_sink(self, sink: Any) -> None:
         """Also write every record to ``sink`` (``write(records)``, ``close()``), on the
-        rank that writes (the callbacks add their framework's loggers this way)."""
+        rank that writes (the callbacks add their framework's loggers this way). Its
+        ``write`` is called on the training thread, at the monitor's next call after the
+        writer thread converted the records, unless the sink says ``thread_safe = True``
+        (then on the writer thread)."""
         if self.hw.rank == 0:
-            self._sinks.append(sink)
+            self._writer.add_sink(sink)
 
     @property
     def path(self) -> Path:
@@ -241,49 +244,55 @@ class Monitor:
         for i, group in enumerate(self.optimizer.param_groups):
             fig["lr" if i == 0 else f"lr/group{i}"] = float(group["lr"])
         per_tensor = self._tensor_step(self.opt_step)
-        grads = [p.grad for p in self._opt_params if p.grad is not None]
         clip, self._clip = self._clip, None
         if clip is not None:
             fig["grad_norm"] = clip[0]
         elif not per_tensor:
+            grads = [p.grad for p in self._opt_params if p.grad is not None]
             fig["grad_norm"] = stats.global_norm(stats.norms(grads))
         if per_tensor:
-            fig.update(self._tensor_grad_norms(clip))
-            # one fused copy of every weight (38 separate clones cost 3x as much on tiny_gpt)
-            self._snapshot = list(torch._foreach_mul([p.detach() for _, p in self._named], 1.0))
+            self._tensor_grad_norms(fig, clip)
+            with torch.no_grad():
+                # one fused copy of every weight (38 separate clones cost 3x as much on
+                # tiny_gpt); no detach per tensor under no_grad
+                self._snapshot = list(torch._foreach_mul(self._params, 1.0))
         self._fig = fig
 
-    def _tensor_grad_norms(self, clip: tuple[torch.Tensor, float] | None) -> dict[str, Value]:
-        with_grad = [(n, p.grad) for n, p in self._named if p.grad is not None]
-        got = stats.norms([g for _, g in with_grad])
-        fig: dict[str, Value] = dict.fromkeys(self._zero_keys, 0.0)
-        if got:
-            per = torch.stack(got)
-            if clip is not None:
-                # the grads are already clipped: clip_grad_norm_ scaled all by one factor
-                total, max_norm = clip
-                per = per / torch.clamp(max_norm / (total.float() + 1e-6), max=1.0)
-            fig[_VEC + "grad_norm/"] = Vec([n for n, _ in with_grad], per)
+    def _tensor_grad_norms(
+        self, fig: dict[str, Value], clip: tuple[torch.Tensor, float] | None
+    ) -> None:
+        """Per-tensor grad norms: one fused norm and one stack on the hot path, the clip
+        factor and the names at the conversion (:func:`records.grad_norms`)."""
+        grads = [p.grad for p in self._params]
+        with_grad = [g is not None for g in grads]
+        got = stats.norms([g for g in grads if g is not None])
+        per = torch.stack(got) if got else None
+        if per is not None:
+            fig[CALCS + "grad_norm/"] = records.grad_norms(self._grad_keys, with_grad, per, clip)
+        else:
+            fig.update(dict.fromkeys(self._grad_keys, 0.0))
         if clip is None:
             # the optimizer's params are usually the model's: one norm computation for both
-            mine = {id(g) for _, g in with_grad}
+            mine = {id(g) for g in grads if g is not None}
             rest = [
                 p.grad for p in self._opt_params if p.grad is not None and id(p.grad) not in mine
             ]
-            fig["grad_norm"] = stats.global_norm(got + stats.norms(rest))
-        return fig
+            if rest or per is None:
+                fig["grad_norm"] = stats.global_norm(got + stats.norms(rest))
+            else:
+                fig["grad_norm"] = torch.linalg.vector_norm(per)
 
     def _post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._clip = None  # a clip after before_step (Lightning) belongs to no later step
         old, self._snapshot = self._snapshot, None
         if old is None:
             return
-        new = [p.detach() for _, p in self._named]
-        delta = torch.stack(stats.norms(torch._foreach_sub(new, old)))
-        weight = torch.stack(stats.norms(new))
-        names = [n for n, _ in self._named]
-        self._fig[_VEC + "update_ratio/"] = Vec(names, delta / weight.clamp_min(1e-30))
-        self._fig["update_ratio"] = delta.norm() / weight.norm().clamp_min(1e-30)
+        with torch.no_grad():
+            torch._foreach_sub_(old, self._params)  # the copy becomes -ΔW (in place)
+            # the norms of ΔW and of W in one fused call and one stack; the ratios at the
+            # conversion
+            got = torch.stack(stats.norms(old + self._params))
+        self._fig[CALCS + "update_ratio/"] = records.update_ratios(self._ratio_keys, got)
 
     # ---- the user's call ---------------------------------------------------------------
 
@@ -298,15 +307,26 @@ class Monitor:
         samples: int | None = None,
         **extra: Scalar,
     ) -> None:
-        """Record a (micro-)batch; after an optimizer step, write that step's record."""
+        """Record a (micro-)batch; after an optimizer step, write that step's record.
+
+        Raises :class:`~trainlens.monitor.writer.WriteError` when the writer thread failed
+        to write an earlier flush (a full disk): once per failure, at the first call after
+        it, once this step's record is made (and handed over, when it was due).
+        """
         now = self._clock()
         self._observe(loss, batch, logits, attention_mask, tokens, samples, extra)
         if self.opt_step == self._written:
             return  # a micro-batch of a step still accumulating gradients
         self._finish(now)
-        if self._flush_due() or self._judge is not None:
+        if self._judge is not None:
             # judging wants every record on disk at once (the judge is duty-cycled itself)
             self.flush()
+        elif self._flush_due():
+            # a NaN is on disk when this call returns (before a crash can lose it); other
+            # flushes are handed over and written while the training goes on
+            self.flush(wait=self._urgent)
+        else:
+            self._writer.check()
 
     def _flush_due(self) -> bool:
         """After a record was made: write now? When ``flush_every`` records wait, when the
@@ -328,18 +348,20 @@ class Monitor:
         gap, self._last_record = t - self._last_record, t
         if n == 1:
             self._oldest = t
-        return (
-            n >= self.flush_every
-            or t + gap - self._oldest >= self.flush_seconds
-            or _nonfinite(self._records[-1])
-        )
+        self._urgent = records.nonfinite(self._records[-1])
+        return self._urgent or n >= self.flush_every or t + gap - self._oldest >= self.flush_seconds
 
-    def _add(self, key: str, value: Scalar | stats.Ratio | None) -> None:
+    def _add(self, key: str, value: Any) -> None:
         if value is None:
             return
         if isinstance(value, torch.Tensor):
-            value = value.detach()
-        elif not isinstance(value, stats.Ratio):
+            if value.numel() != 1:
+                raise ValueError(
+                    f"trainlens.monitor: {key!r} must be a number or a one-element tensor, "
+                    f"got a tensor of shape {tuple(value.shape)}"
+                )
+            value = value.detach() if value.ndim == 0 else value.detach().reshape(())
+        elif not isinstance(value, (records.Ratio, records.Calc)):
             value = float(value)
         self._micro.setdefault(key, []).append(value)
 
@@ -379,7 +401,7 @@ class Monitor:
     def _finish(self, now: float) -> None:
         rec: dict[str, Value] = {"step": float(self.opt_step), "time": time.time()}
         for key, values in self._micro.items():
-            rec[key] = _pooled(values)
+            rec[key] = records.pooled(values)
         rec.update(self._fig)
         start = self._last_end if self._last_end is not None else self._fwd_start
         if start is not None:
@@ -413,19 +435,44 @@ class Monitor:
 
     # ---- writing -----------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Turn the waiting records into numbers (one host transfer) and write them."""
-        records, self._records = self._records, []
-        if not records:
+    def flush(self, wait: bool = False) -> None:
+        """Hand the waiting records to the writer thread, which turns them into numbers
+        (one host transfer) and writes them; ``wait``: until they are on disk (else
+        :meth:`drain` waits for that). Then raise a failure of the writer not yet raised
+        (:class:`~trainlens.monitor.writer.WriteError`)."""
+        batch, self._records = self._records, []
+        if not batch:
+            self._writer.check()
             return
-        rows = _to_numbers(records)
-        for row in rows:
-            self.hw.add_mfu(row)
-        for sink in self._sinks:
-            sink.write(rows)
-        if self._judge is not None and self._sinks:
+        if self.hw.world_size > 1:
+            records.make_whole(batch)  # collectives: on the training thread, every rank
+        if self._judge is None:
+            self._writer.put(batch)
+            if wait:
+                self._writer.wait()
+            self._writer.check()
+            return
+        rows = self._to_rows(batch)  # the judge reads them, and the file at once
+        self._writer.put(rows, converted=True)
+        self._writer.wait()
+        self._writer.check()
+        if self._writer.active:
             why = self._judge.judge(self.path, self._judge.urgent(rows))
             self.stopped = self.stopped or why
+
+    def _to_rows(self, batch: list[dict[str, Value]]) -> list[dict[str, Any]]:
+        rows = records.to_numbers(batch)
+        for row in rows:
+            self.hw.add_mfu(row)
+        return rows
+
+    def drain(self, timeout: float = 60.0) -> bool:
+        """Wait until every record handed to the writer is written (False: ``timeout``
+        seconds passed first). Records still waiting for their flush are not written:
+        :meth:`flush` first for those."""
+        done = self._writer.wait(timeout)
+        self._writer.check()
+        return done
 
     def log(self, metrics: Mapping[str, Scalar], step: int | None = None) -> None:
         """Write other figures (e.g. ``{"val/loss": v}``) at ``step`` (default: the last
@@ -436,30 +483,35 @@ class Monitor:
             {k: v.detach() if isinstance(v, torch.Tensor) else float(v) for k, v in metrics.items()}
         )
         row["time"] = time.time()
-        for sink in self._sinks:
-            sink.write(_to_numbers([row]))
+        self._writer.put([row])
 
     def close(self, error: BaseException | None = None) -> None:
         """Write what is waiting and the end record (``finished``; ``crashed`` with the
         type of ``error``, the exception that ended the run), remove the hooks, close the
-        files. A second call does nothing."""
+        files. A second call does nothing. A failure of the writer not yet raised is
+        raised here (after all of that), unless ``error`` is given: the run's own
+        exception is the one that matters then."""
         _ending.untrack(self)
-        if not self._sinks and not self._hooks:
+        if self._closed:
             return
+        self._closed = True
+        failure: BaseException | None = None
         try:
             self.flush()
-        finally:
-            rec = end_record(self.opt_step, time.time(), error=error, stopped=self.stopped)
-            for sink in self._sinks:
-                if hasattr(sink, "end"):
-                    sink.end(rec)
-            for h in self._hooks:
-                h.remove()
-            self._hooks = []
-            _clip.ACTIVE.discard(self)
-            for sink in self._sinks:
-                sink.close()
-            self._sinks = []
+        except Exception as exc:
+            failure = exc
+        rec = end_record(self.opt_step, time.time(), error=error, stopped=self.stopped)
+        self._writer.end(rec)
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        _clip.ACTIVE.discard(self)
+        try:
+            self._writer.close()
+        except Exception as exc:
+            failure = failure or exc
+        if failure is not None and error is None:
+            raise failure
 
     def __enter__(self) -> Monitor:
         return self
@@ -468,120 +520,3 @@ class Monitor:
         self, kind: type[BaseException] | None, error: BaseException | None, tb: object
     ) -> None:
         self.close(error=error)
-
-
-def _nonfinite(rec: Mapping[str, Value]) -> bool:
-    """The record holds a NaN or an infinity the host can see without waiting for a
-    device: its Python floats and its 0-d CPU tensors (a read of CPU memory, ~0.4 us each;
-    stacking them first costs 10 us). A value on an accelerator is left to the next
-    flush: reading it here would be a host sync per step (with ``on_finding`` /
-    ``stop_on`` every record is written at once)."""
-    for value in rec.values():
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                return True
-        elif (
-            isinstance(value, torch.Tensor)
-            and value.is_cpu
-            and value.ndim == 0
-            and not math.isfinite(value.item())
-        ):
-            return True
-    return False
-
-
-def _pooled(values: list[Scalar | stats.Ratio]) -> Value:
-    """One step's figure from its micro-batches' values: ratios pooled by their weights,
-    other values averaged (one value, the common case, costs nothing)."""
-    if len(values) == 1:
-        return values[0]
-    if all(isinstance(v, stats.Ratio) for v in values):
-        ratios = cast(list[stats.Ratio], values)
-        pooled = ratios[0]
-        for r in ratios[1:]:
-            pooled = pooled.plus(r)
-        return pooled
-    if all(isinstance(v, float) for v in values):
-        return sum(cast(list[float], values)) / len(values)
-    return torch.stack([torch.as_tensor(_plain(v)) for v in values]).float().mean()
-
-
-def _plain(v: Scalar | stats.Ratio) -> Scalar:
-    """A ratio as a tensor (only for the rare step that mixes ratios and plain values)."""
-    if not isinstance(v, stats.Ratio):
-        return v
-    num = torch.stack([torch.as_tensor(n, dtype=torch.float32) for n in v.nums]).sum()
-    den = torch.stack([torch.as_tensor(d, dtype=torch.float32) for d in v.dens]).sum()
-    return v.offset + v.scale * num / den
-
-
-def _to_numbers(records: list[dict[str, Value]]) -> list[dict[str, Any]]:
-    """The records with every tensor replaced by its float and every ratio worked out:
-    one concatenation and one host transfer per device for the whole batch of records."""
-    flat: list[Any] = []  # every tensor or float the records hold, in order
-    for rec in records:
-        for value in rec.values():
-            if isinstance(value, Vec):
-                flat.append(value.values)
-            elif isinstance(value, stats.Ratio):
-                flat.extend(value.nums)
-                flat.extend(value.dens)
-            else:
-                flat.append(value)
-    got = _floats(flat)
-    at = 0
-    rows: list[dict[str, Any]] = []
-    for rec in records:
-        row: dict[str, Any] = {}
-        for key, value in rec.items():
-            if isinstance(value, Vec):
-                prefix = key.removeprefix(_VEC)
-                values = got[at]
-                assert isinstance(values, list)
-                row.update((prefix + n, v) for n, v in zip(value.names, values, strict=True))
-                at += 1
-            elif isinstance(value, stats.Ratio):
-                k = len(value.nums)
-                m = k + len(value.dens)
-                parts = cast(list[float], got[at : at + m])
-                row[key] = value.value(parts[:k], parts[k:])
-                at += m
-            else:
-                row[key] = got[at]
-                at += 1
-        row["step"] = int(row["step"])
-        rows.append(row)
-    return rows
-
-
-def _floats(items: list[Any]) -> list[float | list[float]]:
-    """Each item as a float (a 1-D tensor as a list of floats), with one ``cat`` and one
-    ``tolist`` per device."""
-    out: list[float | list[float]] = [math.nan] * len(items)
-    where: dict[torch.device, list[int]] = {}
-    for i, item in enumerate(items):
-        if isinstance(item, torch.Tensor):
-            if hasattr(item, "full_tensor"):
-                # a DTensor (FSDP2's sharded params and grads, and their norms): its whole
-                # value, a collective every rank makes here in the same order (each rank
-                # holds records of the same shape and flushes at the same steps)
-                item = items[i] = item.full_tensor()
-            where.setdefault(item.device, []).append(i)
-        else:
-            out[i] = float(item)
-    for idx in where.values():
-        # the 0-d tensors (most of them) in one stack: a reshape and a cast each cost
-        # ~1 ms per flush of 50 steps in tiny_gpt's loop
-        scalars = [i for i in idx if items[i].ndim == 0]
-        vectors = [i for i in idx if items[i].ndim != 0]
-        parts = [torch.stack([items[i] for i in scalars]).float()] if scalars else []
-        parts += [items[i].reshape(-1).float() for i in vectors]
-        flat = torch.cat(parts).tolist()
-        for at, i in enumerate(scalars):
-            out[i] = float(flat[at])
-        at = len(scalars)
-        for i in vectors:
-            n = items[i].numel()
-            out[i] = [float(v) for v in flat[at : at + n]]
-            at += n
-    return out
