@@ -190,20 +190,14 @@ def strictly_increasing(s: pl.Series) -> bool:
     return n < 2 or bool((s.slice(1, n - 1) > s.slice(0, n - 1)).all())
 
 
-#: up to this many rows, runs_series gathers its values by an index of every row (8 bytes
-#: a row, once) rather than making a series per run: a fleet of small runs paid ~0.4 ms a
-#: run for a dozen of them
-_GATHER_ROWS = 1 << 20
-
-
 def runs_series(runs: list[tuple[Any, int]], dtype: pl.DataType | None = None) -> pl.Series:
     """A series of constant runs (value, length), one chunk per run (nothing per row);
-    with more than MANY_METRICS runs or up to _GATHER_ROWS rows, one chunk of them all
-    (a series per run cost 0.2 ms: 100k metrics' blocks took 40 s)."""
+    with more than MANY_METRICS runs, one chunk of them all (a series per run cost 0.2 ms:
+    100k metrics' blocks took 40 s)."""
     dtype = dtype or pl.String()
     if not runs:
         return pl.Series("", [], dtype=dtype)
-    if len(runs) > MANY_METRICS or sum(k for _, k in runs) <= _GATHER_ROWS:
+    if len(runs) > MANY_METRICS:
         import numpy as np
 
         values = pl.Series([v for v, _ in runs], dtype=dtype)
