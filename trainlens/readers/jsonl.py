@@ -1,9 +1,8 @@
 """JSONL: one JSON object per line (the most common hand-rolled log).
 
-Nested objects are flattened with '/'. The tokens NaN, Infinity and -Infinity (Python's
-json writes them) are values. A truncated last line (a run still being written) is a
-warning; any other bad line is counted and reported with its line number, and every good
-line is kept. Columns (metrics) come in order of first appearance in the file.
+Nested objects are flattened with '/'; NaN, Infinity, -Infinity are values. A truncated
+last line (a run still being written) is a warning; any other bad line is counted and
+reported with its line number, every good line kept; columns in order of appearance.
 
 Speed. Files of flat objects are parsed by polars' ndjson reader with a schema inferred
 from a sample (the first lines and lines spread through the file) instead of from every
