@@ -76,6 +76,7 @@ FOLDER_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 # text logs count only when they sniff as one (a README.txt or requirements.txt does not)
 FOLDER_TEXT_SUFFIXES = (".log", ".txt", ".out")
 LIGHTNING_METRICS = "metrics.csv"
+SACRED_METRICS = ("metrics.json", "run.json")  # FileStorageObserver's <basedir>/<id>/
 
 
 def folder_runs(path: Path) -> list[tuple[Path, str]]:
@@ -84,6 +85,7 @@ def folder_runs(path: Path) -> list[tuple[Path, str]]:
     - Lightning's CSVLogger: ``version_N/metrics.csv`` (pointed at one ``version_N/``, at
       ``lightning_logs/`` holding many, or at the ``save_dir`` above ``<name>/version_N``),
       each a run named after its folder (``version_13``, ``exp/version_0``);
+    - a Sacred ``FileStorageObserver`` run folder (``metrics.json`` beside ``run.json``);
     - otherwise a folder holding exactly one metrics file (``.csv``, ``.tsv``, ``.jsonl``,
       ``.ndjson``: a Keras CSVLogger's ``logs/training_log.csv``; failing those, one
       ``.log``/``.txt``/``.out`` that sniffs as a log), named as that file.
@@ -102,6 +104,8 @@ def folder_runs(path: Path) -> list[tuple[Path, str]]:
         ]
     if found:
         return found
+    if (path / SACRED_METRICS[0]).is_file() and (path / SACRED_METRICS[1]).is_file():
+        return [(path / SACRED_METRICS[0], path.resolve().name)]  # a Sacred run's folder
     loose = _loose_metrics_files(path)
     return [(loose[0], run_name_for(loose[0]))] if len(loose) == 1 else []
 

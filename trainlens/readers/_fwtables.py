@@ -147,6 +147,10 @@ def repeated_headers(df: pl.DataFrame, source: str) -> tuple[pl.DataFrame, list[
 
 ULTRALYTICS_LOSS = re.compile(r"^train/[a-z0-9]+_loss$")
 ULTRALYTICS_METRIC = re.compile(r"^metrics/[\w.-]+\([A-Z]\)$|^metrics/accuracy_top[15]$")
+# YOLOv5 and the repositories that copy its train.py (YOLOv7, YOLOv9, yolov5_obb …):
+# ``metrics/mAP_0.5``, ``metrics/mAP_0.5:0.95``, one ``x/lr<i>`` per param group
+YOLOV5_METRIC = re.compile(r"^metrics/(?:precision|recall|mAP_0\.5(?::0\.95)?)$")
+YOLOV5_LR = re.compile(r"^x/lr\d+$")
 FASTAI_TIME = re.compile(r"^\s*(?:(\d+):)?(\d+):(\d\d)\s*$")
 
 
@@ -157,6 +161,10 @@ def recognise(columns: list[str]) -> str | None:
         c.startswith("lr/pg") or ULTRALYTICS_LOSS.match(c) for c in cols
     ):
         return "ultralytics"  # (its TensorBoard before 8.1 holds no lr/pg*)
+    if any(YOLOV5_METRIC.match(c) for c in cols) and any(
+        YOLOV5_LR.match(c) or ULTRALYTICS_LOSS.match(c) for c in cols
+    ):
+        return "yolov5"  # (the same rules: gain-weighted loss parts, a bias group)
     if "training_iteration" in cols and cols & {"time_this_iter_s", "time_total_s"}:
         return "ray"
     if ("time/total_timesteps" in cols and cols & {"time/fps", "time/iterations"}) or (
@@ -415,11 +423,19 @@ def finish(run: Run) -> None:
     """Rules that hold for a framework whatever file it was read from: Ultralytics' CSV
     and its TensorBoard give the same names, and the same derived ``train/loss`` and ``lr``."""
     raws = [run.raw_names.get(m, m) for m in run.metrics]
-    if recognise(raws) != "ultralytics" or DERIVED in run.metadata:
+    fw = recognise(raws)
+    if fw == "stable-baselines3" and run.format == "tensorboard":
+        _sb3_run(run)
+    if fw not in ("ultralytics", "yolov5") or DERIVED in run.metadata:
         return
-    run.metadata["framework"] = "ultralytics"
+    run.metadata["framework"] = fw
     run.metadata[DERIVED] = derived = list[str]()
-    said = ["read as Ultralytics YOLO metrics: one row per epoch, the epoch the step"]
+    said = [
+        "read as Ultralytics YOLO metrics: one row per epoch, the epoch the step"
+        if fw == "ultralytics"
+        else "read as YOLOv5's results (YOLOv5 and the trainers that copy its train.py): "
+        "one row per epoch, the epoch the step"
+    ]
     for split in ("train", "val"):
         parts = [m for m in run.metrics if re.fullmatch(rf"{split}/[a-z0-9]+_loss", m)]
         total = f"{split}/loss"
@@ -427,6 +443,10 @@ def finish(run: Run) -> None:
             continue
         _add_sum(run, total, parts)
         derived.append(total)
+        if split == "train":  # (units' "parts and no total: no train loss judged" no longer holds)
+            run.data_quality[:] = [
+                i for i in run.data_quality if "parts of its loss" not in i.message
+            ]
         said.append(
             f"{len(parts)} {split} loss parts ({', '.join(parts)}) and no total: "
             f"{total} is their sum (the loss the trainer backpropagates)"
@@ -466,7 +486,7 @@ def _ultralytics_lr(run: Run) -> str | None:
     ``warmup_bias_lr`` down, while the two weight groups (with and without decay) follow
     one schedule. So: the first group equal to another on every epoch; failing that
     (all differ: MuSGD's boosted head), ``lr/pg0``."""
-    groups = sorted(m for m in run.metrics if re.fullmatch(r"lr/pg\d+", m))
+    groups = sorted(m for m in run.metrics if re.fullmatch(r"lr/pg\d+|x/lr\d+", m))
     if not groups:
         return None
     values = {g: run.series_frame(g).get_column("value").to_list() for g in groups}
@@ -474,3 +494,40 @@ def _ultralytics_lr(run: Run) -> str | None:
         if any(values[g] == values[o] for o in groups if o != g):
             return g
     return groups[0]
+
+
+def _sb3_run(run: Run) -> None:
+    """Stable-Baselines3's TensorBoard (its ``TensorBoardOutputFormat``: the names of its
+    progress.csv, the step ``num_timesteps``) read by the rules of its progress.csv
+    (:func:`_sb3`): ``train/loss`` is the RL objective, a NaN ``train/explained_variance``
+    SB3's 'undefined', ``time/fps`` a mean since the start."""
+    if run.metadata.get("framework") == "stable-baselines3":
+        return
+    run.metadata["framework"] = "stable-baselines3"
+    said = ["read as Stable-Baselines3's TensorBoard: the step is its num_timesteps"]
+    keep = pl.lit(True)
+    if run.has("train/loss") and not run.has(SB3_LOSS):
+        run.add_derived(SB3_LOSS, run.series_frame("train/loss"))
+        run.raw_names[SB3_LOSS] = run.raw_names.pop("train/loss", "train/loss")
+        keep = pl.col("metric") != "train/loss"
+        said.append(
+            f"train/loss is the RL objective, whose targets move with the policy: read as "
+            f"{SB3_LOSS}, not judged as a training loss (rollout/ep_rew_mean is the signal)"
+        )
+    ev = "train/explained_variance"
+    undefined = 0
+    if run.has(ev):
+        nan = (pl.col("metric") == ev) & pl.col("value").is_nan()
+        undefined = run.frame.filter(nan).height
+        keep = keep & ~nan
+    if undefined:
+        said.append(
+            f"{undefined} NaN value(s) of {ev} are SB3's 'undefined' (returns with no "
+            "variance), not a numeric failure: left out"
+        )
+    if len(said) > 1:
+        run.frame = run.frame.filter(keep)
+        run._blocks = None
+    if run.has("time/fps"):
+        said.append("time/fps is a mean since the start, not the rate at the step: no throughput")
+    run.data_quality.append(_note(run.source, "; ".join(said)))

@@ -19,6 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
+from trainlens.core.names import Alias, AliasTable
 from trainlens.core.paths import link_leads_out
 from trainlens.core.run import DataIssue, Run, build_run
 from trainlens.core.yamlio import RefusedFile, read_yaml
@@ -93,6 +94,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         raise UnreadableInputError(f"{folder}: no DVCLive metric values found")
     long = pl.concat(longs, how="vertical")
     n = len(longs)
+    aliases = _unsplit(long, str(folder), issues, opts.aliases)
     issues.insert(
         0,
         _fwtables._note(
@@ -107,11 +109,41 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         name=(root.resolve().parent if root.name == "dvclive" else root.resolve()).name,
         source=str(root),
         fmt=FORMAT,
-        aliases=opts.aliases,
+        aliases=aliases,
         metadata={"framework": "dvclive", **_params(root, issues)},
         issues=issues,
     )
     return [run]
+
+
+SPLITS = ("train/", "eval/", "val/", "valid/", "test/")
+
+
+def _unsplit(
+    long: pl.DataFrame, source: str, issues: list[DataIssue], table: AliasTable
+) -> AliasTable:
+    """Where the run writes its splits as folders (``train/loss.tsv``, ``eval/loss.tsv``),
+    a file beside them (``accuracy.tsv``) belongs to no split the folder names: it keeps
+    its name rather than the default alias's ``train/accuracy`` (fastai's DVCLive callback
+    writes its validation metrics there; a Keras-style bare name is the train one only where
+    no split is written out)."""
+    names = long.get_column("metric").unique().to_list()
+    if not any(str(m).startswith(SPLITS) for m in names):
+        return table
+    bare = sorted(str(m) for m in names if "/" not in str(m))
+    bare = [
+        m for m in bare if (hit := table.lookup(m)) is not None and hit.canonical.startswith(SPLITS)
+    ]
+    if not bare:
+        return table
+    issues.append(
+        _fwtables._note(
+            source,
+            f"{', '.join(bare)}: beside split folders but in none, kept as logged (no split "
+            "is assumed; fastai's DVCLive callback writes its validation metrics there)",
+        )
+    )
+    return _fwtables.with_aliases(table, {m: Alias(m) for m in bare})
 
 
 def _params(root: Path, issues: list[DataIssue]) -> dict[str, object]:
