@@ -161,3 +161,112 @@ def test_a_dvclive_file_beside_split_folders_is_in_no_split(tmp_path: Path) -> N
     assert set(a.run.metrics) >= {"accuracy", "train/loss", "val/loss"}
     assert not a.run.has("train/accuracy")
     assert any("in none, kept as logged" in i.message for i in a.run.data_quality)
+
+
+# ---- detectron2's stdout: its evaluation results, and a run that starts trained ----------
+# (lines in CommonMetricPrinter's and print_csv_format's layouts, as a public log holds
+# them: HaowenGuan/NYU-Semi-Supervise-Object-Detection output/log_supervised_lr_0.040_
+# balance.txt, a Faster R-CNN fine-tuned from its own trained checkpoint)
+
+
+def _d2_line(it: int, loss: float, lr: float) -> str:
+    return (
+        f"[11/19 09:04:14] d2.utils.events INFO:  eta: 20:54:12  iter: {it}  total_loss: "
+        f"{loss:.4g}  loss_cls: 0.05137  loss_box_reg: 0.07814  loss_rpn_cls: 0.009193  "
+        f"loss_rpn_loc: 0.01776  time: 0.6834  data_time: 0.0733  lr: {lr:.5g}  "
+        "max_mem: 11811M\n"
+    )
+
+
+def _d2_results(ap: float) -> str:
+    head = "[11/19 09:09:41] d2.evaluation.testing INFO: copypaste: "
+    return (
+        f"{head}Task: bbox\n{head}AP,AP50,AP75,APs,APm,APl\n"
+        + head
+        + ",".join(f"{ap * r:.4f}" for r in (1.0, 1.9516, 0.9036, 0.0793, 0.3834, 1.2279))
+        + "\n"
+    )
+
+
+def _d2_log(path: Path, level: float, aps: tuple[float, float]) -> Path:
+    lines = []
+    for i, it in enumerate(range(19, 2000, 20)):
+        lr = 0.04 * min(1.0, 0.5 + 0.5 * it / 1000)  # WARMUP_FACTOR 0.5 over 1,000 iterations
+        wobble = 0.006 * ((i * 7) % 5 - 2)  # flat, within its noise
+        lines.append(_d2_line(it, level + wobble, lr))
+        if it in (979, 1979):
+            lines.append(_d2_results(aps[0] if it == 979 else aps[1]))
+    path.write_text("".join(lines))
+    return path
+
+
+def test_detectron2_results_on_stdout_are_read(tmp_path: Path) -> None:
+    (a,) = trainlens.analyze(_d2_log(tmp_path / "log.txt", 0.155, (14.8034, 15.1559)))
+    ap = a.run.series_frame("val/bbox/AP")
+    assert ap.get_column("step").to_list() == [979, 1979]  # the training step before them
+    assert ap.get_column("value").to_list() == [14.8034, 15.1559]
+    assert a.run.has("val/bbox/AP50") and a.run.has("val/bbox/APl")
+
+
+def test_a_flat_loss_of_a_model_that_starts_trained_is_no_warning(tmp_path: Path) -> None:
+    (a,) = trainlens.analyze(_d2_log(tmp_path / "log.txt", 0.155, (14.8034, 15.1559)))
+    [flat] = [f for f in a.findings if f.code == "LOSS002"]
+    assert flat.severity.name.lower() == "info"
+    assert "started trained" in flat.message and "labels match" not in flat.message
+
+
+def test_a_flat_loss_with_the_task_metric_at_zero_is_still_a_warning(tmp_path: Path) -> None:
+    # the same flat loss, but AP 0 at both evaluations: nothing says the model is trained
+    (a,) = trainlens.analyze(_d2_log(tmp_path / "log.txt", 1.9, (0.0, 0.0)))
+    [flat] = [f for f in a.findings if f.code == "LOSS002"]
+    assert flat.severity.name.lower() == "warning"
+
+
+# ---- a high but level grad norm beside a falling loss (MMDetection D-FINE) --------------
+
+
+def _mm_scalars(path: Path, *, grow: bool) -> Path:
+    """vis_data/scalars.json as MMEngine's LocalVisBackend writes it: a DETR-family run
+    whose pre-clip grad norm rises from ~20 to ~140 in its first 150 iterations and stays
+    there (``grow``: keeps climbing, ×1.03 a point) while its summed loss falls 43 -> 5.6."""
+    rows = []
+    for i, it in enumerate([1, *range(50, 1501, 50)]):
+        loss = 5.6 + 37.4 * 0.9 ** (it / 15)
+        early = {1: 21.4, 50: 18.0, 100: 73.7}  # (the real run's first three points)
+        norm = early.get(it, 140.0 + 8.0 * ((i * 3) % 5 - 2))
+        if grow and it >= 150:
+            norm *= 1.1 ** (it / 50 - 3)
+        rows.append(
+            {
+                "base_lr": 1e-4,
+                "lr": 1e-5,
+                "data_time": 0.01,
+                "grad_norm": norm,
+                "loss": loss,
+                "loss_bbox": loss / 3,
+                "loss_cls": loss / 3,
+                "loss_giou": loss / 3,
+                "time": 0.34,
+                "epoch": 1,
+                "iter": it,
+                "memory": 2561,
+                "step": it,
+            }
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_level_high_grad_norm_beside_a_falling_loss_is_a_note(tmp_path: Path) -> None:
+    (a,) = trainlens.analyze(_mm_scalars(tmp_path / "vis_data" / "scalars.json", grow=False))
+    [high] = [f for f in a.findings if f.code == "GRAD004"]
+    assert high.severity.name.lower() == "info"
+    assert "not exploding" in high.message
+
+
+def test_a_grad_norm_that_keeps_climbing_is_still_exploding(tmp_path: Path) -> None:
+    (a,) = trainlens.analyze(_mm_scalars(tmp_path / "vis_data" / "scalars.json", grow=True))
+    [high] = [f for f in a.findings if f.code == "GRAD004"]
+    assert high.severity.name.lower() == "warning"
+    assert "exploding gradients" in high.message

@@ -142,3 +142,49 @@ def accuracies(run: Run, since: int, loss_level: float) -> list[Accuracy]:
         if a is not None:
             out.append(a)
     return out
+
+
+# validation task metrics whose chance level is 0: a detector's or segmenter's AP, mAP,
+# mIoU, PQ (detectron2's val/bbox/AP, MMDetection's val/coco/bbox_mAP, YOLO's mAP50(B))
+_TASK = re.compile(r"^val/(?:.*[/_])?(?:AP|mAP|bbox_mAP|segm_mAP|mIoU|PQ)(?:50|_50)?(?:\(.\))?$")
+#: the first evaluation of such a metric at least this far (as a fraction) above 0
+TRAINED_AT = 0.05
+
+
+@dataclass(frozen=True)
+class TrainedStart:
+    """A task metric already well above chance at the run's first evaluation."""
+
+    metric: str
+    step: int
+    first: float  # as logged
+    last: float
+
+    @property
+    def words(self) -> str:
+        return (
+            f"but {self.metric} was already {self.first:.3g} at its first evaluation (step "
+            f"{self.step}; chance is 0) and {self.last:.3g} at its last: the model started "
+            "trained (a continued run, or a fine-tune from a trained detector), where a flat "
+            "loss is what converged training shows"
+        )
+
+
+def started_trained(run: Run, since: int) -> TrainedStart | None:
+    """A validation task metric with chance 0 whose first evaluation at or after ``since``
+    is already ``TRAINED_AT`` above 0 and that did not fall after it: a model that did
+    not start from scratch (a fine-tune of a trained detector from its checkpoint: AP 14.8
+    at iteration 999, its loss flat at 0.15 from the first logged iteration)."""
+    for m in run.metrics:
+        if not _TASK.match(m):
+            continue
+        s, v = run.series(m, finite=True)
+        keep = s >= since
+        s, v = s[keep], v[keep]
+        if v.size == 0 or v.min() < 0 or v.max() > 100.0:
+            continue
+        scale = 100.0 if v.max() > 1.0 else 1.0
+        first, last = float(v[0]), float(v[-1])
+        if first / scale >= TRAINED_AT and last >= 0.9 * first:
+            return TrainedStart(m, int(s[0]), first, last)
+    return None

@@ -73,6 +73,7 @@ from typing import Any
 import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
+from trainlens.core.names import Alias, AliasTable
 from trainlens.core.run import Run, build_run
 from trainlens.readers import _run_end
 from trainlens.readers.base import HEAD_BYTES, ReadOptions, run_name_for
@@ -153,7 +154,7 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         name=run_name_for(path),
         source=source,
         fmt=FORMAT,
-        aliases=opts.aliases,
+        aliases=_d2_case(long, opts.aliases),
         metadata=meta,
         issues=notes.issues,
     )
@@ -164,6 +165,22 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         if run.raw_names.get(canonical) == canonical:
             run.raw_names[canonical] = shown
     return [run]
+
+
+def _d2_case(long: pl.DataFrame, table: AliasTable) -> AliasTable:
+    """detectron2's results keep their case (``val/bbox/AP``, as its metrics.json reads:
+    a split folder's rest is otherwise looked up folded)."""
+    from trainlens.readers import _coco
+
+    metric = long.get_column("metric")
+    dtype = metric.dtype
+    names = list(dtype.categories) if isinstance(dtype, pl.Enum) else metric.unique().to_list()
+    own = {n: Alias(n) for n in names if n.startswith("val/") and _coco.EVAL.match(n)}
+    if not own:
+        return table
+    from trainlens.readers._fwtables import with_aliases
+
+    return with_aliases(table, own)
 
 
 def _read_builtin(

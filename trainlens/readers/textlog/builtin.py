@@ -20,7 +20,7 @@ from typing import Any
 
 import polars as pl
 
-from trainlens.readers.textlog import blocks, deepspeed, follow, frameworks, generic, values
+from trainlens.readers.textlog import blocks, d2eval, deepspeed, follow, frameworks, generic, values
 from trainlens.readers.textlog import notes as dq
 from trainlens.readers.textlog.notes import Notes
 from trainlens.readers.textlog.pipeline import apply_from, empty_long, n_lines, trainer_dict_steps
@@ -64,6 +64,8 @@ class Reader:
         self.block_totals: list[int | None] = [None] * len(blocks.BLOCKS)
         self.generic = generic.Pairs()  # read while no line of a known shape is seen
         self.deepspeed_seen = False  # (DeepSpeed's lines are a known shape too)
+        self.d2_carry: list[tuple[int, str]] = []  # a detectron2 result a piece cut
+        self.d2_fields = 0
 
     def add(self, lines: pl.Series, last: bool) -> None:
         """Read the ``lines`` of one piece (``last``: the file's end)."""
@@ -124,6 +126,12 @@ class Reader:
             if total is not None:
                 self.block_totals[j] = total
             found.setdefault(block.name, []).append(self._hold_following(long, block.name))
+        d2 = d2eval.read(df, self.d2_carry, self.d2_fields)
+        if d2.height:  # (its numbers take the last training step before them)
+            self.d2_fields += d2.height
+            found.setdefault("detectron2_eval", []).append(
+                self._hold_following(d2, "detectron2_eval")
+            )
         known = self.lines_of or self.deepspeed_seen
         if not known and not any(x.height for xs in found.values() for x in xs):
             self.generic.add(df)
