@@ -270,3 +270,60 @@ def test_a_grad_norm_that_keeps_climbing_is_still_exploding(tmp_path: Path) -> N
     [high] = [f for f in a.findings if f.code == "GRAD004"]
     assert high.severity.name.lower() == "warning"
     assert "exploding gradients" in high.message
+
+
+# ---- a split named by a label in no pair (a T5 fine-tune's `logging` lines) --------------
+
+
+def test_a_split_label_names_the_pairs_after_it(tmp_path: Path) -> None:
+    """``Epoch 2 - Validation BLEU: BLEU-1 71.65, …`` and ``Epoch 2 - Dev BLEU: BLEU-1
+    63.88, …`` (1025378573/T5-Finetune train.log): two evaluation sets, one name each."""
+    lines = []
+    for epoch in (1, 2, 3):
+        for b in range(5):
+            lines.append(
+                f"2025-03-02 05:16:20,962 - INFO - Epoch {epoch} - Batch loss: {2 - b / 10}"
+            )
+        for label, bleu in (("Validation", 70.0), ("Dev", 63.0)):
+            lines.append(
+                f"2025-03-02 05:34:00,482 - INFO - Epoch {epoch} - {label} BLEU: "
+                f"BLEU-1 {bleu + epoch}, BLEU-2 {bleu - 6 + epoch}"
+            )
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    (a,) = trainlens.analyze(path)
+    val = [m for m in a.run.metrics if m.lower() == "val/bleu-1"]
+    dev = [m for m in a.run.metrics if m.lower() == "dev/bleu-1"]
+    assert len(val) == 1 and len(dev) == 1
+    assert a.run.series_frame(val[0]).get_column("value").to_list() == [71.0, 72.0, 73.0]
+    assert a.run.series_frame(dev[0]).get_column("value").to_list() == [64.0, 65.0, 66.0]
+
+
+# ---- Ultralytics before 8.1: its results.csv counts epochs from 0, its TensorBoard from 1
+
+
+def test_an_old_ultralytics_csv_and_its_tensorboard_give_the_same_steps(tmp_path: Path) -> None:
+    """``save_metrics`` before 8.1 wrote ``'%23s,'`` names and ``self.epoch`` (from 0); the
+    TensorBoard callback writes ``trainer.epoch + 1`` (a public segment run,
+    Andrean-cyber/Segmentation-YOLOv8: CSV steps 0-99 against TensorBoard 1-100)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    keys = ["train/box_loss", "train/seg_loss", "train/cls_loss", "metrics/mAP50(M)"]
+    n = len(keys) + 1
+    rows = [("%23s," * n % tuple(["epoch", *keys])).rstrip(",")]
+    logdir = tmp_path / "train"
+    with SummaryWriter(str(logdir)) as writer:
+        for epoch in range(12):
+            vals = [1.0 - 0.05 * epoch, 2.0 - 0.1 * epoch, 1.5 - 0.08 * epoch, 0.05 * epoch]
+            rows.append(("%23.5g," * n % tuple([epoch, *vals])).rstrip(","))
+            for k, v in zip(keys, vals, strict=True):
+                writer.add_scalar(k, v, epoch + 1)
+    (logdir / "results.csv").write_text("\n".join(rows) + "\n")
+    (csv,) = trainlens.analyze(logdir / "results.csv")
+    (tb,) = trainlens.analyze(logdir)
+    assert tb.run.format == "tensorboard"
+    c = csv.run.series_frame("train/loss")
+    t = tb.run.series_frame("train/loss")
+    assert c.get_column("step").to_list() == t.get_column("step").to_list() == list(range(1, 13))
+    assert c.get_column("value").to_list() == pytest.approx(t.get_column("value").to_list())
+    assert any("count from 0" in i.message for i in csv.run.data_quality)

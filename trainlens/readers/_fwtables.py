@@ -430,12 +430,18 @@ def finish(run: Run) -> None:
         return
     run.metadata["framework"] = fw
     run.metadata[DERIVED] = derived = list[str]()
+    shifted = fw == "ultralytics" and run.format == "csv" and _epochs_from_zero(run)
     said = [
         "read as Ultralytics YOLO metrics: one row per epoch, the epoch the step"
         if fw == "ultralytics"
         else "read as YOLOv5's results (YOLOv5 and the trainers that copy its train.py): "
         "one row per epoch, the epoch the step"
     ]
+    if shifted:
+        said.append(
+            "its epochs count from 0 (save_metrics before 8.1): read as epoch + 1, the step "
+            "its TensorBoard callback gives the same epoch"
+        )
     for split in ("train", "val"):
         parts = [m for m in run.metrics if re.fullmatch(rf"{split}/[a-z0-9]+_loss", m)]
         total = f"{split}/loss"
@@ -531,3 +537,16 @@ def _sb3_run(run: Run) -> None:
     if run.has("time/fps"):
         said.append("time/fps is a mean since the start, not the rate at the step: no throughput")
     run.data_quality.append(_note(run.source, "; ".join(said)))
+
+
+def _epochs_from_zero(run: Run) -> bool:
+    """Whether an Ultralytics results.csv numbers its epochs from 0 (before 8.1, where
+    ``save_metrics`` wrote ``self.epoch``; since, ``self.epoch + 1``, as its TensorBoard
+    callback always did); if so its steps are moved to epoch + 1, so that the CSV and the
+    TensorBoard of one run give the same steps."""
+    steps = run.frame.get_column("step")
+    if steps.len() == 0 or int(steps.min()) != 0:  # type: ignore[arg-type]
+        return False
+    run.frame = run.frame.with_columns(pl.col("step") + 1)
+    run._blocks = None
+    return True

@@ -98,7 +98,12 @@ class Pairs:
         if kept.height == 0:
             return
         pairs = (
-            kept.select("lineno", "_t", pl.col("line").str.contains(r"^[ \t]").alias("_indent"))
+            kept.select(
+                "lineno",
+                "_t",
+                pl.col("line").str.contains(r"^[ \t]").alias("_indent"),
+                pl.col("line").str.extract(_LABEL, 1).str.to_lowercase().alias("_label"),
+            )
             .explode("_t")
             .with_row_index("field")
             .with_columns(pl.col("_t").str.extract_groups(_PAIR).alias("_p"))
@@ -110,6 +115,7 @@ class Pairs:
             )
             .with_columns(_step_word_alone(pl.col("key")).alias("key"))
             .pipe(_evaluation_lines)
+            .pipe(_labelled_lines)
             .pipe(_repeats_after_evaluation)
             # a one-letter key is a unit or a fragment (`Time: 8m 32s`), not a metric
             .filter(pl.col("key").str.len_chars() > 1)
@@ -211,6 +217,30 @@ def _evaluation_lines(pairs: pl.DataFrame) -> pl.DataFrame:
 
 
 _EVAL_KEY = r"(?i)^(?:val|valid|validation|eval|evaluation|test|dev)\b"
+# a label in no pair that names the split of the pairs after it (`Epoch 2 - Validation
+# BLEU: BLEU-1 71.65, BLEU-2 65.76` beside `Epoch 2 - Dev BLEU: BLEU-1 63.88, …`)
+_LABEL = (
+    r"(?i)(?:^|[-|,;>\]][ \t]*)(validation|valid|val|evaluation|eval|dev|test)"
+    r"(?:[ \t]+[A-Za-z][A-Za-z0-9_-]*)?[ \t]*:[ \t]+[A-Za-z]"
+)
+_LABEL_SPLIT = {"validation": "val", "valid": "val", "evaluation": "val", "eval": "val"}
+
+
+def _labelled_lines(pairs: pl.DataFrame) -> pl.DataFrame:
+    """The pairs after a split label (``Validation BLEU:``, ``Dev BLEU:``) are that split's:
+    ``val/<key>``, ``dev/<key>``, ``test/<key>`` (the line's first pair, its step, is kept
+    as it is). Read as one name, a Dev set's BLEU overwrote the validation set's."""
+    if not pairs.get_column("_label").is_not_null().any():
+        return pairs.drop("_label")
+    first = pl.col("field") == pl.col("field").min().over("lineno")
+    split = pl.col("_label").replace(_LABEL_SPLIT)
+    named = pl.col("key").str.contains(_EVAL_KEY)
+    return pairs.with_columns(
+        pl.when(pl.col("_label").is_not_null() & ~first & ~named)
+        .then(split + pl.lit("/") + pl.col("key"))
+        .otherwise(pl.col("key"))
+        .alias("key")
+    ).drop("_label")
 
 
 def _repeats_after_evaluation(pairs: pl.DataFrame) -> pl.DataFrame:
