@@ -327,3 +327,87 @@ def test_an_old_ultralytics_csv_and_its_tensorboard_give_the_same_steps(tmp_path
     assert c.get_column("step").to_list() == t.get_column("step").to_list() == list(range(1, 13))
     assert c.get_column("value").to_list() == pytest.approx(t.get_column("value").to_list())
     assert any("count from 0" in i.message for i in csv.run.data_quality)
+
+
+# ---- round 3: a fine-tune of three epochs, nanoGPT-style eval lines, Lightning's test ----
+
+
+def test_a_val_loss_rising_over_few_evaluations_is_a_note(tmp_path: Path) -> None:
+    """A BERT fine-tune's Keras CSVLogger file, three epochs (DinaKhezzane/bert-imdb-
+    sentiment): too few evaluations for the noise guard, but a note names the checkpoint."""
+    path = tmp_path / "training_log.csv"
+    path.write_text(
+        "epoch,accuracy,loss,val_accuracy,val_loss\n"
+        "0,0.8232,0.3860,0.8580,0.3179\n1,0.9095,0.2266,0.8650,0.3203\n"
+        "2,0.9621,0.1134,0.8610,0.4432\n"
+    )
+    (a,) = trainlens.analyze(path)
+    [val] = [f for f in a.findings if f.code == "VAL001"]
+    assert val.severity.name.lower() == "info" and val.step_start == 0
+    assert "keep the step-0 checkpoint" in val.message
+    # falling at the last evaluation: nothing
+    path.write_text(path.read_text().replace("0.4432", "0.3100"))
+    (b,) = trainlens.analyze(path)
+    assert not [f for f in b.findings if f.code == "VAL001"]
+
+
+def test_bare_split_keys_are_the_splits_losses(tmp_path: Path) -> None:
+    """``[eval] iter 500: train 3.7095 val 3.6459 lr 3.00e-04`` between ``[train] iter 10:
+    loss 8.8782 9905 ms/iter`` lines (ethellight565/nanogpt-seis)."""
+    lines = []
+    for it in range(0, 2001, 10):
+        if it % 500 == 0:
+            lines.append(
+                f"[eval] iter {it}: train {4 - it / 1000:.4f} val {4.1 - it / 1100:.4f} lr 3.00e-04"
+            )
+        if it:
+            lines.append(f"[train] iter {it}: loss {4 - it / 1000:.4f} 2903 ms/iter")
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    (a,) = trainlens.analyze(path)
+    assert a.run.has("val/loss") and a.run.series_frame("val/loss").height == 5
+    assert a.run.series_frame("train/loss").height == 200  # the interval lines' loss
+
+
+def test_lightning_test_phase_after_fit_is_no_stall(tmp_path: Path) -> None:
+    """Lightning's logdir after ``fit`` then ``test``: hp_metric -1 at step 0 in each
+    event file, and the test results (with ``epoch``) one step after the last, written 12
+    minutes later; written with torch's SummaryWriter at those wall times."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    logdir = tmp_path / "version_20"
+    t0 = 1_747_494_932.0
+    with SummaryWriter(str(logdir), filename_suffix=".0") as w:
+        w.add_scalar("hp_metric", -1.0, 0, walltime=t0)
+        t = t0
+        for step in range(0, 7000, 50):
+            t += 3.3 + (15.0 if step % 700 == 0 and step else 0.0)  # a validation per epoch
+            w.add_scalar("train_loss_step", 2.0 - step / 8000, step, walltime=t)
+            w.add_scalar("epoch", step // 700, step, walltime=t)
+            if step % 700 == 650:
+                w.add_scalar("val_loss", 1.9 - step / 8100, step, walltime=t + 14)
+    with SummaryWriter(str(logdir), filename_suffix=".1") as w:
+        w.add_scalar("hp_metric", -1.0, 0, walltime=t + 700)
+        w.add_scalar("test_loss", 1.1, 6951, walltime=t + 710)
+        w.add_scalar("epoch", 10, 6951, walltime=t + 710)
+    (a,) = trainlens.analyze(logdir)
+    assert not [f for f in a.findings if f.code == "DATA002"]
+
+
+def test_a_log_that_crashed_before_its_first_step_says_why(tmp_path: Path) -> None:
+    """Set-up lines, then CUDA out of memory at the first evaluation (iremurhan/clip-
+    retrieval-lab checkpoints/train.log): no format, but the refusal names the error."""
+    path = tmp_path / "train.log"
+    path.write_text(
+        "01/09/2026 14:54:32 - INFO - root -   Using device: cuda\n"
+        "01/09/2026 14:55:07 - INFO - root -   Starting training from epoch 0...\n"
+        "01/09/2026 14:55:25 - ERROR - root -   Training failed with error: CUDA out of memory.\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 256, in main\n'
+        "    trainer.train()\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.25 GiB.\n"
+    )
+    with pytest.raises(
+        trainlens.UnreadableInputError, match="ends in an error: torch.OutOfMemoryError"
+    ):
+        trainlens.analyze(path)

@@ -46,6 +46,10 @@ Default thresholds
     noise, and kept most of that gain to the end, the model grows over-confident rather
     than worse at the task (Guo et al. 2017, "On Calibration of Modern Neural Networks":
     NLL overfits while the error keeps falling): warning at most, naming that metric.
+    With only 3–4 evaluations (a fine-tune of a few epochs) there is no noise guard to
+    apply: a val loss higher at each evaluation after its best, 10 % or more above it at
+    the end, while the train loss fell, is info, naming the checkpoint to keep (a BERT
+    run of three epochs: 0.318, 0.320, 0.443).
 
 Known false positives
     A deliberate change of the validation set mid-run; validation on a tiny set, whose
@@ -272,7 +276,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
 def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding | None:
     s, v = run.series(metric, finite=True)
     if v.size < params.min_evals:
-        return None
+        return _few(run, metric, domain, s, v, params)
     best = int(np.argmin(v))
     kept = trainer_best(run, metric, s, v)
     if kept is not None:
@@ -358,4 +362,51 @@ def _judge(run: Run, metric: str, domain: str | None, params: Params) -> Finding
         gap_at_best=(best_v - train[0]) if train else None,
         gap_final=(tail_mean - train[1]) if train else None,
         task_metric_improving=task[0] if task else None,
+    )
+
+
+def _few(
+    run: Run, metric: str, domain: str | None, s: np.ndarray, v: np.ndarray, p: Params
+) -> Finding | None:
+    """A fine-tune evaluated only 3-4 times (a BERT run of three epochs: 0.318, 0.320,
+    0.443 while its train loss fell 0.39 -> 0.11) has too few evaluations for a noise
+    guard; a val loss higher at each evaluation after its best, by ``error_rise`` or more
+    at the end, while the train loss fell, is still worth a note: info, naming the
+    checkpoint to keep."""
+    if v.size < 3:
+        return None
+    best = int(np.argmin(v))
+    after = v[best + 1 :]
+    best_v, last = float(v[best]), float(v[-1])
+    rise_rel = (last - best_v) / max(abs(best_v), 1e-12)
+    if after.size < 2 or not bool(np.all(np.diff(v[best:]) > 0)) or rise_rel < p.error_rise:
+        return None
+    if not run.has("train/loss"):
+        return None
+    ts, tv = run.series("train/loss", finite=True)
+    at = (ts >= s[best]) & (ts <= s[-1])  # (few points: the values themselves)
+    if at.sum() < 2 or not tv[at][-1] < tv[at][0]:
+        return None
+    t0, t1 = float(tv[at][0]), float(tv[at][-1])
+    return finding(
+        "VAL001",
+        CODES["VAL001"],
+        "info",
+        f"{metric} rose {rise_rel:.1%} from its best {best_v:.4g} at step {int(s[best])} "
+        f"to {last:.4g} at step {int(s[-1])}, higher at each of the {after.size} evaluations "
+        f"after it, while train/loss fell {t0 - t1:.3g} ({t0:.4g} → {t1:.4g}); only "
+        f"{v.size} evaluations, too few to measure their noise: keep the step-{int(s[best])} "
+        "checkpoint.",
+        metric=metric,
+        step_start=int(s[best]),
+        step_end=int(s[-1]),
+        domain=domain,
+        best_step=int(s[best]),
+        best_val=best_v,
+        final_val=last,
+        rise_rel=rise_rel,
+        rose_each_eval=True,
+        few_evaluations=int(v.size),
+        train_at_best=t0,
+        train_final=t1,
     )

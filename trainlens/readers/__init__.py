@@ -182,7 +182,36 @@ def detect_format(path: Path) -> str:
             if fmt == "csv" and _module("text").has_metric_line(h):
                 return "text"
             return fmt
+    crash = _crashed_log(path, head)
+    if crash is not None:
+        raise UnreadableInputError(
+            f"{path}: no training step was logged; the log ends in an error: {crash}"
+        )
     raise UnreadableInputError(f"{path}: {NOT_KNOWN}", hint=NOT_KNOWN_HINT)
+
+
+CRASH_TAIL_BYTES = 1 << 18  # where a text file's last error is looked for
+
+
+def _crashed_log(path: Path, head: bytes) -> str | None:
+    """The error a text file that is no known format ends with (a training script's log
+    of set-up lines and a traceback: CUDA out of memory before the first step), or None."""
+    if b"\x00" in head:
+        return None
+    try:
+        with path.open("rb") as fh:
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - CRASH_TAIL_BYTES))
+            tail = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    if "Traceback" not in tail and "Error" not in tail:
+        return None
+    import polars as pl
+
+    from trainlens.readers.textlog.notes import final_error
+
+    return final_error(pl.Series(tail.splitlines(), dtype=pl.String))
 
 
 def read_runs(

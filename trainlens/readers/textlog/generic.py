@@ -62,6 +62,8 @@ SNIFF = (
     rf"^[^\n]*{_STEP_WORD}[ \t]*[=:]?[ \t]*\[?[0-9]+[^\n]*?"
     rf"(?:[ \t,;|{{]'?{_KEY}'?[ \t]*[=:][ \t]*'?{NUM}"
     rf"|[ \t]*[|,;][ \t]*{_KEY}[ \t]+{NUM})"
+    # a step, a colon, then `key value` pairs (`[train] iter 10: loss 8.8782 2903 ms/iter`)
+    rf"|^[^\n]*{_STEP_WORD}[ \t]+[0-9]+:[ \t]+{_KEY}[ \t]+{NUM}(?:[ \t]|$)"
     # a step header, then an indented `key=value` line
     rf"|^[ \t]*{_STEP_WORD}[ \t]*[=:]?[ \t]*\[?[0-9]+(?:/[0-9]+)?\]?:?[ \t]*\n"
     rf"[ \t]+{_KEY}[ \t]*[=:][ \t]*{NUM}"
@@ -115,6 +117,7 @@ class Pairs:
             )
             .with_columns(_step_word_alone(pl.col("key")).alias("key"))
             .pipe(_evaluation_lines)
+            .pipe(_bare_splits)
             .pipe(_labelled_lines)
             .pipe(_repeats_after_evaluation)
             # a one-letter key is a unit or a fragment (`Time: 8m 32s`), not a metric
@@ -224,6 +227,25 @@ _LABEL = (
     r"(?:[ \t]+[A-Za-z][A-Za-z0-9_-]*)?[ \t]*:[ \t]+[A-Za-z]"
 )
 _LABEL_SPLIT = {"validation": "val", "valid": "val", "evaluation": "val", "eval": "val"}
+
+
+_VAL_WORDS = ["val", "valid", "validation", "eval", "test"]
+
+
+def _bare_splits(pairs: pl.DataFrame) -> pl.DataFrame:
+    """A line that names bare splits as keys, ``train 9.85 val 9.84`` (nanoGPT-style
+    ``estimate_loss`` lines: ``[eval] iter 500: train 3.71 val 3.65``), gives each split's
+    loss: the validation word is ``<word> loss`` (read as val/loss); ``train`` keeps its
+    name (the interval lines' loss is the train loss, logged at every step)."""
+    low = pl.col("key").str.to_lowercase()
+    has_train = (low == "train").any().over("lineno")
+    bare_val = low.is_in(_VAL_WORDS)
+    return pairs.with_columns(
+        pl.when(has_train & bare_val)
+        .then(pl.col("key") + pl.lit(" loss"))
+        .otherwise(pl.col("key"))
+        .alias("key")
+    )
 
 
 def _labelled_lines(pairs: pl.DataFrame) -> pl.DataFrame:
