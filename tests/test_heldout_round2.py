@@ -408,6 +408,6 @@ def test_a_log_that_crashed_before_its_first_step_says_why(tmp_path: Path) -> No
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.25 GiB.\n"
     )
     with pytest.raises(
-        trainlens.UnreadableInputError, match="ends in an error: torch.OutOfMemoryError"
+        trainlens.UnreadableInputError, match=r"ends in an error: torch\.OutOfMemoryError"
     ):
         trainlens.analyze(path)

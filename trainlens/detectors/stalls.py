@@ -34,8 +34,14 @@ What it flags
       the epoch's logs — not a stall. Runs of more than 512 metrics are grouped at once
       and not split by axis.
     - **Routine pauses**: when at least `min_recurring` candidates exist (evals, periodic
-      checkpoints), their median excess is the routine pause, and only gaps
+      checkpoints), their median excess is the routine pause — or, where pauses of
+      several kinds recur, the level of the longest kind that recurs (at least
+      `min_recurring` times and a quarter of the candidates, within ×1.5 of one
+      another: 15 s epoch-end validations beside 5 s pauses) — and only gaps
       `recurring_factor` × longer are reported.
+    - **No training step**: a test loop's results (`test_*`, `test/…`), Lightning's
+      `hp_metric` placeholder, and the epoch counter at steps where only those were
+      logged add no points: the minutes between `fit` and `test` are no stall.
 
 Why it matters
     A stalled job burns its allocation without training: a hung collective (an NCCL
