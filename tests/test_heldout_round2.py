@@ -411,3 +411,39 @@ def test_a_log_that_crashed_before_its_first_step_says_why(tmp_path: Path) -> No
         trainlens.UnreadableInputError, match=r"ends in an error: torch\.OutOfMemoryError"
     ):
         trainlens.analyze(path)
+
+
+# ---- round 4: DETR's log.txt -----------------------------------------------------------
+
+
+def test_detr_log_reads_its_test_stats_as_validation(tmp_path: Path) -> None:
+    """log.txt as DETR's main.py writes it: ``{**{f'train_{k}'}, **{f'test_{k}'}, 'epoch',
+    'n_parameters'}`` per epoch, json.dumps per line; its test_* come from the validation
+    loader, ``test_coco_eval_bbox`` is COCOeval's 12 stats (FarjadAhmed/detr_custom_dcmha,
+    Gaw4Gura/ConditionalSwinDETR)."""
+    path = tmp_path / "log.txt"
+    with path.open("w") as f:
+        for epoch in range(12):
+            stats = [0.01 * epoch * (1 + i % 3) for i in range(12)]
+            stats[3] = -1.0  # COCO's undefined (no small objects)
+            log = {
+                "train_lr": 1e-4,
+                "train_class_error": 90.0 - epoch,
+                "train_loss": 40.0 - 2 * epoch,
+                "train_loss_ce": 2.0 - 0.1 * epoch,
+                "test_class_error": 92.0 - epoch,
+                "test_loss": 38.0 - 1.5 * epoch,
+                "test_coco_eval_bbox": stats,
+                "epoch": epoch,
+                "n_parameters": 41302368,
+            }
+            f.write(json.dumps(log) + "\n")
+    (a,) = trainlens.analyze(path)
+    run = a.run
+    assert run.metadata["framework"] == "detr"
+    assert run.series_frame("val/loss").get_column("value")[0] == 38.0
+    assert run.series_frame("lr").height == 12 and run.has("train/loss")
+    ap = run.series_frame("val/coco/AP").get_column("value").to_list()
+    assert ap[1] == pytest.approx(0.01)
+    assert not run.has("val/coco/APs") and "n_parameters" not in run.metrics
+    assert "lr_schedule" not in a.skipped and "val_divergence" not in a.skipped

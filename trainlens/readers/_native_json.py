@@ -417,7 +417,58 @@ def _ray_tune(df: pl.DataFrame, path: Path) -> Layout | None:
     )
 
 
+# ---- DETR and the trainers that copy its main.py (Deformable-, Conditional-, DAB-DETR …) -
+
+# pycocotools' `COCOeval.stats` in order, as DETR writes them in `test_coco_eval_bbox`
+_COCO_STATS = (
+    "AP", "AP50", "AP75", "APs", "APm", "APl", "AR@1", "AR@10", "AR@100", "ARs@100",
+    "ARm@100", "ARl@100",
+)  # fmt: skip
+
+
+def _detr(df: pl.DataFrame, path: Path) -> Layout | None:
+    """DETR's ``log.txt``: one line per epoch, ``{**train_stats as train_*, **test_stats
+    as test_*, epoch, n_parameters}`` (main.py). Its ``test_*`` are computed on the
+    validation set (``evaluate(..., data_loader_val, ...)``): read as ``val/<name>``;
+    ``train_lr`` is the LR; ``test_coco_eval_bbox`` (COCOeval's 12 stats) is
+    ``val/coco/AP``, ``AP50`` … (fractions)."""
+    cols = _cols(df) - {"_line"}
+    if not {"epoch", "train_loss", "test_loss"} <= cols:
+        return None
+    rest = cols - {"epoch", "n_parameters"}
+    if not all(c.startswith(("train_", "test_")) for c in rest):
+        return None
+    renames = {c: f"val/{c[len('test_') :]}" for c in df.columns if c.startswith("test_")}
+    out = df
+    stats = "test_coco_eval_bbox"
+    expanded = 0
+    if stats in df.columns and isinstance(df.schema[stats], pl.List):
+        col = pl.col(stats)
+        out = out.with_columns(
+            [
+                col.list.get(i, null_on_oob=True).cast(pl.Float64).alias(f"val/coco/{n}")
+                for i, n in enumerate(_COCO_STATS)
+            ]
+        ).drop(stats)
+        renames.pop(stats)
+        expanded = len(_COCO_STATS)
+    out = out.rename(renames).drop([c for c in ("n_parameters",) if c in out.columns])
+    notes = [
+        "read as DETR's log.txt (one line per epoch, `epoch` the step): its `test_*` are "
+        "the validation set's, read as val/<name>; `train_lr` is the LR"
+        + (
+            "; test_coco_eval_bbox (COCOeval's 12 stats) as val/coco/AP, AP50, … (fractions)"
+            if expanded
+            else ""
+        )
+    ]
+    names = [c for c in out.columns if c.startswith("val/")]
+    aliases = _keep_case(names, {"train_lr": Alias("lr")})
+    return Layout("detr", out, step_key="epoch", no_wall_time=True, aliases=aliases, notes=notes)
+
+
 _LAYOUTS: tuple[Callable[[pl.DataFrame, Path], Layout | None], ...] = (
+    _detr,
     _detectron2,
     _mmcv,
     _mmengine,
