@@ -447,3 +447,39 @@ def test_detr_log_reads_its_test_stats_as_validation(tmp_path: Path) -> None:
     assert ap[1] == pytest.approx(0.01)
     assert not run.has("val/coco/APs") and "n_parameters" not in run.metrics
     assert "lr_schedule" not in a.skipped and "val_divergence" not in a.skipped
+
+
+def test_epoch_iteration_lines_without_a_per_epoch_count(tmp_path: Path) -> None:
+    """SwAV's logger (abhinavagarwalla/swav-cifar10 checkpoints/train.log): ``Epoch: [e][i]``
+    with no per-epoch count, an argument dump before each launch, a launch appended: the
+    steps are e × n + i (n estimated), the dump is no metric, the later launch stands, and
+    each epoch's first iteration (the loader starting its workers) gives no data time."""
+    head = "INFO - 09/02/20 14:18:08 - 0:00:30 - "
+    dump = (
+        f"{head}============ Initialized logger ============\n"
+        f"{head}arch: resnet50\n                                     base_lr: 0.6\n"
+        "                                     epochs: 400\n"
+    )
+
+    def launch(lr: float, level: float) -> str:
+        out = dump
+        for e in range(6):
+            for i in range(0, 1001, 50):
+                data = 1.6 if i == 0 else 0.001
+                out += (
+                    f"{head}Epoch: [{e}][{i}]\tTime 0.630 (0.664)\tData {data:.3f} (0.030)\t"
+                    f"Loss {level - 0.01 * e:.4f} ({level:.4f})\tLr: {lr * (e + 1) / 6:.4f}\n"
+                )
+        return out
+
+    path = tmp_path / "train.log"
+    path.write_text(launch(0.6, 3.9121) + launch(0.06, 3.0))
+    (a,) = trainlens.analyze(path)
+    run = a.run
+    assert run.metadata["text_shapes"] == {"epoch_iter": 252}
+    assert not run.has("base_lr") and not run.has("epochs")
+    steps = run.series_frame("train/loss").get_column("step").to_list()
+    assert steps[:2] == [0, 50] and steps[21] == 1050  # e × 1050 + i
+    assert [i.kind for i in run.data_quality].count("restart") == 1
+    assert run.series_frame("train/loss").get_column("value")[0] == 3.0  # the later launch
+    assert not [f for f in a.findings if f.code in ("DATA004", "LR005", "LR007")]

@@ -217,6 +217,15 @@ class Reader:
         self.marked = []
         out = self._with_deepspeed(marked, dicts, meta)
         self.bad.note(notes)
+        if self.lines_of.get(frameworks.EPOCH_ITER.name) and out.height:
+            out, n = frameworks.epoch_iter_steps(out)
+            notes.add(
+                "inferred-step",
+                f"`Epoch: [e][i]` lines print no iterations per epoch: the step is e × {n} + i, "
+                f"{n} being the last iteration logged in an epoch plus the logging interval; "
+                "each epoch's first iteration (the loader starting) gives no step or data time",
+                severity="info",
+            )
         columns = ["step", "metric", "value"] + (
             ["wall_time"] if "wall_time" in out.columns else []
         )
