@@ -483,3 +483,19 @@ def test_epoch_iteration_lines_without_a_per_epoch_count(tmp_path: Path) -> None
     assert [i.kind for i in run.data_quality].count("restart") == 1
     assert run.series_frame("train/loss").get_column("value")[0] == 3.0  # the later launch
     assert not [f for f in a.findings if f.code in ("DATA004", "LR005", "LR007")]
+
+
+def test_a_framework_log_with_no_training_step_says_whose_it_is(tmp_path: Path) -> None:
+    """A detectron2 job's log that holds only its environment, config and an unfinished
+    evaluation (Boycott0915/CDFSOD-benchmark-personal, DelinQu/MOCO output/log.txt)."""
+    path = tmp_path / "log.txt"
+    path.write_text(
+        "[12/24 14:54:13] detectron2 INFO: Rank of current process: 0. World size: 1\n"
+        "[12/24 14:54:14] detectron2 INFO: Environment info:\n"
+        "[12/24 14:56:02] d2.data.common INFO: Serialized dataset takes 2.52 MiB\n"
+        "[12/24 14:56:02] d2.evaluation.evaluator INFO: Start inference on 5000 batches\n"
+    )
+    with pytest.raises(
+        trainlens.UnreadableInputError, match="a detectron2 log with no training step"
+    ):
+        trainlens.analyze(path)

@@ -7,6 +7,7 @@ name; ``format=`` forces one. Reader modules are imported lazily.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
@@ -187,7 +188,35 @@ def detect_format(path: Path) -> str:
         raise UnreadableInputError(
             f"{path}: no training step was logged; the log ends in an error: {crash}"
         )
+    framework = _framework_of(text)
+    if framework is not None:
+        raise UnreadableInputError(
+            f"{path}: a {framework} log with no training step in it (set-up, configuration "
+            "or evaluation lines only: the job stopped before it trained, or this is not "
+            "the log of its training)"
+        )
     raise UnreadableInputError(f"{path}: {NOT_KNOWN}", hint=NOT_KNOWN_HINT)
+
+
+# the logger names a framework's set-up lines carry (a log with no training step is
+# still said to be that framework's: a detectron2 job's config dump, an MMEngine run's
+# environment block)
+_FRAMEWORK_LOGGERS = (
+    ("detectron2", re.compile(r"\] (?:detectron2|d2\.[a-z_.]+|fvcore\.[a-z_.]+) INFO: ")),
+    ("MMEngine", re.compile(r" - mmengine - (?:INFO|WARNING) - ")),
+    ("fairseq", re.compile(r"\| (?:INFO|WARNING) \| fairseq")),
+    ("YOLOX", re.compile(r"\| (?:INFO|WARNING)\s+\| yolox\.")),
+    ("NeMo", re.compile(r"\[NeMo [IW] ")),
+    ("HF Trainer", re.compile(r"transformers\.trainer")),
+)
+
+
+def _framework_of(head: bytes) -> str | None:
+    text = head.decode("utf-8", errors="replace")
+    for name, pattern in _FRAMEWORK_LOGGERS:
+        if pattern.search(text):
+            return name
+    return None
 
 
 CRASH_TAIL_BYTES = 1 << 18  # where a text file's last error is looked for
