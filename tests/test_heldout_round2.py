@@ -499,3 +499,25 @@ def test_a_framework_log_with_no_training_step_says_whose_it_is(tmp_path: Path) 
         trainlens.UnreadableInputError, match="a detectron2 log with no training step"
     ):
         trainlens.analyze(path)
+
+
+def test_prose_pairs_are_no_metrics(tmp_path: Path) -> None:
+    """gensim's set-up lines before a training's ``Epoch 1/10, Train Loss: 0.4966``
+    (KarimovShohin/DL_HW9 logs/training.log): ``estimated required memory for 7812 words,
+    2000000 buckets and 50 dimensions: 408420592 bytes`` is prose, not a metric."""
+    prose = (
+        "2024-11-13 21:07:03,984 - INFO - estimated required memory for 7812 words, "
+        "2000000 buckets and 50 dimensions: 408420592 bytes"
+    )
+    lines = []
+    for e in range(1, 11):
+        lines.append(
+            f"2024-11-13 21:07:12,189 - INFO - Epoch {e}/10, Train Loss: {0.5 - e / 50:.4f}"
+        )
+        if e == 3:
+            lines.append(prose)
+    path = tmp_path / "training.log"
+    path.write_text("\n".join(lines) + "\n")
+    (a,) = trainlens.analyze(path)
+    assert not [m for m in a.run.metrics if " and" in m or " for" in m]
+    assert a.run.series_frame("train/loss").height == 10

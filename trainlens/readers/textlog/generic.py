@@ -120,8 +120,10 @@ class Pairs:
             .pipe(_bare_splits)
             .pipe(_labelled_lines)
             .pipe(_repeats_after_evaluation)
-            # a one-letter key is a unit or a fragment (`Time: 8m 32s`), not a metric
+            # a one-letter key is a unit or a fragment (`Time: 8m 32s`), not a metric; a key
+            # holding a function word is prose (`2000000 buckets and 50 dimensions`)
             .filter(pl.col("key").str.len_chars() > 1)
+            .filter(~pl.col("key").str.contains(_PROSE_WORD))
         )
         # kept compact until the file is read: numbers, names as categories (a 1M-line
         # log of 5 pairs a line held 1.7 GB as strings)
@@ -230,6 +232,7 @@ _LABEL_SPLIT = {"validation": "val", "valid": "val", "evaluation": "val", "eval"
 
 
 _VAL_WORDS = ["val", "valid", "validation", "eval", "test"]
+_PROSE_WORD = r"(?i)(?:^| )(?:and|or|for|of|the|with|to|in|on|at|by|from|is|are|was|were)(?:$| )"
 
 
 def _bare_splits(pairs: pl.DataFrame) -> pl.DataFrame:
