@@ -341,13 +341,14 @@ def _loss_scores(
 
     early = _early(v, p.min_sigma_points, lambda med: p.gross_loss_rel * med)
     z = _z_for(v.size, p.loss_z, p)
+    neighbours = _neighbour_spikes(v, p, z)  # (new arrays: changed below)
     # the screen holds for bounds that grow with |med|; it knows nothing of the first
     # points' neighbour test (a few points, checked here)
     screen = (
         p.loss_min_rel >= 0
         and p.loss_sigma_floor_rel >= 0
         and not early[1].any()
-        and not _neighbour_spikes(v, p, z)[2].any()
+        and not neighbours[2].any()
         and not _head_may_spike(v, p, z, least_excess, sigma_floor)
     )
     got = _scores(v, steps, judged, w_end, p, z, least_excess, sigma_floor, screen=screen)
@@ -355,7 +356,7 @@ def _loss_scores(
         return None
     got = _with_head(got, v, p, z, least_excess, sigma_floor)
     med, sig, spike, k = _with_early(got, early, p.min_sigma_points, sigma_floor)
-    nb_base, nb_sig, nb_spike = _neighbour_spikes(v, p, z)
+    nb_base, nb_sig, nb_spike = neighbours
     local = nb_spike & ~spike  # judged against the neighbours' trend, not what came before
     med[local], sig[local], spike[local] = nb_base[local], nb_sig[local], True
     back = med + np.fmax(k * sig, p.recover_rel * np.abs(med))
