@@ -93,6 +93,16 @@ class MetricViews(Mapping[str, pl.DataFrame]):
             df = self._built[metric] = pl.DataFrame([c.slice(a, k) for c in self._cols])
         return df
 
+    def steps(self, metric: str) -> Any:
+        """The ``step`` column of a metric's view as a numpy array (zero-copy from one
+        chunk), without cutting the view's frame (the summary asks for every metric's)."""
+        df = self._built.get(metric)
+        if df is not None:
+            return df.get_column("step").to_numpy()
+        a, k = self._spans[metric]
+        col = next(c for c in self._cols if c.name == "step")
+        return col.slice(a, k).to_numpy()
+
     def __setitem__(self, metric: str, df: pl.DataFrame) -> None:
         """Replace a view (by a rechunked copy of it, say)."""
         if metric not in self._spans:
