@@ -155,11 +155,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.core.stats import MAD_TO_SIGMA, median_rows, runs_of, theil_sen
+from trainlens.core.stats import (
+    MAD_TO_SIGMA,
+    centered_rolling_median,
+    median,
+    median3,
+    median_rows,
+    runs_of,
+    theil_sen,
+)
 from trainlens.detectors._chance import Accuracy, accuracies
 from trainlens.detectors._start import Start, run_start
 from trainlens.detectors.base import Context, Skip, finding
@@ -204,9 +211,10 @@ def _smooth(v: np.ndarray, frac: float) -> tuple[np.ndarray, float, int]:
     sigma of that smoothed curve (robust sigma of the residuals / sqrt(w), x 1.25 for a
     median)."""
     w = int(np.clip(round(frac * v.size), 5, 1001)) | 1
-    sm = pl.Series(v, dtype=pl.Float64).rolling_median(w, min_samples=1, center=True).to_numpy()
+    # (polars' centered rolling median, value for value, mostly by its trailing one)
+    sm = centered_rolling_median(v, w)
     res = v - sm
-    sigma = float(np.median(np.abs(res - np.median(res)))) * MAD_TO_SIGMA
+    sigma = median(np.abs(res - median(res))) * MAD_TO_SIGMA
     # a point is part of its own median: with the shortest window (5, logs under 250
     # points) its residual understates the noise by a third to a half; one-step changes
     # around their median change (a steady trend drops out) / sqrt 2 do not. Longer logs
@@ -214,7 +222,7 @@ def _smooth(v: np.ndarray, frac: float) -> tuple[np.ndarray, float, int]:
     # early than at its minimum
     d = np.diff(v)
     if w == 5 and d.size >= 4:
-        sigma = max(sigma, float(np.median(np.abs(d - np.median(d)))) * MAD_TO_SIGMA / np.sqrt(2))
+        sigma = max(sigma, median(np.abs(d - median(d))) * MAD_TO_SIGMA / np.sqrt(2))
     return sm, 1.2533 * sigma / np.sqrt(w), w
 
 
@@ -243,7 +251,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         # too short for a trend, not for an accuracy that never left chance (a 7-epoch
         # Keras log: val_accuracy 0.5 -> 0.4 beside val_loss ln 2, train accuracy 0.9)
         if steps_all.size >= 2:
-            level = float(np.median(v_all[:3]))
+            level = median(v_all[:3])
             chance = _at_chance(accuracies(run, int(steps_all[0]), level), steps_all, v_all)
             if chance:
                 return chance
@@ -262,7 +270,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     if keep.sum() < max(p.min_points, p.min_after_warmup_frac * keep.size):
         keep[:] = True  # too little left after warmup to call the rest of the run flat
     st, v = steps_all[keep], v_all[keep]
-    initial = float(np.median(v_all[: min(5, v_all.size)]))
+    initial = median(v_all[: min(5, v_all.size)])
     rst, rv = _reduce(steps_all, v_all, p.max_smooth_points)
     sm, noise, w = _smooth(rv, p.smooth_frac)
     diverging = _diverging(rst, rv, sm, noise, w, initial, steps_all, start, p)
@@ -270,7 +278,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     if not any(f.severity.rank >= 1 for f in diverging):
         # the smoothed curve after warmup: the whole log's, from there on (one smoothing)
         sm_k = sm if keep.all() else sm[rst >= st[0]]
-        level = float(np.median(v[: max(3, int(p.seg_frac * v.size))]))
+        level = median(v[: max(3, int(p.seg_frac * v.size))])
         accs = accuracies(run, int(st[0]), level)
         flat = _not_decreasing(st, v, sm_k if sm_k.size else sm, noise, initial, start, accs, p)
         out.extend(flat or _at_chance(accs, st, v))
@@ -312,7 +320,7 @@ def _not_decreasing(
 ) -> list[Finding]:
     n = v.size
     k = max(3, int(p.seg_frac * n))
-    early, final = float(np.median(v[:k])), float(np.median(v[-k:]))
+    early, final = median(v[:k]), median(v[-k:])
     scale = abs(early)
     if scale < 1e-8 and abs(final) < 1e-8:
         return []  # a loss at zero has converged
@@ -461,7 +469,8 @@ def _flat_text(
 
 def _median3(v: np.ndarray) -> np.ndarray:
     """Each point's median with the next two (the last points repeat the last value)."""
-    return np.median(np.lib.stride_tricks.sliding_window_view(np.r_[v, v[-1], v[-1]], 3), axis=1)
+    a = np.r_[v, v[-1], v[-1]]
+    return median3(a[:-2], a[1:-1], a[2:])  # (finite values: the middle one, as np.median)
 
 
 def _departure(
@@ -483,7 +492,7 @@ def _departure(
     cross = lo + int(over[0])
     near = slice(max(0, b - w), min(v.size, b + w + 1))
     res = v[near] - sm[near]
-    sigma = float(np.median(np.abs(res - np.median(res)))) * MAD_TO_SIGMA
+    sigma = median(np.abs(res - median(res))) * MAD_TO_SIGMA
     sigma3 = 1.2533 * sigma / np.sqrt(3)  # of a 3-point median
     band = low + max(p.noise_k * sigma3, p.rise_rel * abs(low))
     inside = np.flatnonzero(fwd3[lo:cross] <= band)
