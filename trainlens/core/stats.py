@@ -92,9 +92,10 @@ def centered_rolling_median(x: np.ndarray, window: int, *, nan_missing: bool = F
     return out
 
 
-#: up to this many values, the edges of a centered median are taken in numpy (polars'
-#: rolling median has a fixed cost of ~30 µs a call, 3 calls a series)
-_SHORT_CENTERED = 64
+#: a few values' centered median (the table of their windows up to this many cells) is
+#: taken in numpy: polars' rolling median has a fixed cost of ~30 µs a call, and the
+#: edges of a centered median are such calls, 1-2 a series
+_SHORT_CENTERED_CELLS = 1600
 
 
 def _centered_short(v: np.ndarray, window: int, skip_nan: bool) -> np.ndarray | None:
@@ -104,16 +105,17 @@ def _centered_short(v: np.ndarray, window: int, skip_nan: bool) -> np.ndarray | 
     one, as polars takes them. None (polars decides) for a long ``v``, an even window, a
     zero (which of -0.0 and 0.0 comes out could differ), ±inf, or NaN taken as a value."""
     n = v.size
-    if n == 0 or n > _SHORT_CENTERED or window % 2 == 0:
+    if n == 0 or n * window > _SHORT_CENTERED_CELLS or window % 2 == 0:
         return None
-    nan = np.isnan(v)
-    if (v == 0).any() or np.isinf(v).any() or (nan.any() and not skip_nan):
-        return None
-    h = window // 2
-    at = np.arange(n)[:, None] + np.arange(-h, h + 1)[None, :]
-    t = np.where((at >= 0) & (at < n), np.where(nan, np.inf, v)[np.clip(at, 0, n - 1)], np.inf)
-    counts = np.count_nonzero(t < np.inf, axis=1)  # +inf (none, or missing) sorts last
-    t.sort(axis=1)
+    mag = np.abs(v)
+    ok = (mag > 0) & (mag < np.inf)  # (False for NaN)
+    if not ok.all():
+        if not skip_nan or not (ok | np.isnan(v)).all():
+            return None
+        v = np.where(ok, v, np.inf)  # a missing value sorts last, as outside the series
+    pad = np.full(window // 2, np.inf)
+    t = np.sort(np.lib.stride_tricks.sliding_window_view(np.r_[pad, v, pad], window), axis=1)
+    counts = np.count_nonzero(t < np.inf, axis=1)
     rows = np.arange(n)
     high = t[rows, counts // 2]
     low = t[rows, np.maximum(counts - 1, 0) // 2]
