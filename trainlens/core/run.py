@@ -174,9 +174,7 @@ class Run:
     def all_finite(self) -> bool:
         """Whether every standing value is finite (nulls aside), once per frame: the
         usual answer, which spares a check per metric (nonfinite, the summary)."""
-        return self.memo(
-            "all_finite", lambda: bool(self.standing().get_column("value").is_finite().all())
-        )
+        return self.memo("all_finite", lambda: _all_finite(self.standing().get_column("value")))
 
     def series(self, metric: str, *, finite: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """Steps and values of one metric (standing values, step order, last per step)."""
@@ -198,6 +196,16 @@ class Run:
         return df.pivot(on="metric", index="step", values="value", aggregate_function="last").sort(
             "step"
         )
+
+
+def _all_finite(values: pl.Series) -> bool:
+    """``values.is_finite().all()`` (nulls aside), in numpy when there is no null: polars'
+    expression costs ~40 µs a run on a small frame."""
+    if values.null_count() or values.dtype != pl.Float64:
+        return bool(values.is_finite().all())
+    import numpy as np
+
+    return bool(np.isfinite(values.to_numpy()).all())
 
 
 def _increasing(steps: pl.Series) -> bool:
