@@ -11,7 +11,7 @@ import polars as pl
 
 from trainlens.core.frame import MANY_METRICS, MetricViews
 from trainlens.core.run import Run
-from trainlens.core.stats import median
+from trainlens.core.stats import median, quantile
 
 # "final" is the last logged value. The mean of the last FINAL_WINDOW values is a
 # separate figure (``final_mean_last_k``), given only when those points are at most a
@@ -98,13 +98,20 @@ def _step_times(run: Run) -> tuple[np.ndarray, str | None]:
     return np.empty(0), None
 
 
+def _p95(dt: np.ndarray) -> float:
+    """``np.percentile(dt, 95)``, the same float by one partition (core.stats.quantile);
+    numpy's own for a zero, whose sign the partition may not keep."""
+    q = quantile(dt, 0.95)
+    return q if q != 0 else float(np.percentile(dt, 95))
+
+
 def _step_time_summary(run: Run) -> dict[str, Any] | None:
     dt, source = _step_times(run)
     if dt.size:
         return {
             "mean": _f(dt.mean()),
             "p50": _f(median(dt)),  # (np.median's float, by one partition)
-            "p95": _f(np.percentile(dt, 95)),
+            "p95": _f(_p95(dt)),
             "source": source,
         }
     if run.has("step_time_avg"):
