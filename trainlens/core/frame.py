@@ -8,7 +8,7 @@ Split out of trainlens/core/run.py (issue 14); :mod:`trainlens.core.run` re-expo
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +92,28 @@ class MetricViews(Mapping[str, pl.DataFrame]):
             # engine, which visits every chunk (a reader's columns can come in thousands)
             df = self._built[metric] = pl.DataFrame([c.slice(a, k) for c in self._cols])
         return df
+
+    def steps(self, metric: str) -> Any:
+        """The ``step`` column of a metric's view as a numpy array (zero-copy from one
+        chunk), without cutting the view's frame (the summary asks for every metric's)."""
+        df = self._built.get(metric)
+        if df is not None:
+            return df.get_column("step").to_numpy()
+        a, k = self._spans[metric]
+        col = next(c for c in self._cols if c.name == "step")
+        return col.slice(a, k).to_numpy()
+
+    def columns(self, metric: str, names: Sequence[str]) -> list[pl.Series] | None:
+        """These columns of a metric's view (None for a metric not logged), without
+        cutting the view's frame when it is not cut yet."""
+        df = self._built.get(metric)
+        if df is not None:
+            return [df.get_column(n) for n in names]
+        span = self._spans.get(metric)
+        if span is None:
+            return None
+        by_name = {c.name: c for c in self._cols}
+        return [by_name[n].slice(*span) for n in names]
 
     def __setitem__(self, metric: str, df: pl.DataFrame) -> None:
         """Replace a view (by a rechunked copy of it, say)."""

@@ -72,6 +72,9 @@ def centered_rolling_median(x: np.ndarray, window: int, *, nan_missing: bool = F
         return s.fill_nan(None) if skip_nan else s
 
     def centered(v: np.ndarray) -> np.ndarray:
+        short = _centered_short(v, window, skip_nan)
+        if short is not None:
+            return short
         return series(v).rolling_median(window, center=True, min_samples=1).to_numpy()
 
     if window % 2 == 0 or n <= 2 * h + 1 or (h <= 2 and np.isnan(x).any()):
@@ -86,6 +89,39 @@ def centered_rolling_median(x: np.ndarray, window: int, *, nan_missing: bool = F
     else:
         out[: n - h] = series(x).rolling_median(window, min_samples=1).to_numpy()[h:]
     out[n - h :] = centered(x[n - 2 * h :])[h:]
+    return out
+
+
+#: a few values' centered median (the table of their windows up to this many cells) is
+#: taken in numpy: polars' rolling median has a fixed cost of ~30 µs a call, and the
+#: edges of a centered median are such calls, 1-2 a series
+_SHORT_CENTERED_CELLS = 1600
+
+
+def _centered_short(v: np.ndarray, window: int, skip_nan: bool) -> np.ndarray | None:
+    """``pl.Series(v).rolling_median(window, center=True, min_samples=1)`` (NaN as missing
+    with ``skip_nan``) of a few values, for an odd window, by one sort of a table of the
+    windows: the middle value of an odd count, ``lower + (upper - lower) * 0.5`` of an even
+    one, as polars takes them. None (polars decides) for a long ``v``, an even window, a
+    zero (which of -0.0 and 0.0 comes out could differ), ±inf, or NaN taken as a value."""
+    n = v.size
+    if n == 0 or n * window > _SHORT_CENTERED_CELLS or window % 2 == 0:
+        return None
+    mag = np.abs(v)
+    ok = (mag > 0) & (mag < np.inf)  # (False for NaN)
+    if not ok.all():
+        if not skip_nan or not (ok | np.isnan(v)).all():
+            return None
+        v = np.where(ok, v, np.inf)  # a missing value sorts last, as outside the series
+    pad = np.full(window // 2, np.inf)
+    t = np.sort(np.lib.stride_tricks.sliding_window_view(np.r_[pad, v, pad], window), axis=1)
+    counts = np.count_nonzero(t < np.inf, axis=1)
+    rows = np.arange(n)
+    high = t[rows, counts // 2]
+    low = t[rows, np.maximum(counts - 1, 0) // 2]
+    with np.errstate(invalid="ignore"):
+        out = np.where(counts % 2 == 1, high, low + (high - low) * 0.5)
+    out[counts == 0] = np.nan
     return out
 
 

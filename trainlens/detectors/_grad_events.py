@@ -218,7 +218,7 @@ def _with_early(
     head = slice(0, min(m, med.size))
     fill = np.isnan(med[head]) & np.isfinite(emed[head])
     med[head] = np.where(fill, emed[head], med[head])
-    floor = np.broadcast_to(sigma_floor(np.abs(np.nan_to_num(med[head]))), fill.shape)
+    floor = np.broadcast_to(sigma_floor(_abs_or_zero(med[head])), fill.shape)
     sig[head] = np.where(fill, np.fmax(sig[head], floor), sig[head])
     spike[head] = espike[head]  # only gross jumps, before a sigma can be trusted
     return med, sig, spike, k
@@ -327,6 +327,18 @@ def _by_piece(
     return (med, sig, spike, back) if found else None
 
 
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+
+
+def _abs_or_zero(x: np.ndarray) -> np.ndarray:
+    """``np.abs(np.nan_to_num(x))`` of a float64 array in three ufuncs (numpy's
+    nan_to_num makes about ten calls; the sigma floor asks 8-10 times a run)."""
+    if not (isinstance(x, np.ndarray) and x.dtype == np.float64):
+        return np.abs(np.nan_to_num(x))
+    a = np.abs(x)
+    return np.where(np.isnan(a), 0.0, np.minimum(a, _FLOAT_MAX))
+
+
 def _loss_scores(
     steps: np.ndarray, v: np.ndarray, p: SpikeParams, w_end: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
@@ -337,17 +349,18 @@ def _loss_scores(
         return p.loss_min_rel * np.abs(med)
 
     def sigma_floor(med: np.ndarray) -> np.ndarray:
-        return np.fmax(p.loss_sigma_floor_rel * np.abs(np.nan_to_num(med)), 1e-12)
+        return np.fmax(p.loss_sigma_floor_rel * _abs_or_zero(med), 1e-12)
 
     early = _early(v, p.min_sigma_points, lambda med: p.gross_loss_rel * med)
     z = _z_for(v.size, p.loss_z, p)
+    neighbours = _neighbour_spikes(v, p, z)  # (new arrays: changed below)
     # the screen holds for bounds that grow with |med|; it knows nothing of the first
     # points' neighbour test (a few points, checked here)
     screen = (
         p.loss_min_rel >= 0
         and p.loss_sigma_floor_rel >= 0
         and not early[1].any()
-        and not _neighbour_spikes(v, p, z)[2].any()
+        and not neighbours[2].any()
         and not _head_may_spike(v, p, z, least_excess, sigma_floor)
     )
     got = _scores(v, steps, judged, w_end, p, z, least_excess, sigma_floor, screen=screen)
@@ -355,7 +368,7 @@ def _loss_scores(
         return None
     got = _with_head(got, v, p, z, least_excess, sigma_floor)
     med, sig, spike, k = _with_early(got, early, p.min_sigma_points, sigma_floor)
-    nb_base, nb_sig, nb_spike = _neighbour_spikes(v, p, z)
+    nb_base, nb_sig, nb_spike = neighbours
     local = nb_spike & ~spike  # judged against the neighbours' trend, not what came before
     med[local], sig[local], spike[local] = nb_base[local], nb_sig[local], True
     back = med + np.fmax(k * sig, p.recover_rel * np.abs(med))

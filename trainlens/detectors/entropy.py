@@ -84,6 +84,7 @@ Example
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -161,7 +162,6 @@ class _Series:
     steps: np.ndarray
     z: np.ndarray  # log entropy
     zs: np.ndarray  # ... median-filtered over ``ws`` points
-    z3: np.ndarray  # ... over 3 points
     L: int  # the fall window (points)
     K: int  # windows of drift measured before a fall
     i0: int  # the first point after the baseline-only start
@@ -174,6 +174,12 @@ class _Series:
     @property
     def n(self) -> int:
         return len(self.z)
+
+    @functools.cached_property
+    def z3(self) -> np.ndarray:
+        """The log entropy median-filtered over 3 points (read only where a fall is
+        examined: made then)."""
+        return centered_median(self.z, 3)
 
 
 def _prepare(run: Run, params: Params, ctx: Context) -> _Series:
@@ -188,7 +194,6 @@ def _prepare(run: Run, params: Params, ctx: Context) -> _Series:
     z = np.log(np.maximum(e, _EPS))
     ws = max(3, min(odd(L / 2), _MAX_FILTER))
     zs = centered_median(z, ws)
-    z3 = centered_median(z, 3)
 
     # the baseline-only start: a fraction of the run, or the run's own LR warmup (the
     # ramp seen in the log, or a declared warmup against the real step numbers)
@@ -208,7 +213,7 @@ def _prepare(run: Run, params: Params, ctx: Context) -> _Series:
     sigma_point = robust_sigma(z - zs)
     sigma_d = math.sqrt(2.0) * 1.2533 * sigma_point / math.sqrt(ws)
     min_fall = math.log(1.0 / params.fall_ratio)
-    return _Series(steps, z, zs, z3, L, K, i0, d, valid, sigma_point, sigma_d, min_fall)
+    return _Series(steps, z, zs, L, K, i0, d, valid, sigma_point, sigma_d, min_fall)
 
 
 def _candidate_runs(sr: _Series, params: Params) -> list[tuple[int, int]]:

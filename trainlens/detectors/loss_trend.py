@@ -34,10 +34,9 @@ What it flags
       distribution), makes a flat loss a warning — also one that fell only during
       warmup, or in a resumed log — and the message says so; an accuracy that clearly
       rose (more than 2 points and 3 of its noise sigmas) makes it info (it does learn).
-      So does a validation task metric whose chance is 0 (AP, mAP, mIoU, PQ) that is already
-      5 points above 0 at its first evaluation and not lower at its last: the model
-      started trained (a detectron2 run fine-tuned from its own checkpoint: AP 14.8 at
-      iteration 999 and 15.2 at 1,999, its loss flat at 0.15 from the first iteration).
+      So does a validation task metric with chance 0 (AP, mAP, mIoU, PQ) already 5 points
+      above 0 at its first evaluation and not lower at its last: the model started
+      trained (a detectron2 fine-tune of its own checkpoint, AP 14.8 → 15.2, loss flat).
     - **LOSS004** — an accuracy-like metric stayed at chance (as above) while the loss did
       fall: the model learned the label prior, predicts one class, or the accuracy is not
       computed on its predictions. Only when LOSS002 did not fire and no accuracy of the
@@ -159,11 +158,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
-from trainlens.core.stats import MAD_TO_SIGMA, median_rows, runs_of, theil_sen
+from trainlens.core.stats import (
+    MAD_TO_SIGMA,
+    centered_rolling_median,
+    median,
+    median3,
+    median_rows,
+    runs_of,
+    theil_sen,
+)
 from trainlens.detectors._chance import Accuracy, accuracies, started_trained
 from trainlens.detectors._start import Start, run_start
 from trainlens.detectors.base import Context, Skip, finding
@@ -208,9 +214,10 @@ def _smooth(v: np.ndarray, frac: float) -> tuple[np.ndarray, float, int]:
     sigma of that smoothed curve (robust sigma of the residuals / sqrt(w), x 1.25 for a
     median)."""
     w = int(np.clip(round(frac * v.size), 5, 1001)) | 1
-    sm = pl.Series(v, dtype=pl.Float64).rolling_median(w, min_samples=1, center=True).to_numpy()
+    # (polars' centered rolling median, value for value, mostly by its trailing one)
+    sm = centered_rolling_median(v, w)
     res = v - sm
-    sigma = float(np.median(np.abs(res - np.median(res)))) * MAD_TO_SIGMA
+    sigma = median(np.abs(res - median(res))) * MAD_TO_SIGMA
     # a point is part of its own median: with the shortest window (5, logs under 250
     # points) its residual understates the noise by a third to a half; one-step changes
     # around their median change (a steady trend drops out) / sqrt 2 do not. Longer logs
@@ -218,7 +225,7 @@ def _smooth(v: np.ndarray, frac: float) -> tuple[np.ndarray, float, int]:
     # early than at its minimum
     d = np.diff(v)
     if w == 5 and d.size >= 4:
-        sigma = max(sigma, float(np.median(np.abs(d - np.median(d)))) * MAD_TO_SIGMA / np.sqrt(2))
+        sigma = max(sigma, median(np.abs(d - median(d))) * MAD_TO_SIGMA / np.sqrt(2))
     return sm, 1.2533 * sigma / np.sqrt(w), w
 
 
@@ -247,7 +254,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
         # too short for a trend, not for an accuracy that never left chance (a 7-epoch
         # Keras log: val_accuracy 0.5 -> 0.4 beside val_loss ln 2, train accuracy 0.9)
         if steps_all.size >= 2:
-            level = float(np.median(v_all[:3]))
+            level = median(v_all[:3])
             chance = _at_chance(accuracies(run, int(steps_all[0]), level), steps_all, v_all)
             if chance:
                 return chance
@@ -258,15 +265,13 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     start = run_start(run, steps_all, ctx)
     if not start.resumed and not np.any(v_all != 0.0):
         return [_never_computed(steps_all)]
-    # LOSS002 compares the level after the run's own warmup (the LR ramp seen in the log or
-    # a declared warmup, against the real step numbers); a log that is all warmup is judged
-    # whole. LOSS003 is judged over the whole log: a loss that climbs back during warmup
-    # is diverging all the same.
+    # LOSS002: the level after the run's own warmup (a log all warmup is judged whole);
+    # LOSS003 over the whole log (a loss climbing back during warmup diverges all the same)
     keep = steps_all >= start.warmup_end
     if keep.sum() < max(p.min_points, p.min_after_warmup_frac * keep.size):
         keep[:] = True  # too little left after warmup to call the rest of the run flat
     st, v = steps_all[keep], v_all[keep]
-    initial = float(np.median(v_all[: min(5, v_all.size)]))
+    initial = median(v_all[: min(5, v_all.size)])
     rst, rv = _reduce(steps_all, v_all, p.max_smooth_points)
     sm, noise, w = _smooth(rv, p.smooth_frac)
     diverging = _diverging(rst, rv, sm, noise, w, initial, steps_all, start, p)
@@ -274,7 +279,7 @@ def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     if not any(f.severity.rank >= 1 for f in diverging):
         # the smoothed curve after warmup: the whole log's, from there on (one smoothing)
         sm_k = sm if keep.all() else sm[rst >= st[0]]
-        level = float(np.median(v[: max(3, int(p.seg_frac * v.size))]))
+        level = median(v[: max(3, int(p.seg_frac * v.size))])
         accs = accuracies(run, int(st[0]), level)
         flat = _not_decreasing(
             run, st, v, sm_k if sm_k.size else sm, noise, initial, start, accs, p
@@ -319,22 +324,20 @@ def _not_decreasing(
 ) -> list[Finding]:
     n = v.size
     k = max(3, int(p.seg_frac * n))
-    early, final = float(np.median(v[:k])), float(np.median(v[-k:]))
+    early, final = median(v[:k]), median(v[-k:])
     scale = abs(early)
     if scale < 1e-8 and abs(final) < 1e-8:
         return []  # a loss at zero has converged
     margin = max(p.min_rel_decrease * scale, p.noise_k * noise)
-    # below the early level for a while (a dip that came straight back is no descent;
-    # one that stayed down and then climbed back is LOSS003's)
+    # below the early level for a while (a dip straight back is none; LOSS003 the rest)
     below = float(np.mean(sm < early - margin))
     if final < early - margin or below >= p.min_below_frac:
         return []
     idx = np.linspace(0, n - 1, min(n, p.max_fit_points)).astype(np.int64)
     fit = theil_sen(v[idx], st[idx].astype(np.float64), p.slope_confidence)
-    # practical, not only statistical, significance: a decrease that the slope's 99 %
-    # interval proves but that adds up to less than min_rel_decrease of the loss over
-    # the whole stretch (real W&B runs: 4.45 -> 4.39 over 40 epochs, accuracy at 0) is
-    # a run that does not learn
+    # practical, not only statistical, significance: a decrease the slope's 99 % interval
+    # proves but under min_rel_decrease of the loss over the stretch (real W&B runs: 4.45
+    # -> 4.39 over 40 epochs, accuracy at 0) is a run that does not learn
     fitted_drop = -float(fit.slope) * float(st[-1] - st[0])
     if fit.high_slope < 0 and fitted_drop >= p.min_rel_decrease * scale:
         return []  # a small but significant and sizeable decrease: still learning
@@ -351,8 +354,7 @@ def _not_decreasing(
             ", so it does learn: the loss may be dominated by a term that cannot fall"
         )
     elif sev == "warning" and (trained := started_trained(run, int(st[0]))) is not None:
-        # (the advice for a run that never learned does not apply: its words are dropped)
-        sev, what = "info", f"{what.split('; check ')[0]}; {trained.words}"
+        sev, what = "info", f"{what.split('; check ')[0]}; {trained.words}"  # (no advice)
     change = final - early
     return [
         finding(
@@ -471,7 +473,8 @@ def _flat_text(
 
 def _median3(v: np.ndarray) -> np.ndarray:
     """Each point's median with the next two (the last points repeat the last value)."""
-    return np.median(np.lib.stride_tricks.sliding_window_view(np.r_[v, v[-1], v[-1]], 3), axis=1)
+    a = np.r_[v, v[-1], v[-1]]
+    return median3(a[:-2], a[1:-1], a[2:])  # (finite values: the middle one, as np.median)
 
 
 def _departure(
@@ -493,7 +496,7 @@ def _departure(
     cross = lo + int(over[0])
     near = slice(max(0, b - w), min(v.size, b + w + 1))
     res = v[near] - sm[near]
-    sigma = float(np.median(np.abs(res - np.median(res)))) * MAD_TO_SIGMA
+    sigma = median(np.abs(res - median(res))) * MAD_TO_SIGMA
     sigma3 = 1.2533 * sigma / np.sqrt(3)  # of a 3-point median
     band = low + max(p.noise_k * sigma3, p.rise_rel * abs(low))
     inside = np.flatnonzero(fwd3[lo:cross] <= band)

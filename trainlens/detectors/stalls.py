@@ -88,6 +88,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -126,15 +127,15 @@ def _fmt_s(x: float) -> str:
     return f"{x:.3g} s"
 
 
-def _other_axis(dense_steps: np.ndarray, clock: np.ndarray, sf: pl.DataFrame) -> bool:
+def _other_axis(
+    dense_steps: np.ndarray, clock: np.ndarray, steps: np.ndarray, wall: np.ndarray
+) -> bool:
     """Whether a series is logged against another step axis than the densest one: Keras'
     ``epoch_loss`` at step = epoch beside ``batch_loss`` at step = iteration. When its
     points were written the dense series stood at ``axis_ratio`` times their steps or more
     (epoch 1 is written when the batches are at step 3000); a series of the same axis —
     an eval at step 1500, written when the batches are at 1500 — stands at about 1.
     ``clock``: the densest series' running maximum wall time (:func:`_clock`)."""
-    steps = sf.get_column("step").to_numpy()
-    wall = sf.get_column("wall_time").to_numpy()
     ok = (steps >= 1) & np.isfinite(wall)
     if not ok.any() or dense_steps.size < 2:
         return False
@@ -143,7 +144,7 @@ def _other_axis(dense_steps: np.ndarray, clock: np.ndarray, sf: pl.DataFrame) ->
     if not seen.any():
         return False
     stood = dense_steps[at[seen]] / steps[ok][seen]
-    return float(np.median(stood)) >= AXIS_RATIO
+    return median(stood) >= AXIS_RATIO  # (np.median's float, by one partition)
 
 
 def _clock(dense_wall: np.ndarray) -> np.ndarray:
@@ -164,24 +165,35 @@ AXIS_RATIO = 10.0
 _TEST = re.compile(r"^(?:test(?:[/_]|$)|hp_metric$)")
 
 
-def _test_only_steps(run: Run, timed: list[tuple[str, pl.DataFrame]]) -> pl.Series | None:
+def _test_only_steps(run: Run, others: list[pl.DataFrame]) -> pl.Series | None:
     """Steps at which only a test loop's results were logged (and the epoch counter that
-    Lightning logs beside everything: `epoch` at the test step 7601), or None."""
+    Lightning logs beside everything: `epoch` at the test step 7601), or None; ``others``:
+    the series of the timed metrics other than the epoch counter."""
     tests = [m for m in run.metrics if _TEST.match(m)]
-    if not tests:
+    if not tests or not others:
         return None
     at = pl.concat([run.series_frame(m).get_column("step") for m in tests]).unique()
-    others = [sf.get_column("step") for m, sf in timed if m != "epoch"]
-    if not others:
-        return None
-    trained = pl.concat(others).unique()
+    trained = pl.concat([sf.get_column("step") for sf in others]).unique()
     only = at.filter(~at.is_in(trained.implode()))
     return only if only.len() else None
 
 
-def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool, np.ndarray]:
-    """(step, superseded, wall_time) rows that carry every step's wall time, and whether
-    they are one row per step (only the densest metric's).
+_ROWS = ("step", "superseded", "wall_time")
+
+
+class _Timed(NamedTuple):
+    """What :func:`_timed_rows` finds: the densest timed metric's series (None when no
+    metric is timed), the other rows that carry a step's wall time (frames of
+    step, superseded, wall_time), and the wall times of another axis' points."""
+
+    dense: pl.DataFrame | None
+    parts: list[pl.DataFrame]
+    ends: np.ndarray
+
+
+def _timed_rows(run: Run) -> _Timed:
+    """The rows that carry every step's wall time: the densest timed metric's series, and
+    what only sparser metrics have (and superseded rows).
 
     Grouping the whole long frame (12M rows for 1M steps × 12 metrics) costs more than
     reading it; metrics logged on the same lines share steps and times, so the densest
@@ -193,36 +205,47 @@ def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool, np.ndarray]:
     wall times come back as the third item: when an epoch ended (Keras writes the epoch's
     logs after its validation)."""
     if len(run.metrics) > MANY_METRICS:
-        return _timed_rows_grouped(run), False, np.empty(0)
-    timed: list[tuple[str, pl.DataFrame]] = []
+        return _Timed(None, [_timed_rows_grouped(run)], np.empty(0))
+    timed: list[tuple[pl.DataFrame, np.ndarray, np.ndarray]] = []
+    names: list[str] = []
     for metric in run.metrics:
         if _TEST.match(metric):
             continue  # (a test loop's results: see _TEST)
         sf = run.series_frame(metric)
         if sf.height and sf.get_column("wall_time").null_count() < sf.height:
-            timed.append((metric, sf))
+            steps = sf.get_column("step").to_numpy()
+            timed.append((sf, steps, sf.get_column("wall_time").to_numpy()))
+            names.append(metric)
     if not timed:
-        schema = {"step": pl.Int64, "superseded": pl.Boolean, "wall_time": pl.Float64}
-        return pl.DataFrame(schema=schema), True, np.empty(0)
-    test_steps = _test_only_steps(run, timed)
-    if test_steps is not None:
-        timed = [(m, sf.filter(~pl.col("step").is_in(test_steps.implode()))) for m, sf in timed]
-    timed.sort(key=lambda t: -t[1].height)
-    _, dense = timed[0]
-    dense_steps = dense.get_column("step").to_numpy()  # increasing (series_frame)
-    dense_wall = dense.get_column("wall_time").to_numpy()
-    clock = _clock(dense_wall)  # (once: the same for every series compared with it)
-    other = [sf for _, sf in timed[1:] if _other_axis(dense_steps, clock, sf)]
-    ends = (
-        np.concatenate([sf.get_column("wall_time").to_numpy() for sf in other])
-        if other
-        else np.empty(0)
+        return _Timed(None, [], np.empty(0))
+    test_steps = _test_only_steps(
+        run, [t[0] for t, n in zip(timed, names, strict=True) if n != "epoch"]
     )
-    timed = [timed[0]] + [(m, sf) for m, sf in timed[1:] if not any(sf is o for o in other)]
-    parts = [dense.select("step", pl.lit(False).alias("superseded"), "wall_time")]
-    for _, sf in timed[1:]:
-        steps = sf.get_column("step").to_numpy()
-        wall = sf.get_column("wall_time").to_numpy()
+    if test_steps is not None:
+        kept = [t[0].filter(~pl.col("step").is_in(test_steps.implode())) for t in timed]
+        timed = [
+            (sf, sf.get_column("step").to_numpy(), sf.get_column("wall_time").to_numpy())
+            for sf in kept
+        ]
+    timed.sort(key=lambda t: -t[0].height)
+    dense, dense_steps, dense_wall = timed[0]  # steps increasing (series_frame)
+    clock = _clock(dense_wall)  # (once: the same for every series compared with it)
+    same_axis: list[tuple[pl.DataFrame, np.ndarray, np.ndarray]] = []
+    other: list[tuple[pl.DataFrame, np.ndarray, np.ndarray]] = []
+    # a metric logged on the densest one's lines has its steps and times: the same answer
+    # for each (12 searches of every point a run, a quarter of this detector's time)
+    as_dense: list[bool] = []
+    for t in timed[1:]:
+        if np.array_equal(t[1], dense_steps) and np.array_equal(t[2], dense_wall, equal_nan=True):
+            if not as_dense:
+                as_dense.append(_other_axis(dense_steps, clock, dense_steps, dense_wall))
+            off_axis = as_dense[0]
+        else:
+            off_axis = _other_axis(dense_steps, clock, t[1], t[2])
+        (other if off_axis else same_axis).append(t)
+    ends = np.concatenate([t[2] for t in other]) if other else np.empty(0)
+    parts: list[pl.DataFrame] = []
+    for sf, steps, wall in same_axis:
         if np.array_equal(steps, dense_steps):
             # logged on the same lines as the densest metric (most metrics of a long run):
             # each row's step is the dense row's at its own index, no search and no gather
@@ -243,10 +266,8 @@ def _timed_rows(run: Run) -> tuple[pl.DataFrame, bool, np.ndarray]:
             extra = sf.filter(pl.Series(keep))
             parts.append(extra.select("step", pl.lit(False).alias("superseded"), "wall_time"))
     if run.frame.get_column("superseded").any():
-        parts.append(
-            run.frame.filter(pl.col("superseded")).select("step", "superseded", "wall_time")
-        )
-    return pl.concat(parts), len(parts) == 1, ends[np.isfinite(ends)]
+        parts.append(run.frame.filter(pl.col("superseded")).select(_ROWS))
+    return _Timed(dense, parts, ends[np.isfinite(ends)])
 
 
 def _timed_rows_grouped(run: Run) -> pl.DataFrame:
@@ -274,13 +295,22 @@ def _points(run: Run) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Step and wall time of each logged point of the run's step axis (the earliest wall
     time of any metric at that step; superseded values apart), in wall-clock order; and
     the wall times of the points of another axis (epoch ends)."""
-    rows, one_per_step, ends = _timed_rows(run)
-    rows = rows.filter(pl.col("wall_time").is_not_null() & pl.col("wall_time").is_finite())
-    if one_per_step:
-        s = rows.get_column("step").to_numpy()
-        w = rows.get_column("wall_time").to_numpy()
+    dense, parts, ends = _timed_rows(run)
+    if dense is None and not parts:
+        return np.empty(0, dtype=np.int64), np.empty(0), ends
+    if not parts and dense is not None:
+        # one row per step, the densest series' (usual): in numpy, no frame built
+        s = dense.get_column("step").to_numpy()
+        w = dense.get_column("wall_time").to_numpy()  # (a null is NaN here)
+        ok = np.isfinite(w)
+        if not ok.all():
+            s, w = s[ok], w[ok]
         if bool(np.all(w[1:] >= w[:-1])):
             return s, w, ends  # in step order, one per step, and the clock never goes back
+    if dense is not None:
+        parts = [dense.select("step", pl.lit(False).alias("superseded"), "wall_time"), *parts]
+    rows = pl.concat(parts)
+    rows = rows.filter(pl.col("wall_time").is_not_null() & pl.col("wall_time").is_finite())
     pts = (
         rows.group_by("step", "superseded").agg(pl.col("wall_time").min()).sort("wall_time", "step")
     )
