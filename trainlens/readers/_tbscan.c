@@ -17,6 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define TB_LITTLE_ENDIAN 1
 #else
@@ -170,6 +174,23 @@ typedef struct {
 #define MIN_VALUE_RECORD 37
 #define FIRST_GUESS_MAX ((size_t)1 << 26) /* rows: past that, grow as needed */
 
+/* Large columns in 2 MiB pages where the kernel gives them on request (Linux's
+ * transparent huge pages in "madvise" mode): a 1.1M-row scan otherwise takes ~10,000 page
+ * faults, as much system time as its decoding takes user time. Only a hint: nothing
+ * changes where it is refused. */
+#define HUGE_PAGE ((size_t)2 << 20)
+static void huge_pages(void *p, size_t n) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (n < 2 * HUGE_PAGE) return;
+    uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+    uintptr_t b = ((uintptr_t)p + n) & ~(uintptr_t)(HUGE_PAGE - 1);
+    if (b > a) (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
+
 /* Room for ``cap`` rows (the arrays keep their rows; on failure the old ones stay). */
 static int reserve(Scan *s, size_t cap) {
     int64_t *step = realloc(s->step, cap * sizeof(int64_t));
@@ -185,6 +206,10 @@ static int reserve(Scan *s, size_t cap) {
     if (code == NULL) return 0;
     s->code = code;
     s->cap = cap;
+    huge_pages(s->step, cap * 8);
+    huge_pages(s->wall, cap * 8);
+    huge_pages(s->value, cap * 8);
+    huge_pages(s->code, cap * 4);
     return 1;
 }
 
@@ -410,6 +435,7 @@ static int group_rows(Scan *s) {
     if (s->in_blocks) return 1;
     void *spare = malloc(s->n * sizeof(int64_t));
     if (spare == NULL) return 0;
+    huge_pages(spare, s->n * sizeof(int64_t));
     scatter8(s->step, spare, s->code, s->n, s->tags, s->ntags);
     void *old_step = s->step;
     s->step = spare;
