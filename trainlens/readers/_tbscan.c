@@ -99,6 +99,13 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hard(const uint8_t *p, siz
 #else
     uint32_t c32 = 0xFFFFFFFFu;
 #endif
+    if (n >= 4) {
+        uint32_t w;
+        memcpy(&w, p, 4);
+        c32 = _mm_crc32_u32(c32, w);
+        p += 4;
+        n -= 4;
+    }
     while (n--) c32 = _mm_crc32_u8(c32, *p++);
     return c32 ^ 0xFFFFFFFFu;
 }
@@ -141,7 +148,6 @@ typedef struct {
     uint32_t next; /* the tag seen after this one last time: the first guess */
     int64_t count;
     int64_t last_step;
-    size_t at; /* grouping: where the tag's next row goes */
 } Tag;
 
 /* One pass over the records: each is framed, checked and decoded once, its rows appended
@@ -274,7 +280,7 @@ static uint32_t tag_id(Scan *s, const uint8_t *p, size_t n) {
         s->tags_cap = cap;
     }
     uint32_t id = (uint32_t)s->ntags++;
-    s->tags[id] = (Tag){p, n, id, 0, 0, 0};
+    s->tags[id] = (Tag){p, n, id, 0, 0};
     s->slots[j] = id + 1;
     if (2 * s->ntags > s->nslots && !reindex(s, 2 * s->nslots)) return UINT32_MAX;
     return id;
@@ -415,18 +421,18 @@ static void scan_free(Scan *s) {
     free(s->slots);
 }
 
-/* Move an 8-byte column's rows (file order) to one block per tag: each tag's rows keep
- * their order. ``at`` holds each tag's block start and is advanced. */
-static void scatter8(const void *from, void *to, const uint32_t *code, size_t n, Tag *tags,
-                     size_t ntags) {
+/* Move an 8-byte column's rows (file order) to one block per tag, each tag's rows in
+ * their order; ``cur`` (a cursor per tag) is set here. */
+static void scatter8(const void *from, void *to, const uint32_t *code, size_t n,
+                     const Tag *tags, size_t ntags, size_t *cur) {
     size_t sum = 0;
     for (size_t t = 0; t < ntags; t++) {
-        tags[t].at = sum;
+        cur[t] = sum;
         sum += (size_t)tags[t].count;
     }
     const uint8_t *src = from;
     uint8_t *dst = to;
-    for (size_t k = 0; k < n; k++) memcpy(dst + 8 * tags[code[k]].at++, src + 8 * k, 8);
+    for (size_t k = 0; k < n; k++) memcpy(dst + 8 * cur[code[k]]++, src + 8 * k, 8);
 }
 
 /* The rows one block per tag, in tag order, when every tag's steps increase: one array
@@ -434,17 +440,23 @@ static void scatter8(const void *from, void *to, const uint32_t *code, size_t n,
 static int group_rows(Scan *s) {
     if (s->in_blocks) return 1;
     void *spare = malloc(s->n * sizeof(int64_t));
-    if (spare == NULL) return 0;
+    size_t *cur = malloc(s->ntags * sizeof(size_t));
+    if (spare == NULL || cur == NULL) {
+        free(spare);
+        free(cur);
+        return 0;
+    }
     huge_pages(spare, s->n * sizeof(int64_t));
-    scatter8(s->step, spare, s->code, s->n, s->tags, s->ntags);
+    scatter8(s->step, spare, s->code, s->n, s->tags, s->ntags, cur);
     void *old_step = s->step;
     s->step = spare;
-    scatter8(s->wall, old_step, s->code, s->n, s->tags, s->ntags);
+    scatter8(s->wall, old_step, s->code, s->n, s->tags, s->ntags, cur);
     void *old_wall = s->wall;
     s->wall = old_step;
-    scatter8(s->value, old_wall, s->code, s->n, s->tags, s->ntags);
+    scatter8(s->value, old_wall, s->code, s->n, s->tags, s->ntags, cur);
     free(s->value);
     s->value = old_wall;
+    free(cur);
     return 1;
 }
 
