@@ -17,7 +17,7 @@ setup(
         Extension(
             "trainlens.readers._tbscan",
             sources=["trainlens/readers/_tbscan.c"],
-            depends=["trainlens/readers/_arrow_column.h"],
+            depends=["trainlens/readers/_arrow_column.h", "trainlens/readers/_tbcrc.h"],
             optional=True,
         ),
         Extension(

@@ -169,6 +169,22 @@ def _page_exact(d: Path) -> bytes:
     return raw
 
 
+def _outgrowing(d: Path) -> bytes:
+    """A tensorboardX file of events holding 24 values each under one-byte tags (~10 bytes
+    a row): more rows than the lane's first guess from the file's size, so its columns
+    grow while it is read; steps go back once (the rows stay in file order) in the second
+    half, so cuts of the file take both layouts."""
+    from tensorboardX.proto.summary_pb2 import Summary
+
+    w = tensorboardX.SummaryWriter(str(d))
+    for i, s in enumerate([*range(300), *range(250, 300)]):
+        values = [Summary.Value(tag=chr(97 + t), simple_value=float(i + t)) for t in range(24)]
+        w._get_file_writer().add_summary(Summary(value=values), s, walltime=1.0 + i)
+    w.close()
+    [path] = event_files(d)
+    return path.read_bytes()
+
+
 @pytest.mark.slow
 def test_the_lane_under_address_sanitizer(tmp_path: Path) -> None:
     cc = _compiler()
@@ -184,7 +200,14 @@ def test_the_lane_under_address_sanitizer(tmp_path: Path) -> None:
     for k in range(len(exact) // mmap.PAGESIZE, 0, -1):
         (corpus / f"page-{k}").write_bytes(exact[: k * mmap.PAGESIZE])
         names.append(str(corpus / f"page-{k}"))
-    for i, raw in enumerate(_real_files(tmp_path / "written")):
+    # columns that outgrow their first guess, the file cut at each page (at each of those
+    # ends the next page is unmapped)
+    grows = _outgrowing(tmp_path / "grows")
+    assert len(grows) // 10 > len(grows) // 37 + 16
+    for k in range(1, len(grows) // mmap.PAGESIZE + 1):
+        (corpus / f"grows-{k}").write_bytes(grows[: k * mmap.PAGESIZE])
+        names.append(str(corpus / f"grows-{k}"))
+    for i, raw in enumerate([*_real_files(tmp_path / "written"), grows]):
         (corpus / f"{i}-intact").write_bytes(raw)
         names.append(str(corpus / f"{i}-intact"))
         for how in MUTATIONS:

@@ -846,6 +846,56 @@ def test_compiled_lane_reads_events_with_several_values(
     assert got[0].frame.height == 6
 
 
+def _many_values(d: Path, steps: list[int], tags: int) -> Path:
+    # events of ``tags`` values each under one-byte tags: ~10 bytes a row, past the lane's
+    # first guess of its columns' size (a row per 37 bytes, one value per record), so the
+    # columns grow while the file is read
+    w = EventFileWriter(str(d))
+    for i, s in enumerate(steps):
+        values = [
+            summary_pb2.Summary.Value(tag=chr(97 + t), simple_value=float(i * tags + t))
+            for t in range(tags)
+        ]
+        summary = summary_pb2.Summary(value=values)
+        w.add_event(event_pb2.Event(wall_time=100.0 + i, step=s, summary=summary))
+    w.close()
+    return _one_file(d)
+
+
+@lane
+@pytest.mark.parametrize("restart", [False, True])
+def test_compiled_lane_grows_past_its_first_guess(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restart: bool
+) -> None:
+    steps = [*range(3000), *range(2000, 2500)] if restart else list(range(3000))
+    path = _many_values(tmp_path, steps, tags=20)
+    got = tb._scan(path)[0]
+    assert not isinstance(got, str)
+    assert len(got.step) == 20 * len(steps) > 2 * (path.stat().st_size // 37 + 16)  # grown twice
+    assert got.grouped is not restart
+    runs = _read(tmp_path)
+    _same_runs(runs, _numpy_read(tmp_path, monkeypatch))
+    frame = runs[0].frame
+    assert frame.filter(pl.col("metric") == "c")["value"].to_list()[:3] == [2.0, 22.0, 42.0]
+
+
+@lane
+def test_compiled_lane_rows_already_in_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every value of one tag, then the next: the rows are moved nowhere
+    w = tensorboardX.SummaryWriter(str(tmp_path))
+    for t in ("loss", "lr", "grad_norm"):
+        for s in range(50):
+            w.add_scalar(t, float(s) * len(t), s, walltime=1e9 + s)
+    w.close()
+    got = tb._scan(_one_file(tmp_path))[0]
+    assert not isinstance(got, str) and got.grouped and got.counts == [50, 50, 50]
+    runs = _read(tmp_path)
+    _same_runs(runs, _numpy_read(tmp_path, monkeypatch))
+    assert _series(runs[0], "lr")["value"].to_list() == [2.0 * s for s in range(50)]
+
+
 def _lane_file(d: Path) -> Path:
     w = torch_tb.SummaryWriter(str(d))
     for s in range(40):
