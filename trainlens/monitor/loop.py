@@ -53,7 +53,7 @@ import torch
 from trainlens.core.runstate import end_record
 from trainlens.monitor import _clip, _ending, records, stats
 from trainlens.monitor.hardware import Hardware
-from trainlens.monitor.records import CALCS, Scalar, Value
+from trainlens.monitor.records import CALCS, Ratio, Scalar, Value
 from trainlens.monitor.schedule import declared_schedule
 from trainlens.monitor.sink import JsonlSink, TensorBoardSink, write_config
 from trainlens.monitor.writer import Writer
@@ -155,6 +155,9 @@ class Monitor:
         self._last_end: float | None = None
         self._fwd_start: float | None = None
         self.hw = Hardware.detect(model, scaler=scaler, gpu=gpu, dtype=dtype)
+        # several ranks: figures are made whole at the flush, a collective per tensor (so
+        # per-tensor norms are stacked), and params may be DTensors (fused copies)
+        self._several = self.hw.world_size > 1
         #: why the run should stop (``stop_on`` met), else None: the loop checks it
         self.stopped: str | None = None
         self._judge = None
@@ -253,22 +256,24 @@ class Monitor:
         if per_tensor:
             self._tensor_grad_norms(fig, clip)
             with torch.no_grad():
-                # one fused copy of every weight (38 separate clones cost 3x as much on
-                # tiny_gpt); no detach per tensor under no_grad
-                self._snapshot = list(torch._foreach_mul(self._params, 1.0))
+                self._snapshot = stats.copies(self._params, fused=self._several)
         self._fig = fig
 
     def _tensor_grad_norms(
         self, fig: dict[str, Value], clip: tuple[torch.Tensor, float] | None
     ) -> None:
-        """Per-tensor grad norms: one fused norm and one stack on the hot path, the clip
-        factor and the names at the conversion (:func:`records.grad_norms`)."""
+        """Per-tensor grad norms: one fused norm on the hot path (and a stack, when the
+        global norm is made from them here or several ranks make them whole at the
+        flush); the clip factor and the names at the conversion (:func:`records.grad_norms`,
+        whose stack of every 0-d tensor of a flush takes these in too)."""
         grads = [p.grad for p in self._params]
         with_grad = [g is not None for g in grads]
         got = stats.norms([g for g in grads if g is not None])
-        per = torch.stack(got) if got else None
-        if per is not None:
-            fig[CALCS + "grad_norm/"] = records.grad_norms(self._grad_keys, with_grad, per, clip)
+        per = torch.stack(got) if got and (clip is None or self._several) else None
+        if got:
+            fig[CALCS + "grad_norm/"] = records.grad_norms(
+                self._grad_keys, with_grad, got if per is None else per, clip
+            )
         else:
             fig.update(dict.fromkeys(self._grad_keys, 0.0))
         if clip is None:
@@ -289,10 +294,11 @@ class Monitor:
             return
         with torch.no_grad():
             torch._foreach_sub_(old, self._params)  # the copy becomes -ΔW (in place)
-            # the norms of ΔW and of W in one fused call and one stack; the ratios at the
-            # conversion
-            got = torch.stack(stats.norms(old + self._params))
-        self._fig[CALCS + "update_ratio/"] = records.update_ratios(self._ratio_keys, got)
+            # the norms of ΔW and of W in one fused call (stacked only for the flush's
+            # collectives with several ranks); the ratios at the conversion
+            got = stats.norms(old + self._params)
+        norms = torch.stack(got) if self._several else got
+        self._fig[CALCS + "update_ratio/"] = records.update_ratios(self._ratio_keys, norms)
 
     # ---- the user's call ---------------------------------------------------------------
 
@@ -354,13 +360,17 @@ class Monitor:
     def _add(self, key: str, value: Any) -> None:
         if value is None:
             return
-        if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                raise ValueError(
-                    f"trainlens.monitor: {key!r} must be a number or a one-element tensor, "
-                    f"got a tensor of shape {tuple(value.shape)}"
-                )
-            value = value.detach() if value.ndim == 0 else value.detach().reshape(())
+        if type(value) is Ratio:  # the entropy and padding (the common case: no checks)
+            pass
+        elif isinstance(value, torch.Tensor):
+            value = value.detach()
+            if value.ndim:
+                if value.numel() != 1:
+                    raise ValueError(
+                        f"trainlens.monitor: {key!r} must be a number or a one-element "
+                        f"tensor, got a tensor of shape {tuple(value.shape)}"
+                    )
+                value = value.reshape(())
         elif not isinstance(value, (records.Ratio, records.Calc)):
             value = float(value)
         self._micro.setdefault(key, []).append(value)
@@ -424,7 +434,7 @@ class Monitor:
                 v for k, v in gathered.items() if k.startswith("step_time/") and math.isfinite(v)
             ]
             self._shared_step_time = max(times, default=self._shared_step_time)
-        rec.update(self.hw.memory())
+        self.hw.add_memory(rec)
         scale_t = self.hw.loss_scale()
         if scale_t is not None:
             rec["loss_scale"] = scale_t
