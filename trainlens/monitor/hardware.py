@@ -4,13 +4,11 @@ the figures that follow from them (memory, loss scale, MFU through trainlens.cal
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import torch
 
 from trainlens.monitor import stats
-from trainlens.monitor.records import CALCS, Calcs
 
 
 def _dist() -> tuple[int, int]:
@@ -99,15 +97,8 @@ class Hardware:
             for name, v in zip(names, values.tolist(), strict=True)
         }
 
-    def add_memory(self, rec: dict[str, Any]) -> None:
-        """The step's memory figures into ``rec``: on the CPU the RSS as read, parsed at
-        the conversion (:func:`stats.rss_of`); on CUDA also the device's (:func:`stats.memory`)."""
-        if self.device.type == "cuda":
-            rec.update(stats.memory(self.device))
-            return
-        raw = stats.statm()
-        if raw is not None:
-            rec[CALCS + "mem/rss"] = Calcs([], partial(stats.rss_of, raw))
+    def memory(self) -> dict[str, float]:
+        return stats.memory(self.device)
 
     def loss_scale(self) -> torch.Tensor | None:
         s = self.scaler

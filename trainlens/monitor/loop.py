@@ -155,8 +155,7 @@ class Monitor:
         self._last_end: float | None = None
         self._fwd_start: float | None = None
         self.hw = Hardware.detect(model, scaler=scaler, gpu=gpu, dtype=dtype)
-        # several ranks: figures are made whole at the flush, a collective per tensor (so
-        # per-tensor norms are stacked), and params may be DTensors (fused copies)
+        # several ranks: params may be DTensors (a fused copy: one op to shard-propagate)
         self._several = self.hw.world_size > 1
         #: why the run should stop (``stop_on`` met), else None: the loop checks it
         self.stopped: str | None = None
@@ -262,18 +261,14 @@ class Monitor:
     def _tensor_grad_norms(
         self, fig: dict[str, Value], clip: tuple[torch.Tensor, float] | None
     ) -> None:
-        """Per-tensor grad norms: one fused norm on the hot path (and a stack, when the
-        global norm is made from them here or several ranks make them whole at the
-        flush); the clip factor and the names at the conversion (:func:`records.grad_norms`,
-        whose stack of every 0-d tensor of a flush takes these in too)."""
+        """Per-tensor grad norms: one fused norm and one stack on the hot path, the clip
+        factor and the names at the conversion (:func:`records.grad_norms`)."""
         grads = [p.grad for p in self._params]
         with_grad = [g is not None for g in grads]
         got = stats.norms([g for g in grads if g is not None])
-        per = torch.stack(got) if got and (clip is None or self._several) else None
-        if got:
-            fig[CALCS + "grad_norm/"] = records.grad_norms(
-                self._grad_keys, with_grad, got if per is None else per, clip
-            )
+        per = torch.stack(got) if got else None
+        if per is not None:
+            fig[CALCS + "grad_norm/"] = records.grad_norms(self._grad_keys, with_grad, per, clip)
         else:
             fig.update(dict.fromkeys(self._grad_keys, 0.0))
         if clip is None:
@@ -294,11 +289,10 @@ class Monitor:
             return
         with torch.no_grad():
             torch._foreach_sub_(old, self._params)  # the copy becomes -ΔW (in place)
-            # the norms of ΔW and of W in one fused call (stacked only for the flush's
-            # collectives with several ranks); the ratios at the conversion
-            got = stats.norms(old + self._params)
-        norms = torch.stack(got) if self._several else got
-        self._fig[CALCS + "update_ratio/"] = records.update_ratios(self._ratio_keys, norms)
+            # the norms of ΔW and of W in one fused call and one stack; the ratios at the
+            # conversion
+            got = torch.stack(stats.norms(old + self._params))
+        self._fig[CALCS + "update_ratio/"] = records.update_ratios(self._ratio_keys, got)
 
     # ---- the user's call ---------------------------------------------------------------
 
@@ -434,7 +428,7 @@ class Monitor:
                 v for k, v in gathered.items() if k.startswith("step_time/") and math.isfinite(v)
             ]
             self._shared_step_time = max(times, default=self._shared_step_time)
-        self.hw.add_memory(rec)
+        rec.update(self.hw.memory())
         scale_t = self.hw.loss_scale()
         if scale_t is not None:
             rec["loss_scale"] = scale_t

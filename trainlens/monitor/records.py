@@ -243,28 +243,20 @@ def _array(t: torch.Tensor) -> np.ndarray:
 
 
 def grad_norms(
-    keys: list[str],
-    with_grad: list[bool],
-    norms: torch.Tensor | list[torch.Tensor],
-    clip: tuple[Any, float] | None,
+    keys: list[str], with_grad: list[bool], norms: torch.Tensor, clip: tuple[Any, float] | None
 ) -> Calcs:
-    """``grad_norm/<name>`` of every tensor (``keys``): ``norms`` (one per tensor with a
-    gradient, ``with_grad`` saying which: a 1-D tensor, or 0-d ones that the conversion
-    stacks with the rest of the flush), exactly 0 for the others; divided by the clip
-    factor when the grads were clipped already (``clip_grad_norm_`` scaled all by one
-    factor: ``clip`` is its total norm and ``max_norm``)."""
-    stacked = isinstance(norms, torch.Tensor)
-    inputs = [norms] if stacked else list(norms)
-    at = len(inputs)  # where the clip's total norm is
-    if clip is not None:
-        inputs.append(clip[0])
+    """``grad_norm/<name>`` of every tensor (``keys``): ``norms`` (1-D, one per tensor
+    with a gradient, ``with_grad`` saying which), exactly 0 for the others; divided by
+    the clip factor when the grads were clipped already (``clip_grad_norm_`` scaled all
+    by one factor: ``clip`` is its total norm and ``max_norm``)."""
+    inputs = [norms] if clip is None else [norms, clip[0]]
     max_norm = 0.0 if clip is None else clip[1]
     every = all(with_grad)
 
     def fn(v: list[Any]) -> dict[str, float]:
-        per = v[0] if stacked else np.array(v[:at])
+        per = v[0]
         if clip is not None:
-            per = per / min(max_norm / (v[at] + 1e-6), 1.0)
+            per = per / min(max_norm / (v[1] + 1e-6), 1.0)
         got = per.tolist()
         if every:
             return dict(zip(keys, got, strict=True))
@@ -274,21 +266,18 @@ def grad_norms(
     return Calcs(inputs, fn)
 
 
-def update_ratios(keys: list[str], norms: torch.Tensor | list[torch.Tensor]) -> Calcs:
+def update_ratios(keys: list[str], norms: torch.Tensor) -> Calcs:
     """``update_ratio`` (‖ΔW‖ / ‖W‖ over every tensor) and ``update_ratio/<name>`` (``keys``)
-    from the per-tensor norms of the update and then of the weights after it (a 1-D
-    tensor, or 0-d ones that the conversion stacks with the rest of the flush)."""
+    from the per-tensor norms of the update and then of the weights after it (1-D)."""
     n = len(keys)
-    stacked = isinstance(norms, torch.Tensor)
 
     def fn(v: list[Any]) -> dict[str, float]:
-        both = v[0] if stacked else np.array(v)
-        d, w = both[:n], both[n:]
+        d, w = v[0][:n], v[0][n:]
         out = {"update_ratio": float(np.sqrt(d @ d) / max(np.sqrt(w @ w), 1e-30))}
         out.update(zip(keys, (d / np.maximum(w, 1e-30)).tolist(), strict=True))
         return out
 
-    return Calcs([norms] if stacked else list(norms), fn)
+    return Calcs([norms], fn)
 
 
 def make_whole(records: list[dict[str, Value]]) -> None:

@@ -170,31 +170,14 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _STATM: list[int] = []
 
 
-def statm() -> bytes | None:
-    """This process's /proc/self/statm as read (Linux; None elsewhere): the RSS in it is
-    parsed by :func:`rss_of`, at the conversion for the monitor's records (the parsing
-    cost 8 µs a step right after a training step of tiny_gpt, the read itself 15)."""
+def rss_bytes() -> float | None:
+    """Resident set size of this process (Linux /proc; None elsewhere)."""
     try:
         if not _STATM:
             _STATM.append(os.open("/proc/self/statm", os.O_RDONLY))
-        return os.pread(_STATM[0], 128, 0)
-    except OSError:
+        return float(int(os.pread(_STATM[0], 128, 0).split()[1]) * _PAGE)
+    except (OSError, ValueError, IndexError):
         return None
-
-
-def rss_of(raw: bytes, _inputs: object = None) -> dict[str, float]:
-    """``{"mem/rss": bytes}`` from a read of /proc/self/statm (empty if unreadable);
-    ``_inputs``: the (empty) inputs a :class:`~trainlens.monitor.records.Calcs` passes."""
-    try:
-        return {"mem/rss": float(int(raw.split()[1]) * _PAGE)}
-    except (ValueError, IndexError):
-        return {}
-
-
-def rss_bytes() -> float | None:
-    """Resident set size of this process (Linux /proc; None elsewhere)."""
-    raw = statm()
-    return None if raw is None else rss_of(raw).get("mem/rss")
 
 
 def memory(device: torch.device) -> dict[str, float]:
