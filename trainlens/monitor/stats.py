@@ -72,7 +72,8 @@ def entropy_and_padding(
     mean, the kept count) is per position and left to the conversion (numpy there).
     Measured right after a training step of tiny_gpt (512 x 96 logits, one thread, cold
     caches): 233 µs, against 441 µs for log_softmax, exp and a dot product (the method
-    before) and 308 µs for this one reduced here. The padding fraction comes from the
+    before) and 308 µs for this one reduced here; then 184 -> 150 µs without reshaping
+    the logits and the mask (2026-12-03, same machine). The padding fraction comes from the
     same mask (the count of kept positions the mean needs anyway); it is None when there
     is no mask of the logits' shape.
     """
