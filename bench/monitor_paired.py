@@ -14,11 +14,17 @@ resolve 1-5 % where two separate runs (bench/monitor.py's process level) cannot.
 
 Printed per size: the overhead of the mean step and of the median one (A - B, as a share
 of B), a bootstrap 95 % interval of the mean's share (pairs resampled), the IQR, p99 and
-max of the per-pair difference, and the mean difference on the three kinds of step: plain
+max of the per-pair difference, and the mean difference on each kind of step: plain
 ones, the per-tensor ones (step 1 and every ``every``-th: grad norms per tensor, update
-ratios) and the ones where a flush was handed over (the records left the monitor). The
-CPU of the monitor's writer thread, when it has one, is added to its total CPU share (it
-is work the process does, off the training thread). ``--warmup`` pairs are not counted.
+ratios), and the ones where a flush was handed over (the records left the monitor), on
+a plain step and on a per-tensor one (with the defaults on the 116k model every flush
+comes on a per-tensor step: 50 records, every 10th per-tensor), so that each is compared
+with its own kind. Also the handover itself (``Monitor.flush`` on the training thread,
+timed), and the unmonitored model's steps at the monitored one's flushes against its
+other steps: the writer thread's work slows whatever runs beside it (on a machine whose
+cores share a physical core, or its caches), and in the pairing part of that lands on the
+unmonitored model. The CPU of the monitor's writer thread is added to its total CPU share
+(it is work the process does, off the training thread). ``--warmup`` pairs are not counted.
 
 ``--variants``: several monitored models in the same run, each handing
 ``Monitor.step`` a different part of what it can take (``full``: loss, batch and logits
@@ -96,6 +102,18 @@ class Trainer:
 
             self.mon = Monitor(self.model, self.opt, out=out, scheduler=self.sched)
         self.clip = torch.nn.utils.clip_grad_norm_
+        self.handovers: list[float] = []  # thread CPU of each Monitor.flush
+        if self.mon is not None:
+            flush = self.mon.flush
+
+            def timed_flush(*args: Any, **kw: Any) -> None:
+                c = time.thread_time()
+                try:
+                    flush(*args, **kw)
+                finally:
+                    self.handovers.append(time.thread_time() - c)
+
+            self.mon.flush = timed_flush
 
     def step(self, batch: dict[str, Any]) -> None:
         logits = self.model(batch["input_ids"])
@@ -160,6 +178,7 @@ def paired(
         wall = np.zeros((n, steps))
         cpu = np.zeros((n, steps))
         # per monitored model: 0 plain step, 1 per-tensor step, 2 a flush was handed over
+        # on a plain step, 3 on a per-tensor step
         kind = np.zeros((n, steps), dtype=np.int8)
         writer0 = [0.0] * n
         for i, batch in enumerate(batches):
@@ -176,15 +195,13 @@ def paired(
                 mon = models[which].mon
                 if mon is None:
                     continue
-                if not mon._records:
-                    kind[which, j] = 2
-                elif mon._tensor_step(mon.opt_step):
-                    kind[which, j] = 1
+                kind[which, j] = (0 if mon._records else 2) + mon._tensor_step(mon.opt_step)
         writer = [
             _thread_cpu(_writer_of(m.mon)) - w0 for m, w0 in zip(models, writer0, strict=True)
         ]
         for m in models[1:]:
             m.mon.close()
+        handovers = [m.handovers[:-1] for m in models]  # (not the flush of close)
     return {
         "params": n_params,
         "variants": variants,
@@ -192,6 +209,7 @@ def paired(
         "cpu": cpu,
         "kind": kind,
         "writer": writer,
+        "handovers": handovers,
     }
 
 
@@ -223,7 +241,13 @@ def report(got: dict[str, Any]) -> None:
                 f"p99 {np.percentile(diff, 99) * 1e3:+.3f}, max {diff.max() * 1e3:+.3f} ms"
             )
             parts = []
-            for k, what in ((0, "plain"), (1, "per-tensor"), (2, "flush")):
+            kinds_named = (
+                (0, "plain"),
+                (1, "per-tensor"),
+                (2, "flush on plain"),
+                (3, "flush on per-tensor"),
+            )
+            for k, what in kinds_named:
                 sel = kinds == k
                 if sel.any():
                     parts.append(
@@ -231,6 +255,13 @@ def report(got: dict[str, Any]) -> None:
                         f"{np.median(diff[sel]) * 1e3:+.3f} (n={int(sel.sum())})"
                     )
             print(f"    {'':10s}  by step: " + "; ".join(parts))
+            at_flush = kinds >= 2
+            if at_flush.any():
+                rest = off[~at_flush].mean()
+                print(
+                    f"    {'':10s}  the unmonitored model at the flushes: "
+                    f"{(off[at_flush].mean() - rest) * 1e3:+.3f} ms against its other steps"
+                )
         on, off = got["cpu"][v], got["cpu"][0]
         writer = got["writer"][v]
         total = (on.sum() - off.sum() + writer) / off.sum()
@@ -238,6 +269,12 @@ def report(got: dict[str, Any]) -> None:
             f"    total CPU : monitor {total:+.2%} of the step's CPU, its writer thread "
             f"{writer / len(off) * 1e3:.3f} ms/step of it"
         )
+        hand = np.array(got["handovers"][v])
+        if hand.size:
+            print(
+                f"    handover  : Monitor.flush on the training thread {hand.mean() * 1e6:.0f} µs "
+                f"mean, {hand.max() * 1e6:.0f} µs max (n={hand.size})"
+            )
 
 
 def main() -> None:

@@ -119,6 +119,7 @@ for step in range(4):
     opt.zero_grad()
     mon.step(loss=loss, tokens=8)
     if rank == 0:
+        mon.drain()  # what the step handed to the writer thread is on disk: then count
         on_disk.append(len(open(os.path.join(out, "metrics.jsonl")).readlines()))
 mon.close()
 if rank == 0:

@@ -53,7 +53,7 @@ import torch
 from trainlens.core.runstate import end_record
 from trainlens.monitor import _clip, _ending, records, stats
 from trainlens.monitor.hardware import Hardware
-from trainlens.monitor.records import CALCS, Scalar, Value
+from trainlens.monitor.records import CALCS, Ratio, Scalar, Value
 from trainlens.monitor.schedule import declared_schedule
 from trainlens.monitor.sink import JsonlSink, TensorBoardSink, write_config
 from trainlens.monitor.writer import Writer
@@ -155,6 +155,8 @@ class Monitor:
         self._last_end: float | None = None
         self._fwd_start: float | None = None
         self.hw = Hardware.detect(model, scaler=scaler, gpu=gpu, dtype=dtype)
+        # several ranks: params may be DTensors (a fused copy: one op to shard-propagate)
+        self._several = self.hw.world_size > 1
         #: why the run should stop (``stop_on`` met), else None: the loop checks it
         self.stopped: str | None = None
         self._judge = None
@@ -253,9 +255,7 @@ class Monitor:
         if per_tensor:
             self._tensor_grad_norms(fig, clip)
             with torch.no_grad():
-                # one fused copy of every weight (38 separate clones cost 3x as much on
-                # tiny_gpt); no detach per tensor under no_grad
-                self._snapshot = list(torch._foreach_mul(self._params, 1.0))
+                self._snapshot = stats.copies(self._params, fused=self._several)
         self._fig = fig
 
     def _tensor_grad_norms(
@@ -354,13 +354,17 @@ class Monitor:
     def _add(self, key: str, value: Any) -> None:
         if value is None:
             return
-        if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                raise ValueError(
-                    f"trainlens.monitor: {key!r} must be a number or a one-element tensor, "
-                    f"got a tensor of shape {tuple(value.shape)}"
-                )
-            value = value.detach() if value.ndim == 0 else value.detach().reshape(())
+        if type(value) is Ratio:  # the entropy and padding (the common case: no checks)
+            pass
+        elif isinstance(value, torch.Tensor):
+            value = value.detach()
+            if value.ndim:
+                if value.numel() != 1:
+                    raise ValueError(
+                        f"trainlens.monitor: {key!r} must be a number or a one-element "
+                        f"tensor, got a tensor of shape {tuple(value.shape)}"
+                    )
+                value = value.reshape(())
         elif not isinstance(value, (records.Ratio, records.Calc)):
             value = float(value)
         self._micro.setdefault(key, []).append(value)
