@@ -527,3 +527,86 @@ def test_prose_pairs_are_no_metrics(tmp_path: Path) -> None:
     (a,) = trainlens.analyze(path)
     assert not [m for m in a.run.metrics if " and" in m or " for" in m]
     assert a.run.series_frame("train/loss").height == 10
+
+
+# ---- round 6: the HF Trainer's printed dicts as transformers 5 prints them ---------------
+
+
+@pytest.mark.slow  # a real Trainer on a tiny GPT-2 (CPU): a few seconds
+def test_the_trainers_own_printed_dicts_with_quoted_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """transformers 5's ProgressCallback prints ``{'loss': '2.897', 'grad_norm':
+    '0.7695', ...}`` (each float as f"{v:.4g}": a string), a TRL SFT log's lines
+    (Ishihara-Masabumi/Llama_SFT train_log.txt) were "not a format trainlens knows"."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=2)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    g = torch.Generator().manual_seed(0)
+    data = []
+    for _ in range(64):
+        ids = torch.randint(0, 64, (32,), generator=g)
+        data.append({"input_ids": ids, "labels": ids})
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=12,
+        logging_steps=2,
+        per_device_train_batch_size=8,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=False,
+        save_strategy="no",
+    )
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    capsys.readouterr()
+    trainer.train()
+    printed = capsys.readouterr().out
+    assert "'loss': '" in printed  # (the quoted numbers this test is about)
+    log = tmp_path / "train_log.txt"
+    log.write_text(printed)
+    (a,) = trainlens.analyze(log)
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    loss = a.run.series_frame("train/loss").get_column("value").to_list()
+    assert loss == [float(f"{h['loss']:.4g}") for h in history]
+    assert a.run.has("grad_norm") and a.run.has("lr")
+
+
+def test_swin_transformer_logger_lines(tmp_path: Path) -> None:
+    """Swin Transformer's main.py logs ``Train: [e/E][i/n]\\teta … lr …\\ttime v (avg)\\tloss v
+    (avg)\\tgrad_norm v (avg)\\tmem NMB``, and its copies ``Train: [e/E]`` alone with a
+    ``Validate:`` line of running means (nicetea17/CIFAR10-Classifier-AlexNet-and-Resnet18,
+    a W&B run's output.log: "not a format trainlens knows")."""
+    head = "[2025-10-21 01:21:16 resnet18](main.py 194): INFO "
+    lines = []
+    for e in range(6):
+        lines.append(
+            f"{head}Train: [{e}/50]\tlr 0.000300\ttime 0.3346 (0.3680)\tloss {1.4 - 0.1 * e:.4f} "
+            f"(1.7318)\tAcc@1 {48.8 + e:.3f} (37.002)\tMem 4954MB"
+        )
+        lines.append(
+            f"{head}Validate: \tTime 0.102 (0.162)\tLoss 1.2919 ({1.3 - 0.05 * e:.4f})\t"
+            f"Acc@1 51.531 ({52.27 + e:.3f})\tMem 4954MB"
+        )
+    full = [
+        f"{head}Train: [3/300][{i}/1251]\teta 0:05:12 lr 0.000125\twd 0.0500\ttime 0.3346 "
+        f"(0.3680)\tloss {4.0 - i / 1000:.4f} (4.1)\tgrad_norm 2.31 (2.10)\tmem 4954MB"
+        for i in range(0, 1251, 250)
+    ]
+    path = tmp_path / "output.log"
+    path.write_text("\n".join(lines) + "\n")
+    (a,) = trainlens.analyze(path)
+    run = a.run
+    assert run.metadata["text_shapes"] == {"swin": 12}
+    assert run.series_frame("train/loss").get_column("step").to_list() == list(range(6))
+    val = run.series_frame("val/loss")
+    assert val.get_column("value").to_list()[0] == 1.3  # the running mean, not the batch's
+    assert run.series_frame("mem/allocated").get_column("value")[0] == 4954 * 2**20
+    path.write_text("\n".join(full) + "\n")
+    (b,) = trainlens.analyze(path)
+    assert b.run.series_frame("train/loss").get_column("step").to_list() == [
+        3 * 1251 + i for i in range(0, 1251, 250)
+    ]
+    assert not b.run.has("eta") and not b.run.has("wd")

@@ -207,6 +207,50 @@ TORCHVISION = Shape(
     ),
 )
 
+# ---- Swin Transformer's logger (microsoft/Swin-Transformer main.py, and its copies) ------
+# `Train: [3/300][100/1251]\teta 0:05:12 lr 0.000125\ttime 0.3346 (0.3680)\tloss 1.4072
+# (1.7318)\tgrad_norm 2.31 (2.10)\tmem 4954MB`: step epoch × n + i (the epoch alone where a
+# copy prints no `[i/n]`); of `1.4072 (1.7318)` the batch's value is read; `mem` is
+# max_memory_allocated in MiB. Its evaluation, `Test: [10/49]` / `Validate:` with the
+# running means in brackets: the last line's means are the evaluation's, as val/<key>
+
+_SWIN_TOKENS = rf"[A-Za-z][A-Za-z0-9@_]*[ \t]+{NUM}(?:MB)?"
+SWIN_TRAIN = Shape(
+    name="swin",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])Train: \[(?P<epoch>[0-9]+)/[0-9]+\]"
+        r"(?:\[(?P<iter>[0-9]+)/(?P<per_epoch>[0-9]+)\])?[ \t]+(?P<body>[A-Za-z].*)$"
+    ),
+    hint=r"Train: \[[0-9]+/[0-9]+\]",
+    tokens=_SWIN_TOKENS,
+    field=rf"^(?P<key>[A-Za-z][A-Za-z0-9@_]*)[ \t]+(?P<value>{NUM})(?P<unit>MB)?$",
+    units={"MB": ""},
+    skip=frozenset({"eta", "wd"}),
+    names={"time": "iter_time", "mem": "max_mem_mib", "Mem": "max_mem_mib"},
+    step_from=lambda: (
+        pl.when(pl.col("iter").is_not_null())
+        .then(
+            pl.col("epoch").cast(pl.Int64) * pl.col("per_epoch").cast(pl.Int64, strict=False)
+            + pl.col("iter").cast(pl.Int64, strict=False)
+        )
+        .otherwise(pl.col("epoch").cast(pl.Int64))
+    ),
+)
+SWIN_EVAL = Shape(
+    name="swin",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])(?:Validate:|Test: \[[0-9]+/[0-9]+\])[ \t]+"
+        r"(?P<body>[A-Za-z].*\(.*)$"
+    ),
+    hint=r"(?:Validate:|Test: \[[0-9]+/[0-9]+\])[ \t]+[A-Za-z]",
+    sniff="",
+    tokens=rf"[A-Za-z][A-Za-z0-9@_]*[ \t]+{NUM}[ \t]+\({NUM}\)",
+    field=rf"^(?P<key>[A-Za-z][A-Za-z0-9@_]*)[ \t]+{NUM}[ \t]+\((?P<value>{NUM})\)$",
+    skip=frozenset({"Time", "time", "Mem", "mem"}),
+    metric=lambda: pl.lit("val/") + pl.col("key"),
+    follows=True,
+)
+
 # ---- PyTorch's ImageNet example (pytorch/examples imagenet/main.py, and its copies) -------
 
 _PX_PAIR = rf"(?P<key>[A-Za-z][A-Za-z0-9@_]*)[ \t]+(?P<value>{NUM})"
@@ -347,6 +391,8 @@ SHAPES: tuple[Shape, ...] = (
     TORCHVISION,
     PYTORCH_IMAGENET,
     EPOCH_ITER,
+    SWIN_TRAIN,
+    SWIN_EVAL,
     PYTORCH_IMAGENET_EVAL,
     YOLOX,
     COCO_SUMMARY,

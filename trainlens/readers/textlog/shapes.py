@@ -275,9 +275,10 @@ TORCHTITAN = Shape(
 TRAINER_DICT = Shape(
     name="trainer_dict",
     line=r"\{(?P<body>'[^'\n]+':[^{}\n]*)\}",
-    sniff=rf"\{{[^{{}}\n]*'(?:loss|eval_loss)':[ \t]*{NUM}[^{{}}\n]*\}}",
+    # (transformers 5 prints the numbers quoted: {'loss': '2.897', 'grad_norm': '0.7695'})
+    sniff=rf"\{{[^{{}}\n]*'(?:loss|eval_loss)':[ \t]*'?{NUM}'?[^{{}}\n]*\}}",
     tokens=r"'[^'\n]+':\s*[^,]+",
-    field=r"^'(?P<key>[^']+)':\s*(?P<value>.*?)\s*$",
+    field=r"^'(?P<key>[^']+)':\s*'?(?P<value>.*?)'?\s*$",
     # np.float64(2.1) and the like, as newer numpy prints scalars
     value_fix=(r"^[A-Za-z_][A-Za-z0-9_.]*\(\s*([^(),]*?)\s*\)$", "$1"),
     stepless=True,
