@@ -825,7 +825,7 @@ def test_compiled_lane_keeps_file_order_when_steps_go_back(
         w.add_scalar("loss", 10.0 - s, s)
         w.add_scalar("lr", 0.1, s)
     w.close()
-    assert not isinstance(tb._scan(_one_file(tmp_path)), str)
+    assert not isinstance(tb._scan(_one_file(tmp_path))[0], str)
     got = _read(tmp_path)
     _same_runs(got, _numpy_read(tmp_path, monkeypatch))
     (run,) = got
@@ -840,7 +840,7 @@ def test_compiled_lane_reads_events_with_several_values(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _several_values(tmp_path, histogram=False)
-    assert not isinstance(tb._scan(_one_file(tmp_path)), str)
+    assert not isinstance(tb._scan(_one_file(tmp_path))[0], str)
     got = _read(tmp_path)
     _same_runs(got, _numpy_read(tmp_path, monkeypatch))
     assert got[0].frame.height == 6
@@ -997,7 +997,7 @@ def test_compiled_lane_on_random_runs(tmp_path: Path, monkeypatch: pytest.Monkey
                     v = rng.choice(SPECIAL) if rng.random() < 0.02 else rng.gauss(0, 1)
                     w.add_scalar(tag, v, step)
         w.close()
-        taken += not isinstance(tb._scan(_one_file(d)), str)
+        taken += not isinstance(tb._scan(_one_file(d))[0], str)
         _same_runs(_read(d), _numpy_read(d, monkeypatch))
     assert taken == 20
 
