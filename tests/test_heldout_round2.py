@@ -610,3 +610,9 @@ def test_swin_transformer_logger_lines(tmp_path: Path) -> None:
         3 * 1251 + i for i in range(0, 1251, 250)
     ]
     assert not b.run.has("eta") and not b.run.has("wd")
+    # a copy that prints `key: value` pairs
+    path.write_text(
+        "".join(f"Train: [{e}/10] loss: {1 - e / 20:.3f}, acc: 0.5\n" for e in range(10))
+    )
+    (c,) = trainlens.analyze(path)
+    assert c.run.series_frame("train/loss").height == 10

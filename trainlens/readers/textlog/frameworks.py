@@ -214,7 +214,7 @@ TORCHVISION = Shape(
 # max_memory_allocated in MiB. Its evaluation, `Test: [10/49]` / `Validate:` with the
 # running means in brackets: the last line's means are the evaluation's, as val/<key>
 
-_SWIN_TOKENS = rf"[A-Za-z][A-Za-z0-9@_]*[ \t]+{NUM}(?:MB)?"
+_SWIN_TOKENS = rf"[A-Za-z][A-Za-z0-9@_]*:?[ \t]+{NUM}(?:MB)?"
 SWIN_TRAIN = Shape(
     name="swin",
     line=(
@@ -223,7 +223,7 @@ SWIN_TRAIN = Shape(
     ),
     hint=r"Train: \[[0-9]+/[0-9]+\]",
     tokens=_SWIN_TOKENS,
-    field=rf"^(?P<key>[A-Za-z][A-Za-z0-9@_]*)[ \t]+(?P<value>{NUM})(?P<unit>MB)?$",
+    field=rf"^(?P<key>[A-Za-z][A-Za-z0-9@_]*):?[ \t]+(?P<value>{NUM})(?P<unit>MB)?$",
     units={"MB": ""},
     skip=frozenset({"eta", "wd"}),
     names={"time": "iter_time", "mem": "max_mem_mib", "Mem": "max_mem_mib"},
