@@ -132,7 +132,7 @@ class Reader:
             found.setdefault("detectron2_eval", []).append(
                 self._hold_following(d2, "detectron2_eval")
             )
-        known = self.lines_of or self.deepspeed_seen
+        known = any(self.lines_of.values()) or self.deepspeed_seen
         if not known and not any(x.height for xs in found.values() for x in xs):
             self.generic.add(df)
         for name, longs in found.items():
