@@ -119,7 +119,8 @@ def _stretch_finding(
     before = gv[max(0, a - p.window) : a]
     moved_in = _moved_in(side, before, float(np.median(gv[a : b + 1])), int(st[a]), w_end, p)
     onset, tail_med = _left_tail(gv, sm, s.a0, a, up=side.up, p=p)
-    falling = _loss_falls(loss, int(st[a]), int(st[b]))
+    ends = _loss_ends(loss, int(st[a]), int(st[b]))
+    falling = _falls(ends)
     if not side.up:
         sev = "warning" if moved_in and falling is not True else "info"
         what = "vanishing"
@@ -129,17 +130,16 @@ def _stretch_finding(
         # falling by a tenth of its level or more is the scale of this loss (a DETR-family
         # detector's 37 summed loss parts under max_norm 0.1 clipping: ~140 for 1,350
         # iterations while the loss fell 20 -> 5.6), not gradients exploding: a note
-        settled = _loss_fell_by(loss, int(st[a]), int(st[b])) >= 0.1 and not _growing(gv[a : b + 1])
+        settled = _fell_by(ends) >= 0.1 and not _growing(gv[a : b + 1])
         sev = "warning" if falling is False or (moved_in and not settled) else "info"
         what = "exploding"
         hint = "lower the LR or add/tighten gradient clipping"
     note = ""
     near = before.size >= p.min_baseline and int(st[a]) >= w_end and not moved_in
     if sev == "info" and side.up and moved_in:
-        fell = _loss_fell_by(loss, int(st[a]), int(st[b]))
         what = "a high but level norm, not exploding"
         note = (
-            f" (it settled there while the loss fell {fell:.0%} over the same steps: the "
+            f" (it settled there while the loss fell {_fell_by(ends):.0%} over the same steps: the "
             "scale of this loss)"
         )
         hint = "compare it with the clipping threshold, which bounds the updates"
@@ -233,32 +233,36 @@ def _left_tail(
     return (int(last[-1]) + 1 if last.size else a), float(math.exp(mid))
 
 
-def _loss_falls(loss: tuple[np.ndarray, np.ndarray] | None, a: int, b: int) -> bool | None:
-    """Whether the loss fell by more than 1 % (smoothed) over steps [a, b]."""
+def _loss_ends(
+    loss: tuple[np.ndarray, np.ndarray] | None, a: int, b: int
+) -> tuple[float, float] | None:
+    """The loss' level where steps [a, b] begin and where they end (medians of the first
+    and the last tenth of its points there, 3 at least); None with under 10 points."""
     if loss is None:
         return None
-    s, v = loss
-    sel = (s >= a) & (s <= b)
-    if sel.sum() < 10:
-        return None
-    seg = v[sel]
-    k = max(3, seg.size // 10)
-    first, last = float(np.median(seg[:k])), float(np.median(seg[-k:]))
-    return last < first - 0.01 * abs(first)
-
-
-def _loss_fell_by(loss: tuple[np.ndarray, np.ndarray] | None, a: int, b: int) -> float:
-    """How much of its level the loss fell over steps [a, b] (medians of the first and
-    last tenth, as :func:`_loss_falls`); 0 when unknown or not falling."""
-    if loss is None:
-        return 0.0
     s, v = loss
     seg = v[(s >= a) & (s <= b)]
     if seg.size < 10:
-        return 0.0
+        return None
     k = max(3, seg.size // 10)
-    first, last = float(np.median(seg[:k])), float(np.median(seg[-k:]))
-    return (first - last) / abs(first) if first else 0.0
+    return float(np.median(seg[:k])), float(np.median(seg[-k:]))
+
+
+def _falls(ends: tuple[float, float] | None) -> bool | None:
+    """Whether the loss fell by more than 1 % between those levels (None: unknown)."""
+    if ends is None:
+        return None
+    first, last = ends
+    return last < first - 0.01 * abs(first)
+
+
+def _fell_by(ends: tuple[float, float] | None) -> float:
+    """The share of its first level the loss fell by (negative when it rose; 0 when
+    unknown)."""
+    if ends is None or not ends[0]:
+        return 0.0
+    first, last = ends
+    return (first - last) / abs(first)
 
 
 def _growing(g: np.ndarray) -> bool:
