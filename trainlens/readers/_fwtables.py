@@ -368,16 +368,10 @@ def _sb3(df: pl.DataFrame, source: str) -> Prepared:
         # the policy, so they rise as returns grow; judged as a training loss, three
         # healthy public SB3 runs (PPO, DQN) drew 64 findings, one an error)
         aliases["train/loss"] = Alias(SB3_LOSS)
-        msg += (
-            f"; train/loss is the RL objective, whose targets move with the policy: read as "
-            f"{SB3_LOSS}, not judged as a training loss (rollout/ep_rew_mean is the signal)"
-        )
+        msg += f"; {SB3_LOSS_NOTE}"
     df, undefined = _undefined_nans(df, "train/explained_variance")
     if undefined:
-        msg += (
-            f"; {undefined} NaN value(s) of train/explained_variance are SB3's 'undefined' "
-            "(returns with no variance), not a numeric failure: left out"
-        )
+        msg += f"; {_sb3_undefined_note(undefined)}"
     parts = sorted(SB3_PARTS & set(df.columns))
     if "train/loss" not in df.columns and parts:
         msg += (
@@ -387,11 +381,23 @@ def _sb3(df: pl.DataFrame, source: str) -> Prepared:
     if "time/fps" in df.columns:
         # (SB3: fps = timesteps since the start / seconds since the start; as throughput,
         # the first rollout's warm-up read as a 24 % drop on a healthy PPO run)
-        msg += "; time/fps is a mean since the start, not the rate at the step: no throughput"
+        msg += f"; {SB3_FPS_NOTE}"
     return Prepared(df, "stable-baselines3", [_note(source, msg)], aliases)
 
 
 SB3_LOSS = "train/rl_loss"
+SB3_LOSS_NOTE = (
+    f"train/loss is the RL objective, whose targets move with the policy: read as "
+    f"{SB3_LOSS}, not judged as a training loss (rollout/ep_rew_mean is the signal)"
+)
+SB3_FPS_NOTE = "time/fps is a mean since the start, not the rate at the step: no throughput"
+
+
+def _sb3_undefined_note(n: int) -> str:
+    return (
+        f"{n} NaN value(s) of train/explained_variance are SB3's 'undefined' (returns with "
+        "no variance), not a numeric failure: left out"
+    )
 
 
 def _undefined_nans(df: pl.DataFrame, col: str) -> tuple[pl.DataFrame, int]:
@@ -516,10 +522,7 @@ def _sb3_run(run: Run) -> None:
         run.add_derived(SB3_LOSS, run.series_frame("train/loss"))
         run.raw_names[SB3_LOSS] = run.raw_names.pop("train/loss", "train/loss")
         keep = pl.col("metric") != "train/loss"
-        said.append(
-            f"train/loss is the RL objective, whose targets move with the policy: read as "
-            f"{SB3_LOSS}, not judged as a training loss (rollout/ep_rew_mean is the signal)"
-        )
+        said.append(SB3_LOSS_NOTE)
     ev = "train/explained_variance"
     undefined = 0
     if run.has(ev):
@@ -527,15 +530,12 @@ def _sb3_run(run: Run) -> None:
         undefined = run.frame.filter(nan).height
         keep = keep & ~nan
     if undefined:
-        said.append(
-            f"{undefined} NaN value(s) of {ev} are SB3's 'undefined' (returns with no "
-            "variance), not a numeric failure: left out"
-        )
+        said.append(_sb3_undefined_note(undefined))
     if len(said) > 1:
         run.frame = run.frame.filter(keep)
         run._blocks = None
     if run.has("time/fps"):
-        said.append("time/fps is a mean since the start, not the rate at the step: no throughput")
+        said.append(SB3_FPS_NOTE)
     run.data_quality.append(_note(run.source, "; ".join(said)))
 
 
