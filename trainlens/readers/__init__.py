@@ -183,11 +183,9 @@ def detect_format(path: Path) -> str:
             if fmt == "csv" and _module("text").has_metric_line(h):
                 return "text"
             return fmt
-    crash = _crashed_log(path, head)
-    if crash is not None:
-        raise UnreadableInputError(
-            f"{path}: no training step was logged; the log ends in an error: {crash}"
-        )
+    crashed = _crashed_log(path, head)
+    if crashed is not None:
+        raise UnreadableInputError(crashed)
     framework = _framework_of(text)
     if framework is not None:
         raise UnreadableInputError(
@@ -223,8 +221,9 @@ CRASH_TAIL_BYTES = 1 << 18  # where a text file's last error is looked for
 
 
 def _crashed_log(path: Path, head: bytes) -> str | None:
-    """The error a text file that is no known format ends with (a training script's log
-    of set-up lines and a traceback: CUDA out of memory before the first step), or None."""
+    """The refusal of a text file that is no known format and ends in an error (a training
+    script's log of set-up lines and a traceback: CUDA out of memory before the first
+    step), or None."""
     if b"\x00" in head:
         return None
     try:
@@ -238,9 +237,10 @@ def _crashed_log(path: Path, head: bytes) -> str | None:
         return None
     import polars as pl
 
-    from trainlens.readers.textlog.notes import final_error
+    from trainlens.readers.textlog.notes import crashed_message, final_error
 
-    return final_error(pl.Series(tail.splitlines(), dtype=pl.String))
+    crash = final_error(pl.Series(tail.splitlines(), dtype=pl.String))
+    return None if crash is None else crashed_message(path, crash)
 
 
 def read_runs(

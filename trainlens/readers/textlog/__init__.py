@@ -88,7 +88,7 @@ from trainlens.readers.textlog import (
     user_regex,
     values,
 )
-from trainlens.readers.textlog.notes import Notes, final_error
+from trainlens.readers.textlog.notes import Notes, crashed_message, final_error
 from trainlens.readers.textlog.shapes import sniff_regex
 
 FORMAT = "text"
@@ -226,9 +226,7 @@ def _nothing_read(path: Path, opts: ReadOptions, lines: pl.Series) -> Unreadable
         )
     crash = final_error(lines)
     if crash is not None:
-        return UnreadableInputError(
-            f"{path}: no training step was logged; the log ends in an error: {crash}"
-        )
+        return UnreadableInputError(crashed_message(path, crash))
     return UnreadableInputError(
         f"{path}: no training metrics found (looked for Megatron `iteration N/ M | key: "
         "value |` lines, llm.c `s:N key:value` lines, `step:N/M key:value` lines, "

@@ -179,6 +179,11 @@ def deepspeed(notes: Notes, counts: dict[str, int]) -> None:
         )
 
 
+def crashed_message(path: object, crash: str) -> str:
+    """The refusal of a log that logged no training step and ends in ``crash``."""
+    return f"{path}: no training step was logged; the log ends in an error: {crash}"
+
+
 def final_error(lines: pl.Series) -> str | None:
     """The error a log that logged no metric ends with: its last Python exception line
     (a launcher's wrapper only when nothing else), quoted, with how many lines repeat it."""
