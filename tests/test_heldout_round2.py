@@ -26,6 +26,7 @@ import pytest
 
 import trainlens
 from tests.test_frameworks_json import _pkg_resources_shim
+from tests.test_reader_hf import tiny_gpt2
 
 
 def _sb3_tensorboard(root: Path) -> Path:
@@ -539,16 +540,8 @@ def test_the_trainers_own_printed_dicts_with_quoted_numbers(
     """transformers 5's ProgressCallback prints ``{'loss': '2.897', 'grad_norm':
     '0.7695', ...}`` (each float as f"{v:.4g}": a string), a TRL SFT log's lines
     (Ishihara-Masabumi/Llama_SFT train_log.txt) were "not a format trainlens knows"."""
-    torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=2)
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(cfg)
-    g = torch.Generator().manual_seed(0)
-    data = []
-    for _ in range(64):
-        ids = torch.randint(0, 64, (32,), generator=g)
-        data.append({"input_ids": ids, "labels": ids})
+    model, data = tiny_gpt2()
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"),
         max_steps=12,

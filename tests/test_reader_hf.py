@@ -5,17 +5,18 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import trainlens
 
 
-@pytest.fixture(scope="module")
-def trainer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_gpt2() -> tuple[Any, list[dict[str, Any]]]:
+    """A one-layer GPT-2 of 64 tokens and 64 random sequences of 32 (seeded): what a
+    real Trainer trains on the CPU in seconds."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    out = tmp_path_factory.mktemp("hf") / "out"
     cfg = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=1, n_head=2)
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(cfg)
@@ -24,6 +25,14 @@ def trainer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for _ in range(64):
         ids = torch.randint(0, 64, (32,), generator=g)
         data.append({"input_ids": ids, "labels": ids})
+    return model, data
+
+
+@pytest.fixture(scope="module")
+def trainer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path_factory.mktemp("hf") / "out"
+    model, data = tiny_gpt2()
     args = transformers.TrainingArguments(
         output_dir=str(out),
         max_steps=20,
