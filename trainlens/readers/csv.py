@@ -23,9 +23,9 @@ import polars as pl
 
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue, Run, build_run
-from trainlens.readers import _fwtables, _shrink, _step_rule, _wandb
+from trainlens.readers import _fwtables, _shrink, _step_rule, _wandb, _yolo_results
 from trainlens.readers._wide import STEP_KEYS, find_key, wide_to_long, without_pandas_index
-from trainlens.readers.base import ReadOptions, as_utf8, run_name_for
+from trainlens.readers.base import ReadOptions, as_utf8, read_head, run_name_for
 
 FORMAT = "csv"
 _HEAD_SEEN = 4096  # the bytes sniffing is given (trainlens.readers.base.HEAD_BYTES)
@@ -50,7 +50,7 @@ def sniff(path: Path, head: bytes) -> bool:
         return False
     delim = _delimiter(lines[0])
     if delim is None:
-        return False
+        return _yolo_results.sniff(path, head)  # (YOLOv5's results.txt: no header, spaces)
     if b"\x00" in head:
         return False
     n = lines[0].count(delim.encode())
@@ -63,6 +63,8 @@ def sniff(path: Path, head: bytes) -> bool:
 
 def read(path: Path, opts: ReadOptions) -> list[Run]:
     source = str(path)
+    if _yolo_results.sniff(path, read_head(path)):
+        return _yolo(path, opts)
     _check_width(path)
     mapped, before = _read_guarded(path)
     if mapped is not None:
@@ -129,6 +131,22 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
         run.metadata.update(prep.metadata)
         _fwtables.finish(run)
     return runs
+
+
+def _yolo(path: Path, opts: ReadOptions) -> list[Run]:
+    """YOLOv5's headerless results.txt (:mod:`trainlens.readers._yolo_results`)."""
+    copy = _shrink.read_copy(path)
+    data = copy.data[: copy.data.rfind(b"\n") + 1] if copy.end < copy.size else copy.data
+    df, issues, meta, aliases = _yolo_results.frame(data, path)
+    if copy.end < copy.size:
+        issues.append(_shrink.shrank(path, len(data), copy.size))
+    if df.height == 0:
+        raise UnreadableInputError(f"{path}: no whole line of YOLOv5's results in it")
+    opts = dataclasses.replace(opts, aliases=_fwtables.with_aliases(opts.aliases, aliases))
+    run = _one_run(df, run_name_for(path), str(path), opts, issues, len(data))
+    run.metadata.update(meta)
+    _fwtables.finish(run)
+    return [run]
 
 
 def _check_width(path: Path) -> None:
