@@ -80,6 +80,9 @@ def resumed_reason(run: Run, first: int, interval: int) -> str | None:
     """Why the log looks like it continues an earlier run, or None for a fresh start."""
     if first > 2 * max(interval, 1) + 1:
         return f"the log starts at step {first}"
+    restored = run.metadata.get("restored_checkpoint")  # (readers/_run_resume.py)
+    if isinstance(restored, str):
+        return f"the log restored a training checkpoint before its first step ({restored})"
     if run.has(EPOCH):
         _, ep = run.series(EPOCH, finite=True)
         if ep.size and ep[0] >= 2:

@@ -75,7 +75,7 @@ import polars as pl
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.names import Alias, AliasTable
 from trainlens.core.run import Run, build_run
-from trainlens.readers import _run_end
+from trainlens.readers import _run_end, _run_resume
 from trainlens.readers.base import HEAD_BYTES, ReadOptions, run_name_for
 from trainlens.readers.textlog import (
     blocks,
@@ -149,6 +149,11 @@ def read(path: Path, opts: ReadOptions) -> list[Run]:
     else:
         long, end = _read_builtin(path, start, opts, notes, meta)
     logged_as: dict[str, str] = meta.pop("_logged_as", {})
+    first_line = meta.pop("_first_line", None)
+    if first_line is not None and not start:  # (a whole read: the set-up is in it)
+        restored = _run_resume.restored_before(path, first_line)
+        if restored is not None:
+            meta[_run_resume.KEY] = restored
     run = build_run(
         long,
         name=run_name_for(path),

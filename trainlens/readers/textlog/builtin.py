@@ -221,7 +221,8 @@ class Reader:
             out, n = frameworks.epoch_iter_steps(out)
             notes.add(
                 "inferred-step",
-                f"`Epoch: [e][i]` lines print no iterations per epoch: the step is e × {n} + i, "
+                "epoch and iteration lines (`Epoch: [e][i]`, `Epoch[e] Batch [i]`) print no "
+                f"iterations per epoch: the step is e × {n} + i, "
                 f"{n} being the last iteration logged in an epoch plus the logging interval; "
                 "each epoch's first iteration (the loader starting) gives no step or data time",
                 severity="info",
@@ -229,6 +230,9 @@ class Reader:
         columns = ["step", "metric", "value"] + (
             ["wall_time"] if "wall_time" in out.columns else []
         )
+        first_line = out.get_column("lineno").min() if "lineno" in out.columns else None
+        if isinstance(first_line, int):  # (what came before the first step)
+            meta["_first_line"] = first_line
         names = out.get_column("metric").unique(maintain_order=True).cast(pl.String)
         return out.select(columns).with_columns(pl.col("metric").cast(pl.Enum(names.to_list())))
 
