@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from trainlens.readers.textlog.shapes import NUM, Shape
+from trainlens.readers.textlog.shapes import NUM, Shape, _unnamed
 
 # ---- detectron2 ---------------------------------------------------------------------------
 
@@ -118,6 +118,50 @@ MMENGINE_EVAL = Shape(
     # the evaluation's own timings are no result
     skip=frozenset({"eta", "time", "data_time", "memory"}),
     metric=lambda: pl.col("split") + pl.lit("/") + pl.col("key"),
+    follows=True,
+)
+
+# ---- PaddleClas (ppcls): `[Train][Epoch 1/400][Iter: 10/98]lr(LinearWarmup): 2.2e-05,
+# CELoss: 6.93, loss: 6.93, batch_cost: 0.49343s, reader_cost: 0.00027, ips: 259.4 samples/s,
+# eta: 5:22:17`; the evaluation's means `[Eval][Epoch 1][Avg]CELoss: 6.90, loss: 6.90,
+# top1: 0.00146, top5: 0.00606` (its running `[Eval]…[Iter: i/n]` batches are no result)
+
+_PP_TOKENS = (
+    rf"[A-Za-z_][A-Za-z0-9_]*(?:\([A-Za-z0-9_]*\))?:[ \t]*{NUM}s?(?:[ \t]+[a-z]+/s(?:ec)?)?"
+)
+_PP_FIELD = (
+    rf"^(?P<key>[A-Za-z_][A-Za-z0-9_]*)(?:\([A-Za-z0-9_]*\))?:[ \t]*(?P<value>{NUM})"
+    r"(?P<unit>s)?(?:[ \t]+[a-z]+/s(?:ec)?)?$"
+)
+_PP_HINT = r"\[(?:Train|Eval)\]\[Epoch [0-9]+"
+# batch_cost and reader_cost are seconds a batch; ips samples a second
+_PP_NAMES = {"batch_cost": "iter_time", "reader_cost": "data_time", "ips": "samples_per_sec"}
+PADDLECLAS_TRAIN = Shape(
+    name="paddleclas",
+    line=(
+        r"\[Train\]\[Epoch (?P<epoch>[0-9]+)/(?P<epochs>[0-9]+)\]"
+        r"\[Iter: (?P<iter>[0-9]+)/(?P<per_epoch>[0-9]+)\](?P<body>.*:.*)$"
+    ),
+    hint=_PP_HINT,
+    tokens=_PP_TOKENS,
+    field=_PP_FIELD,
+    units={"s": ""},
+    names=_PP_NAMES,
+    skip=frozenset({"eta"}),
+    step_from=lambda: (
+        (pl.col("epoch").cast(pl.Int64) - 1) * pl.col("per_epoch").cast(pl.Int64)
+        + pl.col("iter").cast(pl.Int64)
+    ),
+)
+PADDLECLAS_EVAL = Shape(
+    name="paddleclas",
+    line=r"\[Eval\]\[Epoch [0-9]+\]\[Avg\](?P<body>.*:.*)$",
+    hint=_PP_HINT,
+    sniff="",
+    tokens=_PP_TOKENS,
+    field=_PP_FIELD,
+    skip=frozenset({"batch_cost", "reader_cost", "ips"}),
+    metric=lambda: pl.lit("val/") + pl.col("key"),
     follows=True,
 )
 
@@ -290,6 +334,38 @@ EPOCH_ITER = Shape(
     ),
 )
 
+# MXNet's Speedometer callback (Module.fit, GluonCV's train scripts): `Epoch[0] Batch [49]
+# Speed: 2489.32 samples/sec  accuracy=0.001182  lr=0.041613` (newer: `Batch [0-50]`),
+# no per-epoch count either: read as EPOCH_ITER is
+_MX_PAIR = rf"(?P<key>[A-Za-z][A-Za-z0-9_-]*)(?:=|:[ \t]*)(?P<value>{NUM})(?:[ \t]+samples/sec)?"
+MXNET_SPEEDOMETER = Shape(
+    name="epoch_iter",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])Epoch\[(?P<epoch>[0-9]+)\][ \t]+Batch[ \t]*"
+        r"\[(?:[0-9]+-)?(?P<iter>[0-9]+)\][ \t]+(?P<body>[A-Za-z].*)$"
+    ),
+    hint=r"Epoch\[[0-9]+\][ \t]+Batch[ \t]*\[",
+    tokens=_unnamed(_MX_PAIR),
+    field=rf"^{_MX_PAIR}$",
+    names={"Speed": "samples_per_sec", "accuracy": "train/accuracy"},
+    step_from=EPOCH_ITER.step_from,
+)
+# its evaluations: Module.fit's `Epoch[0] Validation-accuracy=0.17`, GluonCV's `[Epoch 0]
+# validation: top1=0.171816 top5=0.379668`; at the last step before them
+MXNET_VALIDATION = Shape(
+    name="epoch_iter",
+    line=(
+        r"(?:^|[^A-Za-z0-9_])(?:Epoch\[[0-9]+\][ \t]+Validation-|\[Epoch [0-9]+\][ \t]+"
+        r"validation:[ \t]*)(?P<body>[A-Za-z].*=.*)$"
+    ),
+    hint=r"Epoch(?:\[[0-9]+\][ \t]+Validation-| [0-9]+\][ \t]+validation:)",
+    sniff="",
+    tokens=_unnamed(_MX_PAIR),
+    field=rf"^{_MX_PAIR}$",
+    metric=lambda: pl.lit("val/") + pl.col("key"),
+    follows=True,
+)
+
 
 def epoch_iter_steps(long: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """``long`` with its (epoch, iteration) steps made ``epoch * n + iteration``: ``n``,
@@ -384,6 +460,8 @@ SHAPES: tuple[Shape, ...] = (
     MMENGINE_EPOCH,
     MMENGINE_ITER,
     MMENGINE_EVAL,
+    PADDLECLAS_TRAIN,
+    PADDLECLAS_EVAL,
     FAIRSEQ_INNER,
     FAIRSEQ_EPOCH,
     FAIRSEQ_VALID,
@@ -391,6 +469,8 @@ SHAPES: tuple[Shape, ...] = (
     TORCHVISION,
     PYTORCH_IMAGENET,
     EPOCH_ITER,
+    MXNET_SPEEDOMETER,
+    MXNET_VALIDATION,
     SWIN_TRAIN,
     SWIN_EVAL,
     PYTORCH_IMAGENET_EVAL,
