@@ -163,7 +163,16 @@ class Pairs:
         del pairs
         loose = long.filter(pl.col("step").is_null())
         if loose.height:
-            long = _place_loose(long.filter(pl.col("step").is_not_null()), loose, steps)
+            long, dumped = _place_loose(long.filter(pl.col("step").is_not_null()), loose, steps)
+            if dumped:
+                notes.add(
+                    "ignored-lines",
+                    f"{dumped} line(s) of names and values printed between two training "
+                    f"steps, {DUMP_LINES} or more names at once: a configuration a relaunch "
+                    "printed, no step's metrics (left out)",
+                    count=dumped,
+                    severity="info",
+                )
         notes.add(
             "inferred-step",
             "read by the general key/value reader (no known log shape in the file): the "
@@ -286,10 +295,21 @@ def _step_word_alone(key: pl.Expr) -> pl.Expr:
     return pl.when(last.str.to_lowercase().is_in(list(STEP_NAMES))).then(last).otherwise(key)
 
 
-def _place_loose(long: pl.DataFrame, loose: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+#: lines and names of stepless pairs between two step lines from which on they are a
+#: configuration printed by a relaunch (an evaluation prints fewer: HF's eval block has 7)
+DUMP_LINES = 10
+
+
+def _place_loose(
+    long: pl.DataFrame, loose: pl.DataFrame, steps: pl.DataFrame
+) -> tuple[pl.DataFrame, int]:
     """``long`` with the pairs of lines without a step: a line with two pairs (an
     evaluation's results) or an indent (a block under a step header) takes the last step
-    above it; a lone pair on a line of its own is left out."""
+    above it; a lone pair on a line of its own is left out. So are the pairs between two
+    step lines that fill ``DUMP_LINES`` lines with as many names: the configuration a
+    relaunch prints (maskrcnn-benchmark's yacs dump, a pprint of a config dict), whose
+    values are no step's (an evaluation printed between the same two steps goes with
+    it). Also the number of lines so left out."""
     pairs_on = loose.group_by("lineno").len()
     loose = loose.join(pairs_on, on="lineno", how="left", maintain_order="left").filter(
         (pl.col("len") >= 2) | pl.col("_indent")
@@ -297,11 +317,15 @@ def _place_loose(long: pl.DataFrame, loose: pl.DataFrame, steps: pl.DataFrame) -
     placed = (
         loose.drop("step", "len")
         .join_asof(steps.rename({"lineno": "_at"}), left_on="lineno", right_on="_at")
-        .drop("_at")
         .filter(pl.col("step").is_not_null())
     )
+    dump = (pl.col("lineno").n_unique().over("_at") >= DUMP_LINES) & (
+        pl.col("key").n_unique().over("_at") >= DUMP_LINES
+    )
+    dumped = placed.filter(dump).get_column("lineno").n_unique()
+    placed = placed.filter(~dump).drop("_at")
     out = pl.concat([long, placed.select(long.columns)])
-    return out.sort("lineno", "field", maintain_order=True)
+    return out.sort("lineno", "field", maintain_order=True), dumped
 
 
 def _empty() -> pl.DataFrame:
