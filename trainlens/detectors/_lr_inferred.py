@@ -117,6 +117,11 @@ def _zeros(
     return _capped(out, params.max_findings)
 
 
+#: a rise after decay that stays under this share of the peak changes no update that
+#: matters (PaddleClas' cosine, one epoch past its end: 1e-08 to 9e-08 of a 1e-3 peak)
+NEGLIGIBLE = 0.01
+
+
 def _rises(
     s: np.ndarray, r: np.ndarray, tiny: float, eps: np.ndarray, params: Params
 ) -> list[dict[str, Any]]:
@@ -158,6 +163,8 @@ def _rises_after_decay(
         base = float(runmin[a - d0])
         top = int(a + np.argmax(r[a : b + 1]))
         peak_before = float(runmax[d0])
+        if float(r[top]) < NEGLIGIBLE * peak_before:
+            continue  # (a cosine annealed past its end, by a few print units near 0)
         events.append(
             {
                 "a": a,

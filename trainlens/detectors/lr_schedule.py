@@ -87,7 +87,8 @@ What it flags
     **Without a declared schedule** it flags only what no sane schedule does:
 
     - **LR007** the LR rising again more than 1 % above its lowest value since its decay began (a
-      shock, a scheduler reset on resume, an undeclared cyclic schedule);
+      shock, a scheduler reset on resume, an undeclared cyclic schedule), to 1 % of its peak or
+      more (below that, a cosine annealed past its end by a few print units, no update changes);
     - **LR007** a jump up out of a plateau that is not a warmup: the LR held the plateau over 3× as
       long as the ramp took to reach it, or falls back to it sooner than it held it (a staircase
       warmup stepped per epoch is fine);
