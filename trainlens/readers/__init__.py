@@ -172,6 +172,13 @@ def detect_format(path: Path) -> str:
         raise UnreadableInputError(f"{path}: the file is empty")
     if _sniff.is_lfs_pointer(head):
         raise UnreadableInputError(_sniff.lfs_message(path))
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) and b"\x00" in head[2:64]:
+        # (Windows PowerShell 5's `python train.py > train.log` writes UTF-16)
+        raise UnreadableInputError(
+            f"{path}: UTF-16 text (what Windows PowerShell's `>` writes); trainlens reads "
+            f"UTF-8: convert it first, e.g. `iconv -f UTF-16 -t UTF-8 {path.name} > "
+            f"{path.stem}.utf8{path.suffix}`"
+        )
     # text formats are sniffed without a UTF-8 byte-order mark (Windows tools write one:
     # a JSONL file starting with it is JSONL, not CSV); binary ones see the bytes as they are
     text = _sniff.text_head(head)
