@@ -278,3 +278,30 @@ def test_a_utf16_log_is_refused_with_how_to_convert_it(tmp_path: Path) -> None:
     path.write_bytes(text.encode("utf-16"))  # (a byte-order mark, then UTF-16 LE)
     with pytest.raises(trainlens.UnreadableInputError, match=r"UTF-16 text.*iconv -f UTF-16"):
         trainlens.analyze(path)
+
+
+# ---- the general reader: an epoch named on several lines, each its own ---------------------
+
+
+def test_an_epoch_on_several_lines_of_different_names_is_the_step(tmp_path: Path) -> None:
+    """Ma-787639046/NLP_Trans output/train.log: each epoch is named by a start line, its
+    loss line, a validation line and a save line; no name repeats within an epoch, so the
+    epoch is the step (not the count of lines naming it). A per-batch log, whose loss
+    repeats within an epoch, still counts its lines."""
+    head = "[INFO] 2021-12-25 21:43:42,093 : "
+    out = ""
+    for e in range(1, 13):
+        out += f"{head}[Epoch {e}/ Rank 0] Trainging...\n"
+        out += f"{head}Epoch: {e:2d}, loss: {9 - 0.5 * e:.3f}\n"
+        out += f"{head}[Epoch {e}] Validating...\n"
+        out += f"{head}Epoch: {e:2d}, dev_bleu: {0.5 * e:.2f}, dev_loss: {8 - 0.4 * e:.3f}\n"
+    path = tmp_path / "train.log"
+    path.write_text(out)
+    (a,) = trainlens.analyze(path)
+    assert a.run.series_frame("train/loss").get_column("step").to_list() == list(range(1, 13))
+    batches = tmp_path / "batches.log"
+    batches.write_text(
+        "".join(f"Epoch {e} - Batch loss: {5 - 0.01 * i:.3f}\n" for e in range(3) for i in range(8))
+    )
+    (b,) = trainlens.analyze(batches)
+    assert b.run.series_frame("Batch loss").get_column("step").to_list() == list(range(1, 25))

@@ -153,7 +153,7 @@ class Pairs:
         step_lines = steps.height
         if step_lines < _MIN_LINES:
             return _empty(), None
-        counted = step_key in _EPOCHS and _repeats(steps)
+        counted = step_key in _EPOCHS and _repeats(steps) and _keys_repeat(pairs, steps, step_key)
         if counted:  # many lines per epoch: the k-th of them is step k, the epoch a metric
             steps = steps.with_columns(pl.int_range(1, pl.len() + 1).alias("step"))
         # the step's names are the axis, not metrics (another epoch count stays a metric)
@@ -203,6 +203,17 @@ def _repeats(steps: pl.DataFrame) -> bool:
     …` on every batch of the epoch; a relaunch repeats a few values only)."""
     per = steps.group_by("step").len().get_column("len")
     return bool(per.len()) and float(per.mean() or 1) >= 2  # type: ignore[arg-type]
+
+
+def _keys_repeat(pairs: pl.DataFrame, steps: pl.DataFrame, step_key: str) -> bool:
+    """True when the lines of one epoch say a name again (a batch's loss on every line),
+    False when each says its own (`Epoch: 1, loss: 8.8` then `Epoch: 1 Dev Bleu Score:
+    …` then `[Epoch 1] Validating...`: the epoch is the step of all of them)."""
+    on = pairs.filter(pl.col("_lower") != step_key).join(steps, on="lineno", how="inner")
+    if on.height == 0:
+        return True
+    again = on.group_by("step", "key").len().get_column("len") > 1
+    return float(again.mean() or 0.0) >= 0.1  # type: ignore[arg-type]
 
 
 _EVAL_WORDS = ["test", "val", "valid", "validation", "eval", "evaluation", "dev"]
