@@ -305,3 +305,19 @@ def test_an_epoch_on_several_lines_of_different_names_is_the_step(tmp_path: Path
     )
     (b,) = trainlens.analyze(batches)
     assert b.run.series_frame("Batch loss").get_column("step").to_list() == list(range(1, 25))
+
+
+def test_a_loggers_name_and_level_are_no_key(tmp_path: Path) -> None:
+    """JessicaAuditore/DBNet output/train.log: `DBNet INFO: [1/200], [1/755], global_step:
+    1, …` read `DBNet INFO` as a metric of value 1."""
+    head = "2021-01-31 17:41:33,637 DBNet INFO: "
+    path = tmp_path / "train.log"
+    path.write_text(
+        "".join(
+            f"{head}[1/200], [{i}/755], global_step: {i}, speed: 0.5 samples/sec, acc: 0.48, "
+            f"loss: {10.8 - 0.01 * i:.4f}, lr:0.000333333, time:12.84\n"
+            for i in range(1, 40)
+        )
+    )
+    (a,) = trainlens.analyze(path)
+    assert a.run.has("train/loss") and not [m for m in a.run.metrics if "INFO" in m]

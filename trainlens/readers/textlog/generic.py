@@ -124,6 +124,7 @@ class Pairs:
             # holding a function word is prose (`2000000 buckets and 50 dimensions`)
             .filter(pl.col("key").str.len_chars() > 1)
             .filter(~pl.col("key").str.contains(_PROSE_WORD))
+            .filter(~pl.col("key").str.contains(_LEVEL_WORD))
         )
         # kept compact until the file is read: numbers, names as categories (a 1M-line
         # log of 5 pairs a line held 1.7 GB as strings)
@@ -252,6 +253,8 @@ _LABEL_SPLIT = {"validation": "val", "valid": "val", "evaluation": "val", "eval"
 
 
 _VAL_WORDS = ["val", "valid", "validation", "eval", "test"]
+# a logger's name and level before the message (`DBNet INFO: [1/200]`) are no key
+_LEVEL_WORD = r"(?:^| )(?:INFO|WARNING|WARN|DEBUG|ERROR|CRITICAL)$"
 _PROSE_WORD = r"(?i)(?:^| )(?:and|or|for|of|the|with|to|in|on|at|by|from|is|are|was|were)(?:$| )"
 
 
