@@ -321,3 +321,23 @@ def test_a_loggers_name_and_level_are_no_key(tmp_path: Path) -> None:
     )
     (a,) = trainlens.analyze(path)
     assert a.run.has("train/loss") and not [m for m in a.run.metrics if "INFO" in m]
+
+
+def test_counters_written_against_their_names_in_brackets(tmp_path: Path) -> None:
+    """1490780232/ranzcr_clip_catether_line_classifiation log/log.txt (reid-strong-
+    baseline's ignite logger): `Epoch[2] Iteration[150/3385] Loss: 0.216, Acc: 0.909, Base
+    Lr: 7.28e-05` was "no training metrics found"."""
+    head = "2021-02-09 12:27:54,228 baseline.train INFO: "
+    path = tmp_path / "log.txt"
+    path.write_text(
+        "".join(
+            f"{head}Epoch[{e}] Iteration[{i}/400] Loss: {0.5 - 0.01 * e - i / 1e5:.3f}, "
+            f"Acc: 0.9, Base Lr: 7.28e-05\n"
+            for e in range(1, 6)
+            for i in range(50, 401, 50)
+        )
+    )
+    (a,) = trainlens.analyze(path)
+    steps = a.run.series_frame("train/loss").get_column("step").to_list()
+    assert steps[:2] == [50, 100] and steps[8] == 450  # (epoch - 1) × 400 + iteration
+    assert a.run.has("lr")

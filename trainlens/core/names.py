@@ -79,6 +79,8 @@ EXACT_ALIASES: dict[str, Alias] = {
     "loss/eval": _a("val/loss"),
     "lr": _a("lr"),
     "learning_rate": _a("lr"),
+    # reid-strong-baseline's ignite logger: `Epoch[2] Iteration[150/3385] … Base Lr: 7.28e-05`
+    "base_lr": _a("lr"),
     "grad_norm": _a("grad_norm"),
     "gnorm": _a("grad_norm"),
     "gradnorm": _a("grad_norm"),
@@ -128,6 +130,8 @@ EXACT_ALIASES: dict[str, Alias] = {
     "train_acc": _a("train/accuracy"),
     "val_accuracy": _a("val/accuracy"),
     "val_acc": _a("val/accuracy"),
+    "valid_acc": _a("val/accuracy"),
+    "valid_accuracy": _a("val/accuracy"),
     "eval_accuracy": _a("val/accuracy"),
     "val_ppl": _a("val/perplexity"),
     "eval_perplexity": _a("val/perplexity"),

@@ -41,6 +41,8 @@ _PAIR = (
     rf"(?P<unit>{_UNIT})?['\"]?(?:[ \t]*/[ \t]*(?P<of>[0-9]+))?\]?{_END}"
     rf"|(?P<cvalue>[0-9]+)[ \t]*/[ \t]*(?P<cof>[0-9]+)[ \t]+"
     rf"(?P<ckey>batches|batch|steps|iters|iterations|updates){_END}"
+    # a counter written against its name in brackets: `Epoch[2] Iteration[150/3385]`
+    rf"|(?P<bkey>[A-Za-z][A-Za-z_]*)\[(?P<bvalue>[0-9]+)(?:/(?P<bof>[0-9]+))?\]"
 )
 _PAIR_TOKEN = re.sub(r"\(\?P<[a-z]+>", "(?:", _PAIR)
 # a counter's name as a step name
@@ -111,9 +113,9 @@ class Pairs:
             .with_columns(pl.col("_t").str.extract_groups(_PAIR).alias("_p"))
             .unnest("_p")
             .with_columns(
-                pl.coalesce("key", pl.col("ckey").replace(_COUNTERS)).alias("key"),
-                pl.coalesce("value", "cvalue").alias("value"),
-                pl.coalesce("of", "cof").alias("of"),
+                pl.coalesce("key", pl.col("ckey").replace(_COUNTERS), "bkey").alias("key"),
+                pl.coalesce("value", "cvalue", "bvalue").alias("value"),
+                pl.coalesce("of", "cof", "bof").alias("of"),
             )
             .with_columns(_step_word_alone(pl.col("key")).alias("key"))
             .pipe(_evaluation_lines)
