@@ -272,12 +272,44 @@ def test_an_lr_rise_under_a_percent_of_the_peak_is_no_anomaly(tmp_path: Path) ->
 # ---- UTF-16 ----------------------------------------------------------------------------------
 
 
-def test_a_utf16_log_is_refused_with_how_to_convert_it(tmp_path: Path) -> None:
+def test_a_utf16_log_is_read_as_its_text(tmp_path: Path) -> None:
+    """h31263219/2026ImageClassification_HW3 output/train.log, written by PowerShell's `>`:
+    it was "not a format trainlens knows"."""
     path = tmp_path / "train.log"
-    text = "".join(f"Epoch {e}/10, Train Loss: {1 / (e + 1):.4f}\r\n" for e in range(10))
+    text = "".join(f"Epoch {e}/10, Train Loss: {1 / (e + 1):.4f}\r\n" for e in range(1, 11))
     path.write_bytes(text.encode("utf-16"))  # (a byte-order mark, then UTF-16 LE)
-    with pytest.raises(trainlens.UnreadableInputError, match=r"UTF-16 text.*iconv -f UTF-16"):
-        trainlens.analyze(path)
+    (a,) = trainlens.analyze(path)
+    run = a.run
+    assert run.source == str(path) and run.name == tmp_path.name  # (its folder's name)
+    assert run.series_frame("train/loss").get_column("step").to_list() == list(range(1, 11))
+    assert run.data_quality[0].kind == "encoding" and "UTF-16" in run.data_quality[0].message
+    assert all(str(path.parent) in i.source for i in run.data_quality)
+    empty = tmp_path / "empty.log"
+    empty.write_bytes("no metrics here\r\n".encode("utf-16"))
+    with pytest.raises(trainlens.UnreadableInputError, match=str(empty)):
+        trainlens.analyze(empty)
+
+
+def test_a_log_whose_only_shape_follows_steps_is_read_by_the_general_reader(
+    tmp_path: Path,
+) -> None:
+    """The same HW3 log: hand-rolled `Epoch 0 [20/188] loss=…` lines with pycocotools'
+    summary after each epoch; the summary's shape takes no step of its own, so the file
+    was read as nothing."""
+    out = ""
+    for e in range(4):
+        for i in range(0, 188, 20):
+            out += f"Epoch {e} [{i:4d}/188] loss={2 - 0.3 * e - i / 1000:.4f} lr=2.00e-05 (1.1s)\n"
+        out += (
+            " Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ] = "
+            f"0.{30 + e}\n"
+        )
+    path = tmp_path / "train.log"
+    path.write_text(out)
+    (a,) = trainlens.analyze(path)
+    run = a.run
+    assert run.has("train/loss") and run.has("val/coco/ap")
+    assert not run.has("IoU") and not run.has("maxDets")
 
 
 # ---- the general reader: an epoch named on several lines, each its own ---------------------

@@ -14,7 +14,7 @@ from types import ModuleType
 
 from trainlens.core.errors import UnreadableInputError, UsageError
 from trainlens.core.paths import require_file_or_folder
-from trainlens.core.run import Run
+from trainlens.core.run import DataIssue, Run
 from trainlens.readers import _sniff
 from trainlens.readers.base import (
     HEAD_BYTES,
@@ -172,8 +172,7 @@ def detect_format(path: Path) -> str:
         raise UnreadableInputError(f"{path}: the file is empty")
     if _sniff.is_lfs_pointer(head):
         raise UnreadableInputError(_sniff.lfs_message(path))
-    if head.startswith((b"\xff\xfe", b"\xfe\xff")) and b"\x00" in head[2:64]:
-        # (Windows PowerShell 5's `python train.py > train.log` writes UTF-16)
+    if _sniff.is_utf16(head):  # (read by _read_utf16; this is for a sniff alone)
         raise UnreadableInputError(
             f"{path}: UTF-16 text (what Windows PowerShell's `>` writes); trainlens reads "
             f"UTF-8: convert it first, e.g. `iconv -f UTF-16 -t UTF-8 {path.name} > "
@@ -332,6 +331,8 @@ def _read_folder(path: Path, format: str | None, opts: ReadOptions) -> list[Run]
 def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
     if path.is_file() and _sniff.is_lfs_pointer_file(path):  # (whatever format is forced)
         raise UnreadableInputError(_sniff.lfs_message(path))
+    if path.is_file() and not opts.start_offset and _sniff.is_utf16(read_head(path, 64)):
+        return _read_utf16(path, format, opts)
     if opts.regex and format is None and path.is_file():
         fmt = "text"
     else:
@@ -357,6 +358,48 @@ def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
 
     for run in runs:
         _coco.drop_undefined(run)  # (COCO's NaN or -1 results: no ground truth, no value)
+    return runs
+
+
+def _read_utf16(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
+    """A UTF-16 text file (Windows PowerShell 5's ``python train.py > train.log``): decoded
+    (its byte-order mark says the byte order) into a scratch UTF-8 copy of the same name,
+    read, and its runs given back as the file's own, with a note."""
+    import tempfile
+
+    try:
+        text = path.read_bytes().decode("utf-16")
+    except UnicodeDecodeError as exc:
+        raise UnreadableInputError(
+            f"{path}: UTF-16 text with an invalid sequence at byte {exc.start}"
+        ) from None
+    with tempfile.TemporaryDirectory(prefix="trainlens-utf16-") as scratch:
+        copy = Path(scratch) / path.name
+        copy.write_text(text, encoding="utf-8", newline="")
+        there, here = str(copy), str(path)
+        try:
+            runs = _read_one(copy, format, opts)
+        except UnreadableInputError as exc:  # (it names the file the user gave)
+            raise UnreadableInputError(exc.message.replace(there, here), hint=exc.hint) from None
+    named, name = run_name_for(copy), run_name_for(path)  # (a `train.log` is its folder's)
+    for run in runs:
+        run.source = run.source.replace(there, here)
+        if run.name.startswith(named):
+            run.name = name + run.name[len(named) :]
+        run.cursor = {}  # (its offsets are the copy's: a watch reads the file again)
+        for issue in run.data_quality:
+            issue.source = issue.source.replace(there, here)
+            issue.message = issue.message.replace(there, here)
+        run.data_quality.insert(
+            0,
+            DataIssue(
+                kind="encoding",
+                source=here,
+                message="UTF-16 text (what Windows PowerShell's `>` writes): read decoded "
+                "from UTF-16",
+                severity="info",
+            ),
+        )
     return runs
 
 

@@ -139,3 +139,8 @@ def may_be(fmt: str, path: Path, head: bytes) -> bool:
     if fmt == "dvclive":
         return path.is_dir()  # (a folder of TSVs; its reader's import is ~15 ms)
     return True
+
+
+def is_utf16(head: bytes) -> bool:
+    """A UTF-16 byte-order mark, then text with its NUL high (or low) bytes."""
+    return head.startswith((b"\xff\xfe", b"\xfe\xff")) and b"\x00" in head[2:64]

@@ -63,6 +63,7 @@ class Reader:
         self.block_fields = [0] * len(blocks.BLOCKS)
         self.block_totals: list[int | None] = [None] * len(blocks.BLOCKS)
         self.generic = generic.Pairs()  # read while no line of a known shape is seen
+        self.stepped = False  # a shape gave a value at a step of its own
         self.deepspeed_seen = False  # (DeepSpeed's lines are a known shape too)
         self.d2_carry: list[tuple[int, str]] = []  # a detectron2 result a piece cut
         self.d2_fields = 0
@@ -89,6 +90,7 @@ class Reader:
             self.deepspeed_seen = marked.get_column("line").str.contains(deepspeed.SNIFF).any()
         found: dict[str, list[pl.DataFrame]] = {}
         hinted: dict[str, pl.DataFrame] = {}  # shapes that share a hint filter the lines once
+        hinted_follow: list[list[pl.DataFrame]] = []  # the lines of the following shapes
         # the frameworks' shapes and blocks look only at the lines one of their hints
         # matches: one pass over the piece instead of one per hint (a Megatron log's
         # lines match none: +13 % CPU on a 1M-line log with a pass per hint)
@@ -113,7 +115,10 @@ class Reader:
             if total is not None:
                 self.totals[i] = total
             if shape.follows:
+                hinted_follow.append([long.select("lineno")])  # (read, not only hinted)
                 long = self._hold_following(long, shape.name)
+            elif not shape.stepless and long.height:
+                self.stepped = True
             (self.stepless if shape.stepless else found.setdefault(shape.name, [])).append(long)
         for j, block in enumerate(blocks.BLOCKS):
             if fw.height == 0:
@@ -132,9 +137,14 @@ class Reader:
             found.setdefault("detectron2_eval", []).append(
                 self._hold_following(d2, "detectron2_eval")
             )
-        known = any(self.lines_of.values()) or self.deepspeed_seen
+        # (lines of a shape that only follows steps, pycocotools' summary, are no reason to
+        # stop reading pairs: a hand-rolled `Epoch 0 [20/188] loss=…` log with COCO results)
+        known = self.stepped or any(self.lines_of.get(b.name) for b in blocks.BLOCKS)
+        known = known or self.deepspeed_seen
         if not known and not any(x.height for xs in found.values() for x in xs):
-            self.generic.add(df)
+            # (the lines a following shape read are its: COCO's summary is no pairs)
+            held = [x for xs in hinted_follow for x in xs]
+            self.generic.add(df.join(pl.concat(held), on="lineno", how="anti") if held else df)
         for name, longs in found.items():
             self.lines_of[name] = self.lines_of.get(name, 0) + n_lines(pl.concat(longs))
         if found:
@@ -189,7 +199,7 @@ class Reader:
         seen = [SHAPES[i] for i in sorted(self.seen)]
         shapes = {s.name: self.lines_of.get(s.name, 0) for s in seen if not s.stepless}
         if (
-            not any(shapes.values())
+            not self.stepped
             and not any(self.lines_of.get(b.name) for b in blocks.BLOCKS)
             and not self.deepspeed_seen
         ):
