@@ -76,6 +76,37 @@ def test_analyze_of_a_small_run_imports_no_scipy_plots_or_pydantic(tmp_path: Pat
     assert {"polars", "numpy"} <= set(heavy)
 
 
+def test_the_console_script_runs_no_cyclic_collection_in_an_analyze(tmp_path: Path) -> None:
+    """The console script (``entry``) sets the young collection's threshold above what an
+    analyze allocates, its imports nearly all (trainlens.cli.YOUNG_COLLECTION): a
+    collection there walks tens of thousands of long-lived objects and frees none."""
+    run = tmp_path / "run.jsonl"
+    lines = [json.dumps({"step": s, "loss": 3.0 - s / 100, "lr": 1e-3}) for s in range(100)]
+    run.write_text("\n".join(lines) + "\n")
+    code = (
+        "import gc, sys\n"
+        "from trainlens.cli import entry\n"
+        "seen = []\n"
+        "gc.callbacks.append(lambda phase, info: seen.append(info) if phase == 'stop' else 0)\n"
+        "def count():\n"
+        "    sys.stderr.write(f'collections={len(seen)} young={gc.get_count()[0]}\\n')\n"
+        "gc.freeze = count  # (entry's last call before it exits: the count here)\n"
+        f"sys.argv = ['trainlens', 'analyze', {str(run)!r}, '--json']\n"
+        "entry()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode in (0, 1), proc.stderr
+    assert json.loads(proc.stdout)["runs"][0]["summary"]["steps"]["count"] == 100
+    got = dict(kv.split("=") for kv in proc.stderr.split()[-2:])
+    from trainlens.cli import YOUNG_COLLECTION
+
+    assert got["collections"] == "0"
+    # (and with room: what the command allocated is under half the threshold)
+    assert 10_000 < int(got["young"]) < YOUNG_COLLECTION // 2
+
+
 # ---- typer's values without pydantic ----------------------------------------------------
 
 typer_coercion = pytest.importorskip("typer._coercion")

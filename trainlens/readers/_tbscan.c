@@ -129,6 +129,14 @@ static int reserve(Scan *s, size_t cap) {
 
 /* Equal bytes, ``n`` of them readable at both: words, the last one overlapping. */
 static inline int same_bytes(const uint8_t *a, const uint8_t *b, size_t n) {
+    if (n >= 8 && n <= 16) { /* most tags: two words, overlapping */
+        uint64_t x0, y0, x1, y1;
+        memcpy(&x0, a, 8);
+        memcpy(&y0, b, 8);
+        memcpy(&x1, a + n - 8, 8);
+        memcpy(&y1, b + n - 8, 8);
+        return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+    }
     if (n >= 8) {
         size_t i = 0;
         for (; i + 8 <= n; i += 8) {
@@ -225,9 +233,86 @@ static inline int read_len(const uint8_t *d, size_t end, size_t *pos, size_t *ou
         return 0;         \
     } while (0)
 
+/* One decoded value: its tag's bookkeeping (steps increasing, rows in blocks) and a row. */
+static inline int add_value(Scan *s, const uint8_t *tag, size_t tlen, uint64_t step, double wall,
+                            float f) {
+    uint32_t id = tag_id(s, tag, tlen);
+    if (id == UINT32_MAX) OUTSIDE("out of memory");
+    uint32_t before = s->prev;
+    if (before != UINT32_MAX) s->tags[before].next = id;
+    s->prev = id;
+    Tag *t = &s->tags[id];
+    int64_t st = (int64_t)step;
+    if (t->count) {
+        if (st <= t->last_step) s->increasing = 0;
+        if (before != id) s->in_blocks = 0; /* back to a tag after another */
+    }
+    t->count++;
+    t->last_step = st;
+    if (s->n == s->cap && !reserve(s, 2 * s->cap)) OUTSIDE("out of memory");
+    size_t k = s->n++;
+    s->step[k] = st;
+    s->wall[k] = wall;
+    s->value[k] = (double)f;
+    s->code[k] = id;
+    return 1;
+}
+
+/* The Event nearly every record of a scalar log is, tested field by field at the places
+ * its layout puts them: 1 wall_time, 2 step, 5 a summary of one value (1 tag, 2
+ * simple_value), every length one byte. Returns -1 when the record is not exactly that
+ * (parse_event then decodes it field by field), else what add_value returns. Every byte
+ * read is before ``n``. */
+static inline int parse_one_value(Scan *s, const uint8_t *d, size_t n) {
+    /* the least such record: wall_time 9, step 2, summary and value keys and lengths 4,
+     * a tag of one byte with its key and length 3, simple_value 5 */
+    if (n < 23 || d[0] != 0x09 || d[9] != 0x10) return -1;
+    uint64_t step;
+    size_t pos;
+    if (d[10] < 0x80) { /* the step: one, two or three bytes (steps below 2**21) */
+        step = d[10];
+        pos = 11;
+    } else if (d[11] < 0x80) {
+        step = (uint64_t)(d[10] & 0x7F) | ((uint64_t)d[11] << 7);
+        pos = 12;
+    } else if (d[12] < 0x80) {
+        step = (uint64_t)(d[10] & 0x7F) | ((uint64_t)(d[11] & 0x7F) << 7) |
+               ((uint64_t)d[12] << 14);
+        pos = 13;
+    } else {
+        step = 0;
+        pos = 10;
+        for (int i = 0;; i++) { /* at most 10 bytes, all before n - 12 */
+            uint8_t b = d[pos++];
+            step |= (uint64_t)(b & 0x7F) << (7 * i);
+            if (!(b & 0x80)) break;
+            if (i == 9 || pos + 12 > n) return -1;
+        }
+    }
+    /* pos + 12 <= n here: the summary's key and length, the value's, the tag's key and
+     * length, at least one byte of tag, simple_value's 5 */
+    if (pos + 12 > n) return -1;
+    /* the summary's length (one byte) runs to the end, and holds the value's key and
+     * length, the value the tag's key and length, the tag and simple_value: each length
+     * follows from the record's, and the six bytes are compared at once (little-endian) */
+    size_t summary = n - pos - 2, tlen = summary - 9;
+    if (summary >= 0x80 || d[n - 5] != 0x15) return -1;
+    uint64_t want = 0x2Au | ((uint64_t)summary << 8) | (0x0Au << 16) |
+                    ((uint64_t)(summary - 2) << 24) | ((uint64_t)0x0A << 32) |
+                    ((uint64_t)tlen << 40);
+    if ((load_u64(d + pos) & 0xFFFFFFFFFFFFull) != want) return -1;
+    double wall;
+    float f;
+    memcpy(&wall, d + 1, 8);
+    memcpy(&f, d + n - 4, 4);
+    return add_value(s, d + pos + 6, tlen, step, wall, f);
+}
+
 /* One Event: 1 wall_time, then 3 file_version and 10 source_metadata, or 2 step (optional)
  * and 5 summary whose values are each exactly 1 tag and 2 simple_value. */
 static int parse_event(Scan *s, const uint8_t *d, size_t n) {
+    int fast = parse_one_value(s, d, n);
+    if (fast >= 0) return fast;
     if (n < 9 || d[0] != 0x09) OUTSIDE("an Event without wall_time first");
     double wall;
     memcpy(&wall, d + 1, 8);
@@ -272,30 +357,17 @@ static int parse_event(Scan *s, const uint8_t *d, size_t n) {
         float f;
         memcpy(&f, d + pos + 1, 4);
         pos = vend;
-        uint32_t id = tag_id(s, tag, tlen);
-        if (id == UINT32_MAX) OUTSIDE("out of memory");
-        uint32_t before = s->prev;
-        if (before != UINT32_MAX) s->tags[before].next = id;
-        s->prev = id;
-        Tag *t = &s->tags[id];
-        int64_t st = (int64_t)step;
-        if (t->count) {
-            if (st <= t->last_step) s->increasing = 0;
-            if (before != id) s->in_blocks = 0; /* back to a tag after another */
-        }
-        t->count++;
-        t->last_step = st;
-        if (s->n == s->cap && !reserve(s, 2 * s->cap)) OUTSIDE("out of memory");
-        size_t k = s->n++;
-        s->step[k] = st;
-        s->wall[k] = wall;
-        s->value[k] = (double)f;
-        s->code[k] = id;
+        if (!add_value(s, tag, tlen, step, wall, f)) return 0;
     }
     return 1;
 }
 
-static int scan_records(Scan *s, const uint8_t *p, size_t size, Py_ssize_t *records) {
+/* The records, framed and checked, with ``CRC`` the CRC-32C implementation: inlined into
+ * scan_records_hw (built for SSE4.2, chosen at run time) and scan_records_soft. */
+static inline __attribute__((always_inline)) int scan_loop(Scan *s, const uint8_t *p,
+                                                           size_t size, Py_ssize_t *records,
+                                                           uint32_t (*crc)(const uint8_t *,
+                                                                           size_t)) {
     size_t off = 0;
     uint64_t last_len = UINT64_MAX;
     uint32_t last_len_crc = 0;
@@ -305,19 +377,36 @@ static int scan_records(Scan *s, const uint8_t *p, size_t size, Py_ssize_t *reco
         uint64_t len = load_u64(p + off);
         uint32_t len_crc = load_u32(p + off + TFR_HEADER - 4);
         if (len != last_len || len_crc != last_len_crc) {
-            if (masked(crc32c(p + off, 8)) != len_crc) OUTSIDE("a corrupt record header");
+            if (masked(crc(p + off, 8)) != len_crc) OUTSIDE("a corrupt record header");
             last_len = len;
             last_len_crc = len_crc;
         }
         if (len > size - off - TFR_OVERHEAD) OUTSIDE("a truncated record");
         const uint8_t *d = p + off + TFR_HEADER;
-        if (masked(crc32c(d, (size_t)len)) != load_u32(d + len))
-            OUTSIDE("a corrupt record");
+        if (masked(crc(d, (size_t)len)) != load_u32(d + len)) OUTSIDE("a corrupt record");
         if (!parse_event(s, d, (size_t)len)) return 0;
         off += TFR_OVERHEAD + (size_t)len;
         (*records)++;
     }
     return 1;
+}
+
+#if TB_X86_CRC
+__attribute__((target("sse4.2"))) static int scan_records_hw(Scan *s, const uint8_t *p,
+                                                             size_t size, Py_ssize_t *records) {
+    return scan_loop(s, p, size, records, crc_hard);
+}
+#endif
+
+static int scan_records_soft(Scan *s, const uint8_t *p, size_t size, Py_ssize_t *records) {
+    return scan_loop(s, p, size, records, crc_soft);
+}
+
+static int scan_records(Scan *s, const uint8_t *p, size_t size, Py_ssize_t *records) {
+#if TB_X86_CRC
+    if (have_sse42) return scan_records_hw(s, p, size, records);
+#endif
+    return scan_records_soft(s, p, size, records);
 }
 
 static void scan_free(Scan *s) {
@@ -329,22 +418,37 @@ static void scan_free(Scan *s) {
     free(s->slots);
 }
 
-/* Move an 8-byte column's rows (file order) to one block per tag, each tag's rows in
- * their order; ``cur`` (a cursor per tag) is set here. */
-static void scatter8(const void *from, void *to, const uint32_t *code, size_t n,
-                     const Tag *tags, size_t ntags, size_t *cur) {
+/* Each tag's first row in the blocks, in ``cur`` (one per tag). */
+static void block_starts(const Tag *tags, size_t ntags, size_t *cur) {
     size_t sum = 0;
     for (size_t t = 0; t < ntags; t++) {
         cur[t] = sum;
         sum += (size_t)tags[t].count;
     }
+}
+
+/* Move an 8-byte column's rows (file order) to one block per tag, each tag's rows in
+ * their order; ``cur`` (a cursor per tag) is set here. */
+static void scatter8(const void *from, void *to, const uint32_t *code, size_t n,
+                     const Tag *tags, size_t ntags, size_t *cur) {
+    block_starts(tags, ntags, cur);
     const uint8_t *src = from;
     uint8_t *dst = to;
     for (size_t k = 0; k < n; k++) memcpy(dst + 8 * cur[code[k]]++, src + 8 * k, 8);
 }
 
+/* Move an 8-byte column's rows to the places ``at`` gives them. */
+static void place8(const void *from, void *to, const uint32_t *at, size_t n) {
+    const uint8_t *src = from;
+    uint8_t *dst = to;
+    for (size_t k = 0; k < n; k++) memcpy(dst + 8 * (size_t)at[k], src + 8 * k, 8);
+}
+
 /* The rows one block per tag, in tag order, when every tag's steps increase: one array
- * is allocated, and each column's old array takes the next one's rows. */
+ * is allocated, and each column's old array takes the next one's rows. Each row's place
+ * is worked out once, over its tag's code (which the grouped result does not keep), then
+ * each column is moved there; past 2**32 rows a place does not fit a code, and each
+ * column is moved by its codes. */
 static int group_rows(Scan *s) {
     if (s->in_blocks) return 1;
     void *spare = malloc(s->n * sizeof(int64_t));
@@ -355,13 +459,21 @@ static int group_rows(Scan *s) {
         return 0;
     }
     huge_pages(spare, s->n * sizeof(int64_t));
-    scatter8(s->step, spare, s->code, s->n, s->tags, s->ntags, cur);
-    void *old_step = s->step;
+    void *old_step = s->step, *old_wall = s->wall;
+    if (s->n <= (size_t)UINT32_MAX) {
+        block_starts(s->tags, s->ntags, cur);
+        uint32_t *at = s->code;
+        for (size_t k = 0; k < s->n; k++) at[k] = (uint32_t)cur[at[k]]++;
+        place8(s->step, spare, at, s->n);
+        place8(s->wall, old_step, at, s->n);
+        place8(s->value, old_wall, at, s->n);
+    } else {
+        scatter8(s->step, spare, s->code, s->n, s->tags, s->ntags, cur);
+        scatter8(s->wall, old_step, s->code, s->n, s->tags, s->ntags, cur);
+        scatter8(s->value, old_wall, s->code, s->n, s->tags, s->ntags, cur);
+    }
     s->step = spare;
-    scatter8(s->wall, old_step, s->code, s->n, s->tags, s->ntags, cur);
-    void *old_wall = s->wall;
     s->wall = old_step;
-    scatter8(s->value, old_wall, s->code, s->n, s->tags, s->ntags, cur);
     free(s->value);
     s->value = old_wall;
     free(cur);
