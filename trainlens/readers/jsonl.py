@@ -14,6 +14,10 @@ are swapped for sentinel numbers first, and the swap is checked the same way: as
 sentinel values must come back as tokens were swapped. Anything else — nested objects,
 text values, a line polars refuses — takes the general path (full schema inference, then
 line by line to find the bad ones), which gives the same frame.
+
+Files of flat numeric lines are read by the compiled lane instead (:mod:`._jsonl_compiled`):
+a mapped file over 1 MB in place of the sampled-schema read, a smaller one in place of
+polars' full read (:func:`_read_compiled`, :func:`_parse`); its frame is theirs.
 """
 
 from __future__ import annotations
