@@ -227,3 +227,31 @@ def test_the_lane_is_not_tried_twice_on_a_file_it_refuses(
     (run,) = jsonl.read(path, ReadOptions())
     assert seen == [path.stat().st_size]
     assert run.frame.height > 0
+
+
+def _last_object_by_lines(data: bytes) -> object:
+    """_run_end._last_object as it was: every line of the tail split, read from the end."""
+    for line in reversed(data.splitlines()):
+        s = line.strip()
+        if not s:
+            continue
+        if not s.startswith(b"{") or s.count(b"{") > 64:
+            return None
+        try:
+            return json.loads(s)
+        except (ValueError, RecursionError):
+            return None
+    return None
+
+
+_TAIL_PARTS = st.sampled_from(
+    [b"\n", b"\r", b"\r\n", b" ", b"\t", b"\x0b", b"\x0c", b"{", b"}", b'{"event": "end"}',
+     b'{"event": "end", "state": "finished"}', b'{"step": 3, "loss": 1.5}', b'"', b"x", b"[1]"]
+)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(parts=st.lists(_TAIL_PARTS, max_size=12))
+def test_the_last_line_found_from_the_end_is_the_last_of_the_lines(parts: list[bytes]) -> None:
+    data = b"".join(parts)
+    assert jsonl._run_end._last_object(data) == _last_object_by_lines(data)
