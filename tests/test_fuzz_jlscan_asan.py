@@ -39,11 +39,15 @@ for name in sys.argv[2:]:
     with open(name, "rb") as fh:
         data = fh.read()
     got = outcome(_jlscan.scan(data, len(data), STEPS))
+    every = outcome(_jlscan.scan(data, len(data), (), True))  # (a small file's read)
+    assert isinstance(every, str) == isinstance(got, str), name
     for stop in (0, len(data) // 2, max(len(data) - 1, 0)):
         _jlscan.scan(data, stop, STEPS)  # (a prefix: it may end inside a line)
+        _jlscan.scan(data, stop, STEPS, True)
     if data:
         with open(name, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
             assert outcome(_jlscan.scan(m, len(m), STEPS)) == got, name
+            assert outcome(_jlscan.scan(m, len(m), (), True)) == every, name
     if data and len(data) % PAGE == 0:  # the byte after the end faults
         assert outcome(_jlscan.scan(at_guard_page(name), len(data), STEPS)) == got, name
     n += 1

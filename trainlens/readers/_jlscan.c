@@ -2,13 +2,16 @@
  * values are all numbers, one object a line (what a training loop's json.dumps per step
  * writes), into one column per key.
  *
- * scan(buffer, stop, step_names) reads buffer[0:stop) and returns (names, values, ints, rows):
+ * scan(buffer, stop, step_names, every_int=False) reads buffer[0:stop) and returns
+ * (names, values, ints, rows):
  * - names: list of str, the keys in order of first appearance (the line a key first
  *   appears on, then its place on that line);
  * - values: per key a Column of float64, one row a line, null where the line lacks it;
  * - ints: per key, for a key whose lower-cased name is in step_names (a tuple of bytes,
- *   lower case) and whose every value is an integer literal of at most 18 digits, a
- *   Column of int64 (the same rows and nulls); else None;
+ *   lower case), or any key when every_int is true, and whose every value is an integer
+ *   literal of at most 18 digits, a Column of int64 (the same rows and nulls); else None
+ *   (every_int is for a small file read whole, where polars infers Int64 for a key of
+ *   integer literals only);
  * - rows: the number of lines;
  * or a str saying why the file is outside this lane: anything but `{"key": number, ...}`
  * lines (a string, true/false/null, a nested object or list, a bare NaN or Infinity, a
@@ -67,6 +70,7 @@ typedef struct {
     const char *why;   /* the file is outside this lane */
     int nomem;
     int nsteps;
+    int every_int;     /* every key's integers kept, not only a step-named key's */
     uint8_t steps[MAX_STEP_NAMES][MAX_STEP_NAME];
     size_t step_len[MAX_STEP_NAMES];
 } Scan;
@@ -155,7 +159,7 @@ static Col *column(Scan *s, const uint8_t *p, uint32_t n) {
     size_t rows = (size_t)s->rows;
     c->value = calloc(rows, sizeof(double));
     c->valid = calloc((rows + 7) / 8, 1);
-    if (is_step_name(s, p, n)) {
+    if (s->every_int || is_step_name(s, p, n)) {
         c->ints = calloc(rows, sizeof(int64_t));
         c->int_ok = 1;
     }
@@ -420,13 +424,15 @@ fail:
 }
 
 PyDoc_STRVAR(scan_doc,
-             "scan(buffer, stop, step_names) -> (names, values, ints, rows) | str");
+             "scan(buffer, stop, step_names, every_int=False) -> (names, values, ints, rows) | str");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t stop;
     PyObject *step_names;
-    if (!PyArg_ParseTuple(args, "y*nO!", &view, &stop, &PyTuple_Type, &step_names)) return NULL;
+    int every_int = 0;
+    if (!PyArg_ParseTuple(args, "y*nO!|p", &view, &stop, &PyTuple_Type, &step_names, &every_int))
+        return NULL;
     Scan s;
     memset(&s, 0, sizeof s);
     PyObject *res = NULL;
@@ -451,6 +457,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         s.step_len[i] = (size_t)len;
     }
     s.nsteps = (int)nsteps;
+    s.every_int = every_int;
     const uint8_t *buf = (const uint8_t *)view.buf;
     size_t size = (size_t)stop;
     Py_BEGIN_ALLOW_THREADS;

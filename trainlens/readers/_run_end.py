@@ -50,10 +50,11 @@ def tail(path: Path, size: int = TAIL_BYTES) -> bytes:
 
 
 def _last_object(data: bytes) -> object:
-    for line in reversed(data.splitlines()):
-        s = line.strip()
-        if not s:
-            continue
+    # the last line that is not blank (as bytes.splitlines splits: at \n, \r, \r\n), found
+    # from the end: splitting the 64 kB tail into lines cost ~0.6 M instructions a read
+    body = data.rstrip()
+    if body:
+        s = body[max(body.rfind(b"\n"), body.rfind(b"\r")) + 1 :].strip()
         if not s.startswith(b"{") or s.count(b"{") > 64:
             return None  # no end record: those are one flat object (a deep line is no end)
         try:

@@ -14,6 +14,10 @@ are swapped for sentinel numbers first, and the swap is checked the same way: as
 sentinel values must come back as tokens were swapped. Anything else — nested objects,
 text values, a line polars refuses — takes the general path (full schema inference, then
 line by line to find the bad ones), which gives the same frame.
+
+Files of flat numeric lines are read by the compiled lane instead (:mod:`._jsonl_compiled`):
+a mapped file over 1 MB in place of the sampled-schema read, a smaller one in place of
+polars' full read (:func:`_read_compiled`, :func:`_parse`); its frame is theirs.
 """
 
 from __future__ import annotations
@@ -24,8 +28,6 @@ import math
 import mmap
 import os
 import re
-from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -40,6 +42,8 @@ from trainlens.readers import (
     _shrink,
     _wandb,
 )
+from trainlens.readers._column_order import first_appearance_order as _first_appearance_order
+from trainlens.readers._column_order import nth_line as _nth_line
 from trainlens.readers._json_flat import flat_object
 from trainlens.readers._long_lines import empty_long_lists
 from trainlens.readers._nesting import MAX_DEPTH, lines_with_many_opens, max_depth
@@ -157,6 +161,10 @@ def _read_bytes(
     source = str(path)
     copy = _shrink.read_copy(path, opts.start_offset)
     issues = _shrink.note_if_shrank(path, copy.end, max(size, copy.size))
+    df, tried = _read_compiled(copy.data)
+    if df is not None:
+        lines = pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64)
+        return df, lines, issues, opts.start_offset + len(copy.data)
     # (first: a list in a long line costs a parser many times its bytes, and is no metric)
     data, tail_emptied = empty_long_lists(copy.data)
     if not data or data.isspace():  # (isspace stops at the first other byte; no copy)
@@ -192,9 +200,24 @@ def _read_bytes(
                 )
             )
 
-    df, line_numbers, more = _parse(_run_end.strip_end_lines(body), source)
+    df, line_numbers, more = _parse(_run_end.strip_end_lines(body), source, compiled=not tried)
     issues.extend(more)
     return df, line_numbers, issues, cursor
+
+
+def _read_compiled(data: bytes) -> tuple[pl.DataFrame | None, bool]:
+    """The compiled lane's frame of a small file's bytes, before the general read's
+    passes over them, and whether the lane was tried. It is tried only where those passes
+    would leave the bytes as they are (under 1 MB: no long line; ASCII: UTF-8; a last
+    newline: no tail; the lane's lines hold one brace and no bracket, and the end records
+    after them are checked: no deep line), so its frame is :func:`_parse`'s of the same
+    body; where it refuses, _parse does not try it again on that body."""
+    if len(data) >= FAST_MIN_BYTES or not data.endswith(b"\n") or not data.isascii():
+        return None, False
+    body = _run_end.strip_end_lines(data)
+    if lines_with_many_opens(data[len(body) :]):
+        return None, False
+    return _jsonl_compiled.read_whole(body), True
 
 
 def _drop_deep_lines(data: bytes, source: str) -> tuple[bytes, list[DataIssue]]:
@@ -241,13 +264,18 @@ def _ndjson(data: bytes) -> pl.DataFrame:
 
 
 def _parse(
-    body: bytes, source: str, *, fast: bool = True
+    body: bytes, source: str, *, fast: bool = True, compiled: bool = True
 ) -> tuple[pl.DataFrame | None, pl.Series, list[DataIssue]]:
     """Parse complete lines; returns the wide frame, each row's line number, issues.
 
-    ``fast=False`` skips the sampled-schema path (tests compare the two)."""
+    ``fast=False`` skips the sampled-schema path, ``compiled=False`` the compiled lane
+    for a small body (tests compare them with the paths they stand in for)."""
     if fast and len(body) >= FAST_MIN_BYTES:
         df = _parse_fast(body)
+        if df is not None:
+            return df, pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64), []
+    if compiled and len(body) < FAST_MIN_BYTES:
+        df = _jsonl_compiled.read_whole(body)  # (None: polars reads it below)
         if df is not None:
             return df, pl.Series("_line", range(1, df.height + 1), dtype=pl.Int64), []
     issues: list[DataIssue] = []
@@ -535,66 +563,3 @@ def _restore_nonfinite(df: pl.DataFrame, swapped: list[tuple[float, float, int]]
             e = pl.when(pl.col(c) == sentinel).then(pl.lit(real)).otherwise(e)
         exprs.append(e.alias(c))
     return df.with_columns(exprs)
-
-
-# ---- column order ---------------------------------------------------------------------------
-
-
-def _first_appearance_order(df: pl.DataFrame, line_of_row: Callable[[int], bytes]) -> pl.DataFrame:
-    """Columns in order of the first value in the file: by the row of each column's first
-    non-null value, keys first seen in the same row in their order on that line. (polars'
-    own order comes from merging the distinct row shapes and depends on which it saw.)
-    Frames with nested objects keep polars' order."""
-    if (
-        df.width < 2
-        or df.height == 0
-        or any(isinstance(dt, (pl.Struct, pl.List)) for dt in df.schema.values())
-    ):
-        return df
-    # from each column's null count (known without a pass): a column with no null starts
-    # at row 0, one of nulls only never; only the others are searched. An expression per
-    # column over all of them cost 8 s for 100k columns, the null counts 0.2 s
-    h = df.height
-    rows = [
-        0 if k == 0 else h if k == h else int(s.is_not_null().arg_max())  # type: ignore[arg-type]
-        for s, k in zip(df.iter_columns(), df.null_count().row(0), strict=True)
-    ]
-    per_row = Counter(rows)  # (rows.count per column was quadratic in the width)
-    tied_rows = {r for r, n in per_row.items() if n > 1 and r < df.height}
-    position: dict[tuple[int, str], int] = {}
-    for r in tied_rows:
-        try:
-            keys = list(json.loads(line_of_row(r)))
-        except ValueError:
-            keys = []
-        for i, k in enumerate(keys):
-            position[(r, k)] = i
-    columns = df.columns  # (a new list on every call)
-    order = sorted(
-        range(df.width),
-        key=lambda j: (rows[j], position.get((rows[j], columns[j]), len(position)), j),
-    )
-    if order == list(range(df.width)):
-        return df
-    return df[:, order]  # (by position: a select of 100k names cost 1.8 s, this 0.5 s)
-
-
-def _nth_line(body: bytes | mmap.mmap, n: int) -> bytes:
-    """Line n (0-based) of body, counting every line (blank ones too)."""
-    start = 0
-    if n > 0:
-        import numpy as np
-
-        arr = np.frombuffer(body, dtype=np.uint8)
-        seen = 0  # newlines before the block
-        for i in range(0, arr.size, _SCAN_BLOCK):
-            hits = np.flatnonzero(arr[i : i + _SCAN_BLOCK] == 0x0A)
-            if seen + hits.size >= n:  # the n-th newline ends line n-1
-                start = i + int(hits[n - seen - 1]) + 1
-                break
-            seen += hits.size
-        else:
-            start = len(body)
-        del arr
-    stop = body.find(b"\n", start)
-    return bytes(body[start : stop if stop >= 0 else len(body)])
