@@ -64,8 +64,7 @@ def read(data: bytes | mmap.mmap, body: int, sample: bytes) -> pl.DataFrame | No
     names, values, ints, _rows = got
     if not set(names) <= set(sampled[0]):
         return None
-    lowered = [n.lower() for n in names if n.lower().encode() in STEP_NAMES]
-    if len(lowered) != len(set(lowered)):
+    if _step_names_clash(names):
         return None
     step_key = find_key(names, STEP_KEYS)
     columns = []
@@ -89,8 +88,7 @@ def read_whole(body: bytes) -> pl.DataFrame | None:
     if isinstance(got, str):
         return None
     names, values, ints, _rows = got
-    lowered = [n.lower() for n in names if n.lower().encode() in STEP_NAMES]
-    if len(lowered) != len(set(lowered)):
+    if _step_names_clash(names):
         return None
     step_key = find_key(names, STEP_KEYS)
     columns = []
@@ -102,3 +100,10 @@ def read_whole(body: bytes) -> pl.DataFrame | None:
         else:
             columns.append(pl.Series(value).alias(name))
     return pl.DataFrame(columns)
+
+
+def _step_names_clash(names: list[str]) -> bool:
+    """Two step-like names that differ only in case (which one ``find_key`` takes then
+    depends on the column order)."""
+    lowered = [n.lower() for n in names if n.lower().encode() in STEP_NAMES]
+    return len(lowered) != len(set(lowered))

@@ -67,6 +67,13 @@ DETECTRON2 = Shape(
     names={"time": "iter_time", "max_mem": "max_mem_mib"},
 )
 
+
+def _epoch_iter_step() -> pl.Expr:
+    """``(epoch - 1) * per_epoch + iter``: epochs counted from 1, iterations from 0."""
+    epoch = pl.col("epoch").cast(pl.Int64) - 1
+    return epoch * pl.col("per_epoch").cast(pl.Int64) + pl.col("iter").cast(pl.Int64)
+
+
 # ---- MMEngine / mmcv ------------------------------------------------------------------------
 
 # LogProcessor joins its fields with two spaces; a key may hold one (mmpose's
@@ -88,10 +95,7 @@ MMENGINE_EPOCH = Shape(
     field=_MM_FIELD,
     names=_MM_NAMES,
     skip=frozenset({"eta"}),
-    step_from=lambda: (
-        (pl.col("epoch").cast(pl.Int64) - 1) * pl.col("per_epoch").cast(pl.Int64)
-        + pl.col("iter").cast(pl.Int64)
-    ),
+    step_from=_epoch_iter_step,
 )
 MMENGINE_ITER = Shape(
     name="mmengine",
@@ -148,10 +152,7 @@ PADDLECLAS_TRAIN = Shape(
     units={"s": ""},
     names=_PP_NAMES,
     skip=frozenset({"eta"}),
-    step_from=lambda: (
-        (pl.col("epoch").cast(pl.Int64) - 1) * pl.col("per_epoch").cast(pl.Int64)
-        + pl.col("iter").cast(pl.Int64)
-    ),
+    step_from=_epoch_iter_step,
 )
 PADDLECLAS_EVAL = Shape(
     name="paddleclas",
@@ -418,10 +419,7 @@ YOLOX = Shape(
     skip=frozenset({"ETA", "size"}),
     # `mem` is gpu_mem_usage(): max_memory_allocated in MiB; times are seconds
     names={"mem": "max_mem_mib"},
-    step_from=lambda: (
-        (pl.col("epoch").cast(pl.Int64) - 1) * pl.col("per_epoch").cast(pl.Int64)
-        + pl.col("iter").cast(pl.Int64)
-    ),
+    step_from=_epoch_iter_step,
 )
 
 # ---- pycocotools' summary (printed by YOLOX, detectron2, torchvision's references, DETR,
