@@ -1,9 +1,10 @@
-"""Build of the compiled TensorBoard, W&B and JSONL lanes and the guard for mapped reads;
-everything else is declared in pyproject.toml.
+"""Build of the compiled TensorBoard, W&B and JSONL lanes, the guard for mapped reads and
+the monitor's entropy; everything else is declared in pyproject.toml.
 
 The extensions are optional: where they do not compile (no C compiler, an unusual
 platform) the install goes on and trainlens reads TensorBoard and W&B files with its
-numpy readers and JSONL files with polars alone."""
+numpy readers and JSONL files with polars alone, and the monitor takes the entropy with
+torch's ops."""
 
 from setuptools import Extension, setup
 
@@ -29,6 +30,11 @@ setup(
                 "trainlens/readers/_wbfloat.h",
                 "trainlens/readers/_pow5.h",
             ],
+            optional=True,
+        ),
+        Extension(
+            "trainlens.monitor._entropy",
+            sources=["trainlens/monitor/_entropy.c"],
             optional=True,
         ),
         Extension(
