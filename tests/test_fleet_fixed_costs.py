@@ -227,7 +227,49 @@ def test_a_gate_lists_the_folder_above_its_runs_once(
     for r in result.reports:
         gated = [d["message"] for d in r.data_quality if d["kind"] == "checkpoints-elsewhere"]
         assert gated == notes and f"found checkpoints in {fleet} " in notes[0]
-    assert _discover._LISTED is None  # off again after the gate
+    assert _discover._WALKS is None  # off again after the gate
+
+
+def test_a_gate_walks_a_folder_of_run_files_once_per_depth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run files side by side (a fleet of JSONL runs in one folder): each run's own folder
+    is that folder, searched for its checkpoints (its own entries) and for strays (three
+    levels down). Each walk is done once in a gate, not once per run (N**2 entries)."""
+    from trainlens.core.config import Config
+    from trainlens.gate import gate
+
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    for i in range(8):
+        (fleet / f"run{i}.jsonl").write_text(
+            "\n".join(json.dumps({"step": s, "loss": 2.0 - s / 100}) for s in range(50)) + "\n"
+        )
+    (fleet / "sub" / "checkpoint-40").mkdir(parents=True)  # below the runs: not theirs
+    (fleet / "sub" / "checkpoint-40" / "model.safetensors").write_bytes(b"")
+    alone = {
+        r.run.source: [d.message for d in r.run.data_quality if d.kind == "checkpoints-elsewhere"]
+        for r in trainlens.analyze(fleet / "run5.jsonl")
+    }
+    listed: list[str] = []
+    walk = _discover._walk
+
+    def counting(folder: str, *args: object, **kwargs: object) -> None:
+        listed.append(folder)
+        walk(folder, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_discover, "_walk", counting)
+    result = gate([str(fleet)], config=Config(), jobs=1)
+    assert len(result.reports) == 8
+    assert 1 <= listed.count(str(fleet)) <= 2  # its own entries, and three levels down
+    assert listed.count(str(fleet / "sub")) == 1
+    [notes] = alone.values()
+    assert notes and "sub" in notes[0]
+    for r in result.reports:  # every run still names the stray checkpoint, as alone
+        assert [
+            d["message"] for d in r.data_quality if d["kind"] == "checkpoints-elsewhere"
+        ] == notes
+    assert _discover._WALKS is None
 
 
 # ---- the pool ---------------------------------------------------------------------------------
@@ -282,3 +324,34 @@ def test_chunks_shrink_to_one_run_at_the_end() -> None:
     assert chunk_size(10_000, 2) == CHUNK_MAX
     assert chunk_size(20, 2) == 2
     assert [chunk_size(k, 4) for k in (15, 3, 1, 0)] == [1, 1, 1, 1]
+
+
+def test_a_kept_walk_finds_what_a_fresh_one_does_at_the_entry_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reused walks keep the entry budget's outcome: where the entries already counted
+    leave no room for a kept walk's own, the folder is walked afresh (and truncated as a
+    fresh walk would be)."""
+    for name, n in (("a", 6), ("b", 5)):
+        for i in range(n):
+            d = tmp_path / name / f"checkpoint-{i * 10}"
+            d.mkdir(parents=True)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+
+    def outcome(found: _discover.Found) -> tuple[list[str], bool]:
+        return [p for p, _k, _s in found.folders + found.files], found.truncated
+
+    for budget in (4, 6, 8, 11, 12, 100):
+        monkeypatch.setattr(_discover, "MAX_ENTRIES", budget)
+        fresh = outcome(_discover.find_in([a, b], []))
+        with _discover.shared_listings():
+            first = outcome(_discover.find_in([b], []))  # b's walk kept (if it fits)
+            again = outcome(_discover.find_in([a, b], []))
+            twice = outcome(_discover.find_in([a, b], []))
+        assert again == fresh and twice == fresh, budget
+        assert first == outcome(_discover.find_in([b], [])), budget
+    assert fresh == (
+        [os.path.join(a, f"checkpoint-{i * 10}") for i in range(6)]
+        + [os.path.join(b, f"checkpoint-{i * 10}") for i in range(5)],
+        False,
+    )

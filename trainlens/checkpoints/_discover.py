@@ -39,48 +39,61 @@ def find(path: str) -> tuple[str, Found]:
     """(the folder searched, what it holds); parents are tried when nothing is found."""
     start = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     found = Found()
-    _walk(start, 0, found, [0], MAX_DEPTH)
+    _walk_once(start, found, [0], MAX_DEPTH)
     root = start
     for _ in range(MAX_UP):
         if found or os.path.dirname(root) == root:
             break
         root = os.path.dirname(root)
-        above = _listed(root)
-        found.folders += above.folders
-        found.files += above.files
-        found.pointers += above.pointers
-        found.truncated = found.truncated or above.truncated
+        _walk_once(root, found, [0], 0)
     return (root if found else start), found
 
 
-# The folders above runs, each listed once while shared_listings() is on (a gate): every
-# run in a folder of N runs looks at that folder, so without it N runs listed N entries
-# each (and stat'ed each for a DCP file), N**2 in all: 300 runs in one folder spent
-# 1.4 ms a run there, 100k runs would spend seconds a run.
-_LISTED: dict[str, Found] | None = None
+# Each folder's walk done once while shared_listings() is on (a gate): every run file in a
+# folder of N runs walks that folder (its own folder, and the parents above it), so
+# without it N runs listed N entries each (and stat'ed each for a DCP file), N**2 in all:
+# 300 JSONL runs in one folder spent ~3 ms a run there, 100k runs would spend seconds a
+# run. Keyed by (folder, depth searched): what the walk found and how many entries it
+# looked at.
+_WALKS: dict[tuple[str, int], tuple[Found, int]] | None = None
 
 
 @contextmanager
 def shared_listings() -> Iterator[None]:
-    """Within this block a parent folder's own entries are read once (a gate's runs are
-    judged against one state of the tree, as a snapshot)."""
-    global _LISTED
-    outer, _LISTED = _LISTED, ({} if _LISTED is None else _LISTED)
+    """Within this block each folder is walked once (a gate's runs are judged against one
+    state of the tree, as a snapshot)."""
+    global _WALKS
+    outer, _WALKS = _WALKS, ({} if _WALKS is None else _WALKS)
     try:
         yield
     finally:
-        _LISTED = outer
+        _WALKS = outer
 
 
-def _listed(folder: str) -> Found:
-    """A folder's own checkpoint entries (no subfolder searched), as a fresh walk finds them."""
-    if _LISTED is not None and folder in _LISTED:
-        return _LISTED[folder]
-    here = Found()
-    _walk(folder, 0, here, [0], 0)
-    if _LISTED is not None:
-        _LISTED[folder] = here
-    return here
+def _walk_once(folder: str, found: Found, seen: list[int], max_depth: int) -> None:
+    """:func:`_walk` of ``folder``, its result reused within :func:`shared_listings`. A
+    walk that stopped at :data:`MAX_ENTRIES` is not kept, and a kept one is reused only
+    where the entries already counted leave room for all of its own: then a fresh walk
+    would have found the same, in the same order, and counted as many."""
+    if _WALKS is None:
+        _walk(folder, 0, found, seen, max_depth)
+        return
+    key = (folder, max_depth)
+    kept = _WALKS.get(key)
+    if kept is None:
+        fresh, counted = Found(), [0]
+        _walk(folder, 0, fresh, counted, max_depth)
+        kept = (fresh, counted[0])
+        if not fresh.truncated:
+            _WALKS[key] = kept
+    here, count = kept
+    if here.truncated or seen[0] + count > MAX_ENTRIES:
+        _walk(folder, 0, found, seen, max_depth)  # (where the budget runs out: as before)
+        return
+    seen[0] += count
+    found.folders += here.folders
+    found.files += here.files
+    found.pointers += here.pointers
 
 
 def find_in(shallow: list[str], deep: list[str]) -> Found:
@@ -91,9 +104,9 @@ def find_in(shallow: list[str], deep: list[str]) -> Found:
     found = Found()
     seen = [0]
     for folder in shallow:
-        _walk(folder, 0, found, seen, 0)
+        _walk_once(folder, found, seen, 0)
     for folder in deep:
-        _walk(folder, 0, found, seen, MAX_DEPTH)
+        _walk_once(folder, found, seen, MAX_DEPTH)
     return found
 
 
