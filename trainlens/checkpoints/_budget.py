@@ -16,7 +16,9 @@ million) or is no checkpoint. Measured on such bombs: docs/checkpoints.md.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from trainlens.core.dataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from trainlens.checkpoints import _layouts as L
+from trainlens.core.dataclass import dataclass
 
 MAX_DEPTH = 3
 MAX_UP = 2

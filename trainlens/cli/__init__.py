@@ -12,6 +12,7 @@ import gc
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # The command line's numpy work is elementwise; an OpenBLAS thread pool only spins at
 # start-up (0.05-0.1 s of CPU per command, measured). Set before numpy is imported, for
@@ -43,6 +44,7 @@ def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
     its own copy (``typer._click``) and never raises the click package's, older typer
     uses the click package. The package is imported only when typer has no copy of its
     own: importing it anyway cost 6-7 ms of every command's start-up (issue 28)."""
+    used: Any
     try:
         from typer._click import exceptions as used
     except ImportError:  # pragma: no cover - an older typer, on the click package

@@ -23,10 +23,11 @@ import importlib
 import pkgutil
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.errors import ConfigError, did_you_mean
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import Run

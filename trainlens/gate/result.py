@@ -8,9 +8,10 @@ summary dict, findings and check results); the main process collects them into a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.incidents import Incident
 

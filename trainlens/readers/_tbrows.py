@@ -3,10 +3,11 @@ file's results, and the files of one run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.readers._tbfile import FileInfo
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Protocol
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.names import AliasTable
 from trainlens.core.run import DataIssue, Run

@@ -4,10 +4,11 @@ counted and reported with its first line."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass
 from trainlens.readers.textlog.notes import Notes
 
 
