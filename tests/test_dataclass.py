@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+import trainlens.core.dataclass
 from trainlens.core.dataclass import dataclass
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,6 +48,8 @@ Inner = Outer.Inner
             ("C", (1, 3.0, "q"), {}),
             ("C", (), {}),
             ("C", (1, 2, 3, 4), {}),
+            ("C", (1,), {"x": 2}),
+            ("C", (1,), {"z": 2}),
             ("Inner", (), {}),
         ],
     ),
@@ -421,7 +424,9 @@ def _facts(source: str, calls: list[Any], decorator: Callable[..., Any]) -> dict
         if isinstance(obj, type) and dataclasses.is_dataclass(obj) and name != "Log"
     }
     for i, (name, args, kwargs) in enumerate(calls):
-        out[f"call {i}: {name}{args}{kwargs}"] = _instance_facts(ns[name], args, kwargs)
+        # (each call on classes of their own: a refused call compiles the real __init__)
+        own, _ = _module(source, decorator)
+        out[f"call {i}: {name}{args}{kwargs}"] = _instance_facts(own[name], args, kwargs)
     for name in list(out):  # (what the first call may have changed)
         if not name.startswith("call "):
             cls = ns[name]
@@ -446,8 +451,14 @@ def _normal(facts: dict[str, Any]) -> str:
     return re.sub(r" at 0x[0-9a-f]+", "", text)
 
 
+@pytest.mark.parametrize("compile_after", [0, 3, 10_000])
 @pytest.mark.parametrize("shape", list(SHAPES))
-def test_a_class_shape_comes_out_as_dataclasses_makes_it(shape: str) -> None:
+def test_a_class_shape_comes_out_as_dataclasses_makes_it(
+    shape: str, compile_after: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(``compile_after``: every instance made by the compiled ``__init__``, the first
+    few field by field, or all of them field by field)"""
+    monkeypatch.setattr(trainlens.core.dataclass, "COMPILE_AFTER", compile_after)
     source, calls = SHAPES[shape]
     ours = _normal(_facts(source, calls, dataclass))
     theirs = _normal(_facts(source, calls, dataclasses.dataclass))
@@ -479,11 +490,12 @@ def test_frozen_nan_fields_compare_as_dataclasses_compare_them() -> None:
     assert ns["C"](float("nan")) != ns["C"](float("nan"))
 
 
-def test_only_a_class_that_is_made_compiles_and_only_its_init(
+def test_only_a_class_made_often_compiles_and_only_its_init(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The point of the module: defining a class compiles nothing (dataclasses compiles
-    six methods for a frozen one); its first instance compiles ``__init__``, once."""
+    six methods for a frozen one); its first instances are made field by field, and the
+    one after COMPILE_AFTER compiles ``__init__``, once."""
     import builtins
 
     compiled: list[str] = []
@@ -507,11 +519,15 @@ def test_only_a_class_that_is_made_compiles_and_only_its_init(
     assert compiled == []
     assert str(inspect.signature(Frozen)) == "(a: int, b: int = 1) -> None"
     stub = Frozen.__init__
-    assert Frozen(2) == Frozen(2, 1)  # type: ignore[call-arg]
+    made = [Frozen(i) for i in range(trainlens.core.dataclass.COMPILE_AFTER)]  # type: ignore[call-arg]
+    assert compiled == []
+    assert made[-1] == Frozen(len(made) - 1, 1)  # type: ignore[call-arg]
     assert len(compiled) == 1
     assert Frozen.__init__ is not stub
     assert stub(object.__new__(Frozen), 3) is None  # (a stub kept elsewhere still works)
     assert len(compiled) == 1
+    with pytest.raises(TypeError, match=r"missing 1 required positional argument: 'a'"):
+        Frozen()  # type: ignore[call-arg]
 
 
 def _dataclass_imports(path: Path) -> Iterator[str]:

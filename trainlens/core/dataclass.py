@@ -34,7 +34,7 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["dataclass"]
+__all__ = ["dataclass", "field"]
 
 _FIELD = dataclasses._FIELD  # type: ignore[attr-defined]  # (what dataclasses marks fields by)
 _FIELD_INITVAR = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]
@@ -236,15 +236,18 @@ def _init(cls: type, every: list[dataclasses.Field[Any]], frozen: bool) -> None:
     post_init = hasattr(cls, "__post_init__")
 
     made: list[Callable[..., None]] = []
+    by_fields = _FieldsInit(in_init, std, kw, frozen, post_init)
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        # the first call compiles the real one and puts it in its place
+    def __init__(*args: Any, **kwargs: Any) -> None:
+        # (no named self: a field may be called that)
         if not made:
+            if by_fields.calls < COMPILE_AFTER and by_fields(args, kwargs):
+                return
             made.append(_compiled_init(cls, in_init, std, kw, frozen, self_name, post_init))
         real = made[0]
-        if cls.__dict__.get("__init__") is __init__:
+        if cls.__dict__.get("__init__") is __init__:  # (from now on the class calls it)
             setattr(cls, "__init__", _named(cls, real))  # noqa: B010 - (mypy: cls.__init__)
-        real(self, *args, **kwargs)
+        real(*args, **kwargs)
 
     # what introspection sees before the first call is what it sees after it
     param = inspect.Parameter
@@ -258,6 +261,72 @@ def _init(cls: type, every: list[dataclasses.Field[Any]], frozen: bool) -> None:
     __init__.__annotations__ = {f.name: f.type for f in (*std, *kw)} | {"return": None}
     __init__.__module__ = cls.__module__
     _add(cls, "__init__", __init__)
+
+
+#: calls of a class's ``__init__`` made field by field before it is compiled: most classes
+#: are made a few times (a detector's Params, a reader's options) and never pay the
+#: compile; one made often (a Finding, an Alias) is compiled on its ninth instance
+COMPILE_AFTER = 8
+
+
+class _FieldsInit:
+    """What the compiled ``__init__`` does, done by walking the fields: binds the
+    arguments as its signature would, then sets each field in order (a factory called
+    where the compiled one calls it, a frozen class's through ``object.__setattr__``) and
+    calls ``__post_init__`` with the InitVars. Arguments its signature would refuse are
+    left to the compiled one (False), so its error is the one raised."""
+
+    def __init__(
+        self,
+        in_init: list[dataclasses.Field[Any]],
+        std: list[dataclasses.Field[Any]],
+        kw: list[dataclasses.Field[Any]],
+        frozen: bool,
+        post_init: bool,
+    ) -> None:
+        self.calls = 0
+        self.std = tuple(f.name for f in std)
+        self.named = {f.name for f in (*std, *kw)}
+        self.required = tuple(
+            f.name for f in (*std, *kw) if f.default is _MISSING and f.default_factory is _MISSING
+        )
+        self.fields = in_init
+        # (an InitVar kept out of __init__ is a NameError of the compiled one: its own)
+        self.odd = any(f._field_type is _FIELD_INITVAR and not f.init for f in in_init)  # type: ignore[attr-defined]
+        self.frozen = frozen
+        self.post_init = post_init
+
+    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        self.calls += 1
+        if self.odd or not args or len(args) - 1 > len(self.std):
+            return False
+        given = dict(zip(self.std, args[1:], strict=False))
+        for name, value in kwargs.items():
+            if name not in self.named or name in given:
+                return False
+            given[name] = value
+        if any(name not in given for name in self.required):
+            return False
+        obj = args[0]
+        assign = object.__setattr__ if self.frozen else setattr
+        initvars = []
+        for f in self.fields:
+            if f._field_type is _FIELD_INITVAR:  # type: ignore[attr-defined]
+                initvars.append(given[f.name] if f.name in given else _default(f))
+                continue
+            if f.default_factory is not _MISSING:
+                value = given.get(f.name, _HAS_DEFAULT_FACTORY) if f.init else _HAS_DEFAULT_FACTORY
+                if value is _HAS_DEFAULT_FACTORY:
+                    factory: Any = f.default_factory
+                    value = factory()
+            elif f.init:
+                value = given.get(f.name, f.default)
+            else:
+                continue  # (the class attribute holds the default)
+            assign(obj, f.name, value)
+        if self.post_init:
+            obj.__post_init__(*initvars)
+        return True
 
 
 def _default(f: dataclasses.Field[Any]) -> Any:
@@ -345,6 +414,9 @@ def _init_param(f: dataclasses.Field[Any]) -> str:
         default = ""
     return f"{f.name}:_type_{f.name}{default}"
 
+
+#: ``dataclasses.field`` itself, so a module takes both names from here
+field = dataclasses.field
 
 if TYPE_CHECKING:
     from dataclasses import dataclass as dataclass

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import field
 from enum import StrEnum
 from typing import Any
 
-from trainlens.core.dataclass import dataclass
+from trainlens.core.dataclass import dataclass, field
 
 
 class Severity(StrEnum):

@@ -8,10 +8,9 @@ summary dict, findings and check results); the main process collects them into a
 from __future__ import annotations
 
 import math
-from dataclasses import field
 from typing import Any
 
-from trainlens.core.dataclass import dataclass
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.incidents import Incident
 

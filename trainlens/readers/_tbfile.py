@@ -4,10 +4,9 @@ compiled lane's read uses it too)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import field
 from pathlib import Path
 
-from trainlens.core.dataclass import dataclass
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.run import DataIssue
 
 

@@ -14,7 +14,6 @@ row if they must.
 
 from __future__ import annotations
 
-from dataclasses import field
 from typing import Any
 
 from matplotlib import transforms
@@ -23,7 +22,7 @@ from matplotlib.backend_bases import RendererBase
 from matplotlib.figure import Figure
 from matplotlib.text import Annotation, Text
 
-from trainlens.core.dataclass import dataclass
+from trainlens.core.dataclass import dataclass, field
 
 TOP = 0.985  # axes fraction of the first row's top edge
 OFFSET_PT = 6.0  # a label starts this far from its step: clear of a 10-pt ring

@@ -23,10 +23,9 @@ The notifiers and ``--exec`` answer these (not the finding events), so a NaN tha
 
 from __future__ import annotations
 
-from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from trainlens.core.dataclass import dataclass
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding, Severity
 
 if TYPE_CHECKING:
