@@ -76,6 +76,23 @@ def test_analyze_of_a_small_run_imports_no_scipy_plots_or_pydantic(tmp_path: Pat
     assert {"polars", "numpy"} <= set(heavy)
 
 
+def test_the_click_package_is_left_alone_when_typer_has_its_own_copy(tmp_path: Path) -> None:
+    """typer 0.24+ runs on its vendored ``typer._click`` and never raises the click
+    package's exceptions; importing that package anyway cost 6-7 ms of every command."""
+    pytest.importorskip("typer._click")
+    code = (
+        "import sys\n"
+        "from trainlens.cli import _CLICK_ERRORS\n"
+        "from typer._click import exceptions as vendored\n"
+        "assert _CLICK_ERRORS == (vendored.ClickException,), _CLICK_ERRORS\n"
+        "print('click' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert proc.stdout.strip() == "False"
+
+
 def test_the_console_script_runs_no_cyclic_collection_in_an_analyze(tmp_path: Path) -> None:
     """The console script (``entry``) sets the young collection's threshold above what an
     analyze allocates, its imports nearly all (trainlens.cli.YOUNG_COLLECTION): a

@@ -9,12 +9,12 @@ summary, not raised: the rest of the analysis stands.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.errors import TrainlensError
 from trainlens.core.names import GPU_METRIC, GPU_POWER_FIELD
 from trainlens.core.run import Run

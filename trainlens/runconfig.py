@@ -35,10 +35,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.errors import ConfigError
 from trainlens.core.run import DataIssue, Run
 from trainlens.core.yamlio import RefusedFile, read_bounded, read_yaml

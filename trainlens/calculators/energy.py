@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trainlens.calculators.hardware import GPU, HardwareTable, gpu_row
 from trainlens.calculators.units import parse_number, require_positive
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import UsageError
 
 if TYPE_CHECKING:

@@ -15,11 +15,12 @@ Conventions (cited in docs/calculators.md):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Literal
 
 from trainlens.calculators.hardware import GPU, HardwareTable, dense_peak, gpu_row
 from trainlens.calculators.units import require_positive
+from trainlens.core.dataclass import dataclass
 from trainlens.core.errors import UsageError
 
 Recompute = Literal["none", "selective", "full"]

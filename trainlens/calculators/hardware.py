@@ -17,13 +17,14 @@ import difflib
 import io
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from trainlens.calculators.units import require_positive
+from trainlens.core.dataclass import dataclass
 from trainlens.core.errors import UnreadableInputError, UsageError
 
 DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp8", "tf32", "fp32")

@@ -15,11 +15,10 @@ part; full recomputation keeps only each layer's input, 2·s·b·h.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from trainlens.calculators.flops import RECOMPUTE_MODES
 from trainlens.calculators.hardware import GPU, HardwareTable, gpu_row
 from trainlens.calculators.units import require_positive
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import UsageError
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp32")

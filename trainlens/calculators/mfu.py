@@ -8,7 +8,6 @@ the FLOP counts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from trainlens.calculators.flops import (
@@ -19,6 +18,7 @@ from trainlens.calculators.flops import (
 )
 from trainlens.calculators.hardware import GPU, HardwareTable, dense_peak, gpu_row
 from trainlens.calculators.units import format_number, require_positive
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import UsageError
 
 if TYPE_CHECKING:

@@ -16,7 +16,8 @@ million) or is no checkpoint. Measured on such bombs: docs/checkpoints.md.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+
+from trainlens.core.dataclass import dataclass, field
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 from trainlens.checkpoints import _layouts as L
+from trainlens.core.dataclass import dataclass, field
 
 MAX_DEPTH = 3
 MAX_UP = 2

@@ -25,12 +25,12 @@ from __future__ import annotations
 import mmap
 import os
 import zipfile
-from dataclasses import dataclass, field
 
 from trainlens.checkpoints._budget import Spend
 from trainlens.checkpoints._model import Problem
 from trainlens.checkpoints._pickles import PickleScan, scan
 from trainlens.checkpoints._safetensors import Bad, read_header
+from trainlens.core.dataclass import dataclass, field
 
 CRC_BUDGET = 2 * 2**30
 #: a JSON file in a checkpoint (an index, trainer_state.json) is read up to this

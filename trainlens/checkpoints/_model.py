@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from trainlens.core.dataclass import dataclass, field
 
 #: integrity states, worst first: code that would run on load beats damage, damage beats
 #: a missing piece (a checkpoint with both is reported by the worst); ``outside``: a file

@@ -28,11 +28,11 @@ holds every run of the store.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainlens.checkpoints import _layouts as L
 from trainlens.checkpoints._discover import Found, find, find_in
+from trainlens.core.dataclass import dataclass, field
 
 if TYPE_CHECKING:
     from trainlens.core.run import Run

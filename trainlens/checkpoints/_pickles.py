@@ -33,10 +33,10 @@ import _compat_pickle
 import codecs
 import mmap
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from trainlens.checkpoints._allowlist import CALL, ENUM, NEW, use_of
 from trainlens.checkpoints._budget import Spend
+from trainlens.core.dataclass import dataclass, field
 
 #: strings longer than this are not kept as keys or names (a name is never this long)
 _MAX_KEPT = 4096

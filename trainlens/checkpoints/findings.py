@@ -25,9 +25,9 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from trainlens.checkpoints._model import Checkpoint, Inventory
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding, Severity
 
 CODES = {

@@ -7,11 +7,11 @@ the report only show.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from trainlens.checkpoints._model import Inventory
 from trainlens.checkpoints.findings import Params, clock, save_interval
+from trainlens.core.dataclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import gc
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 # The command line's numpy work is elementwise; an OpenBLAS thread pool only spins at
 # start-up (0.05-0.1 s of CPU per command, measured). Set before numpy is imported, for
@@ -40,24 +41,17 @@ __all__ = ["ISSUES_URL", "app", "app_for", "entry", "internal_error_message", "m
 
 def _click_exception_types() -> tuple[tuple[type[BaseException], ...], ...]:
     """Usage-error, exit and abort types of the click typer runs on: recent typer vendors
-    its own copy (``typer._click``), older typer uses the click package; catch both."""
-    modules = []
+    its own copy (``typer._click``) and never raises the click package's, older typer
+    uses the click package. The package is imported only when typer has no copy of its
+    own: importing it anyway cost 6-7 ms of every command's start-up (issue 28)."""
+    used: Any
     try:
-        from typer._click import exceptions as vendored
-
-        modules.append(vendored)
-    except ImportError:  # pragma: no cover - depends on the installed typer
-        pass
-    try:
-        from click import exceptions as standalone
-
-        modules.append(standalone)
-    except ImportError:  # recent typer does not need the click package
-        pass
-    errors = tuple(m.ClickException for m in modules)
-    exits = (typer.Exit, *(m.Exit for m in modules if hasattr(m, "Exit")))
-    aborts = (typer.Abort, *(m.Abort for m in modules if hasattr(m, "Abort")))
-    return errors, exits, aborts
+        from typer._click import exceptions as used
+    except ImportError:  # pragma: no cover - an older typer, on the click package
+        from click import exceptions as used
+    exits = (typer.Exit, *((used.Exit,) if hasattr(used, "Exit") else ()))
+    aborts = (typer.Abort, *((used.Abort,) if hasattr(used, "Abort") else ()))
+    return (used.ClickException,), exits, aborts
 
 
 _CLICK_ERRORS, _EXITS, _ABORTS = _click_exception_types()

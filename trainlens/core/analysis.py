@@ -7,9 +7,9 @@ them and on nothing that computes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.incidents import Incident, membership
 from trainlens.core.run import DataIssue, Run

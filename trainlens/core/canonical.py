@@ -10,11 +10,11 @@ Split out of trainlens/core/run.py (issue 14); :mod:`trainlens.core.run` re-expo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.frame import (
     FRAME_SCHEMA,
     Blocks,

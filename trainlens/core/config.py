@@ -8,10 +8,10 @@ checked by the detector registry, which knows each detector's parameters.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import ConfigError, did_you_mean
 from trainlens.core.paths import special_kind
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+from trainlens.core.dataclass import dataclass, field
 
 
 class Severity(StrEnum):

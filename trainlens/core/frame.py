@@ -9,10 +9,11 @@ Split out of trainlens/core/run.py (issue 14); :mod:`trainlens.core.run` re-expo
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+
+from trainlens.core.dataclass import dataclass, field
 
 #: Above this many metrics, work done once per metric (a view, a polars call) is done
 #: once per frame instead (one group_by, one sort): each per-metric polars call costs

@@ -11,9 +11,9 @@ analysis' finding list), so nothing is dropped and the findings stay readable be
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Severity, steps_text
 
 #: how the chain's steps are named in a headline (the cause step's labels, kept short)

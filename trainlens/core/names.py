@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+
+from trainlens.core.dataclass import dataclass
 
 CANONICAL_METRICS: dict[str, str] = {
     "train/loss": "training loss (per step, or per logging interval)",

@@ -17,13 +17,13 @@ their public names are importable from here as before.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 
 from trainlens.core import units
 from trainlens.core.canonical import RawColumns, canonicalize, frame_from_long, mark_restarts
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.frame import (
     FRAME_SCHEMA,
     Blocks,

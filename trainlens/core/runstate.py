@@ -20,8 +20,10 @@ The record's shape lives here, once: the monitor writes it, the readers read it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
+
+from trainlens.core.dataclass import dataclass
 
 #: Every state a watched run can be in.
 STATES = ("running", "finished", "crashed", "stalled")

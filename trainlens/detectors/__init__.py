@@ -23,10 +23,10 @@ import importlib
 import pkgutil
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import ConfigError, did_you_mean
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import Run

@@ -4,8 +4,9 @@ each first mover, its thresholds (:class:`CauseParams`) and a move (:class:`Move
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from trainlens.core.dataclass import dataclass
 
 LR, SCALE, GRAD, UPDATE, LOSS = "lr", "loss_scale", "grad_norm", "update_ratio", "train/loss"
 #: the optimizer-side signals, in their order at one step

@@ -5,10 +5,10 @@ differences), as :mod:`trainlens.detectors._causes` describes. Not a detector.""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.stats import MAD_TO_SIGMA, median_rows
 
 

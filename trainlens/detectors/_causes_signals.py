@@ -6,11 +6,11 @@ non-finite (see :mod:`trainlens.detectors._causes`). Not a detector."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.run import Run
 from trainlens.core.schedules import declared_lr
 from trainlens.core.stats import median_step, runs_of

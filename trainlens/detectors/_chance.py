@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.run import Run
 from trainlens.core.units import loss_parts
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding
 from trainlens.core.stats import MAD_TO_SIGMA, centered_rolling_median, runs_of
 from trainlens.detectors._grad_common import GRAD, SpikeParams

@@ -5,13 +5,13 @@ detector, not a detector)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 import numpy as np
 import polars as pl
 
 import trainlens.core.stats as _stats
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding
 from trainlens.core.stats import median3
 

@@ -4,11 +4,11 @@ the hypotheses tried on a log off the plan, and the finding for the one that fit
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.schedules import shape_of
 from trainlens.core.stats import runs_of

@@ -4,11 +4,11 @@ declared path (lr_schedule.py holds the detector; this module no finding logic).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.schedules import lr_at
 from trainlens.core.stats import runs_of

@@ -3,11 +3,11 @@ realized(step) ≈ plan(step + t0), and say so (LR008)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.schedules import offset_candidates
 from trainlens.detectors._lr_fit import Convention, fit_plan, fmt, lr_finding, plan_of, thin

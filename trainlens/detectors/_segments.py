@@ -10,10 +10,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.stats import (
     centered_median,
     median,

@@ -21,10 +21,10 @@ restarted while the epoch did not).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.run import Run
 from trainlens.core.stats import centered_rolling_median, median_step
 from trainlens.detectors.base import Context

@@ -5,11 +5,11 @@ the signal and calls :func:`_drops`."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding
 from trainlens.core.stats import median_step
 from trainlens.detectors._segments import refine_split, segment_levels

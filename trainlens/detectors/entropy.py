@@ -86,11 +86,11 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.core.stats import centered_median, odd, robust_sigma, runs_of

@@ -212,10 +212,9 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.detectors._grad_bounds import _bounds

@@ -83,11 +83,11 @@ Example
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.core.stats import run_medians, theil_sen

@@ -33,12 +33,12 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding
 from trainlens.core.frame import MANY_METRICS
 from trainlens.core.run import Run

@@ -33,8 +33,7 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.detectors.base import Context, finding

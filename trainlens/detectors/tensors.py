@@ -55,11 +55,11 @@ Example
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.core.stats import runs_of

@@ -71,10 +71,10 @@ Example
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding
 from trainlens.core.run import Run
 from trainlens.core.stats import MAD_TO_SIGMA, theil_sen

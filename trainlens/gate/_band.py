@@ -32,10 +32,12 @@ than ``z_onset`` units: where it started to leave, not where a threshold was cro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 import numpy as np
+
+from trainlens.core.dataclass import dataclass
 
 #: band units a seed band must be left by (normal quantile ~ 1e-4 one-sided per point;
 #: the points of a smoothed curve are far from independent, and k references estimate

@@ -11,10 +11,10 @@ of the runner and the runner on this one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import UnreadableInputError
 from trainlens.gate.outcomes import outcomes_from_summary
 

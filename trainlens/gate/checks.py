@@ -4,9 +4,9 @@ one Finding with a gate code (severity error unless configured otherwise)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding, Severity
 from trainlens.gate.codes import DEFAULT_SEVERITY, GATE_CODES
 from trainlens.gate.result import FAIL, PASS, SKIPPED, CheckResult

@@ -27,9 +27,9 @@ import glob
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.errors import TrainlensError, UsageError
 from trainlens.core.paths import special_file_sentence, special_kind
 from trainlens.readers._sniff import entry_is_dir, entry_is_file, is_event_file_name

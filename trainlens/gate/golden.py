@@ -20,12 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.errors import UnreadableInputError, UsageError
 from trainlens.gate._band import Band, build_band, decimate
 

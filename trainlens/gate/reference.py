@@ -15,11 +15,11 @@ One check per metric the references have a band for (``reference:train/loss``, .
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.findings import Finding, Severity
 from trainlens.gate._band import Band, Departure, compare, smooth
 from trainlens.gate.golden import Golden, axis_series, digest, rule_for

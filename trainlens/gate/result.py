@@ -8,9 +8,9 @@ summary dict, findings and check results); the main process collects them into a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.incidents import Incident
 

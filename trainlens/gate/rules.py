@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from trainlens.core.config import Config
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import ConfigError, did_you_mean
 from trainlens.core.findings import FAIL_LEVELS, Finding, Severity
 from trainlens.gate.codes import GATE_CODES

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trainlens.core.config import Config
+from trainlens.core.dataclass import dataclass
 from trainlens.core.errors import TrainlensError, UnreadableInputError, UsageError
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.incidents import Incident

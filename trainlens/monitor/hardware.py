@@ -3,11 +3,11 @@ the figures that follow from them (memory, loss scale, MFU through trainlens.cal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from trainlens.core.dataclass import dataclass
 from trainlens.monitor import stats
 
 

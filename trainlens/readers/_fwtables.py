@@ -40,12 +40,12 @@ from __future__ import annotations
 import functools
 import operator
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.names import Alias, AliasTable
 from trainlens.core.run import DataIssue, Run
 from trainlens.readers._wide import STEP_KEYS

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.names import Alias, AliasTable
 from trainlens.core.run import DataIssue
 from trainlens.readers import _coco, _step_rule

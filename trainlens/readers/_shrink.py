@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.run import DataIssue
 
 try:

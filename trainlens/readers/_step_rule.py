@@ -35,10 +35,10 @@ an ``epoch`` column beside it, one pass to see whether the step ever goes back).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.steps import steps_of
 
 #: step-like words, finest first; epoch-like ones last (the general text reader's too)

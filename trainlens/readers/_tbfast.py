@@ -8,10 +8,9 @@ Records outside that layout are left to the general decoder (:mod:`trainlens.rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.readers import _tfrecord as tfr
 from trainlens.readers._tbproto import DT_BFLOAT16, DT_DOUBLE, DT_FLOAT, DT_HALF, DT_INT32, DT_INT64
 from trainlens.readers._tbrows import Rows

@@ -4,9 +4,9 @@ compiled lane's read uses it too)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.run import DataIssue
 
 

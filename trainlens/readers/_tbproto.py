@@ -12,11 +12,11 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass
 from trainlens.readers._tbrows import FileData, Rows
 from trainlens.readers._tbtags import Tags
 from trainlens.readers._tfrecord_format import HEADER

@@ -3,10 +3,9 @@ file's results, and the files of one run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.readers._tbfile import FileInfo
 
 

@@ -24,10 +24,10 @@ import itertools
 import mmap
 import os
 import struct
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.readers import _tfrecord_crc as crc
 from trainlens.readers._shrink import fill
 from trainlens.readers._tfrecord_format import HEADER, OVERHEAD, masked_crc

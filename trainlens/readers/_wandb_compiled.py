@@ -15,11 +15,11 @@ benchmark (bench/wandb_read.py) holds against W&B's reader. No numpy: its import
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass
 from trainlens.readers._wandb_log import unique_names
 
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import io
 import zlib
-from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.readers import _wandb_log as wl
 
 PAD = 64  # zero bytes after the data: fixed-width reads past a message's end stay in bounds

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
+
+from trainlens.core.dataclass import dataclass
 
 MAGIC = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 FILE_HEADER = 7

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.names import AliasTable
 from trainlens.core.run import DataIssue, Run

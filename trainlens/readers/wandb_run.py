@@ -38,13 +38,13 @@ import mmap
 import os
 import struct
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from trainlens.core import steps
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.frame import strictly_increasing
 from trainlens.core.run import DataIssue, Run, build_run

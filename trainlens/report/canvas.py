@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.text import Annotation
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.report.labels import Note
 from trainlens.report.model import IncidentLabel, Panel, Series, run_series
 from trainlens.report.theme import (

@@ -14,7 +14,6 @@ row if they must.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from matplotlib import transforms
@@ -22,6 +21,8 @@ from matplotlib.axes import Axes
 from matplotlib.backend_bases import RendererBase
 from matplotlib.figure import Figure
 from matplotlib.text import Annotation, Text
+
+from trainlens.core.dataclass import dataclass, field
 
 TOP = 0.985  # axes fraction of the first row's top edge
 OFFSET_PT = 6.0  # a label starts this far from its step: clear of a 10-pt ring

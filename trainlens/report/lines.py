@@ -5,12 +5,11 @@ smoothing is asked for."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from matplotlib import transforms
 from matplotlib.axes import Axes
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.stats import ema
 from trainlens.report.canvas import MAIN_BUCKETS, Canvas, Line
 from trainlens.report.decimate import decimate, first_per_bucket, nonfinite_marks, with_gaps

@@ -4,7 +4,6 @@ metric's series as drawn, and the panels with where every finding was drawn."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -14,6 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding
 from trainlens.core.incidents import Incident, incident_order, membership
 from trainlens.report.theme import DPI

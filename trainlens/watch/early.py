@@ -22,11 +22,12 @@ configured overrides), so a warning here and a finding there mean the same spike
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import polars as pl
+
+from trainlens.core.dataclass import dataclass, field
 
 MAD_TO_SIGMA = 1.4826
 #: the fewest trailing values a median is taken from

@@ -6,9 +6,9 @@ the notifiers, ``--exec`` and Prometheus all take the same events.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding
 
 #: The kinds of event, in the order a run usually produces them.

@@ -32,12 +32,13 @@ names, aliases and values (tests follow files while real writers write them and 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass
 from trainlens.core.errors import TrainlensError
 from trainlens.core.run import DataIssue, Run
 from trainlens.core.runstate import RunEnd, run_end

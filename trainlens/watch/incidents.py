@@ -23,9 +23,9 @@ The notifiers and ``--exec`` answer these (not the finding events), so a NaN tha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding, Severity
 
 if TYPE_CHECKING:

@@ -26,12 +26,12 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Finding, Severity
 from trainlens.core.run import FRAME_SCHEMA, Run
 from trainlens.core.runstate import RunEnd

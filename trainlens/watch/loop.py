@@ -18,11 +18,11 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainlens.core.config import Config
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Severity, fail_rank
 from trainlens.core.runstate import STATES
 from trainlens.readers import ReadOptions

@@ -7,9 +7,9 @@ Precedence as everywhere: defaults < the config file < flags (the CLI passes its
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from typing import Any
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import ConfigError, UsageError, did_you_mean
 
 EXIT_LEVELS = ("info", "warning", "error")

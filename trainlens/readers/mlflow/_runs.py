@@ -4,12 +4,12 @@ read, their display names, and the long frame built from per-metric columns."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.errors import UnreadableInputError
 from trainlens.core.run import DataIssue
 from trainlens.core.runstate import METADATA_KEY, RunEnd

@@ -24,10 +24,10 @@ before when a piece starts inside a block).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass
 from trainlens.readers.textlog.pipeline import LONG_SCHEMA, empty_long
 from trainlens.readers.textlog.shapes import NUM
 

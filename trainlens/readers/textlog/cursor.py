@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass
 from trainlens.readers.textlog.notes import Notes
 from trainlens.readers.textlog.shapes import ANSI
 

@@ -21,10 +21,10 @@ for the rest.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.readers._step_rule import EPOCH_NAMES, RISE, STEP_NAMES
 from trainlens.readers.textlog.notes import Notes
 from trainlens.readers.textlog.shapes import NUM

@@ -9,10 +9,10 @@ crashed before its first step) is reported with that exception quoted.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import polars as pl
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.run import DataIssue
 
 # the last line of a Python traceback, after any launcher prefix (`[rank3]: `, `3: `)

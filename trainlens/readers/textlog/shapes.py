@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from dataclasses import field as _default
 
 import polars as pl
+
+from trainlens.core.dataclass import dataclass
 
 # ---- pattern pieces ---------------------------------------------------------------------
 

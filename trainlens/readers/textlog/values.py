@@ -4,10 +4,9 @@ counted and reported with its first line."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import polars as pl
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.readers.textlog.notes import Notes
 
 

@@ -18,10 +18,10 @@ import queue
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from trainlens.core.dataclass import dataclass, field
 from trainlens.core.findings import Severity
 from trainlens.core.sanitize import terminal, terminal_lines
 from trainlens.watch.events import WatchEvent
