@@ -66,6 +66,11 @@ _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
 
 
+#: the largest field number protobuf has (2**29 - 1: a tag is a 32-bit varint); a larger
+#: one is no message (protobuf's "Wire format was corrupt"), not an unknown field to skip
+_MAX_FIELD = (1 << 29) - 1
+
+
 class Malformed(Exception):
     """The bytes are not the protobuf message they should be."""
 
@@ -93,8 +98,8 @@ def _fields(b: bytes, i: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     while i < end:
         key, i = _varint(b, i)
         num, wt = key >> 3, key & 7
-        if num == 0:  # protobuf refuses it: the bytes are not a message
-            raise Malformed("field number 0")
+        if num == 0 or num > _MAX_FIELD:  # protobuf refuses both: the bytes are not a message
+            raise Malformed(f"field number {num}")
         if wt == 0:
             v, i = _varint(b, i)
             yield num, wt, v, i
