@@ -350,3 +350,42 @@ def test_chinese_epoch_summary_names(tmp_path: Path) -> None:
     steps, val = run.series("val/loss")
     assert len(steps) == 6 and val[0] == pytest.approx(5.984)
     assert steps[0] == 300  # the last batch of the first epoch
+
+
+# ---- VAL002: a validation task metric that ended worse than its best ----------------------
+
+
+def test_a_validation_accuracy_that_fell_after_its_best_is_a_regression(tmp_path: Path) -> None:
+    """JER-ry/CF-ViT @0afa441, output/log.txt: top-1 rose to 77.8 % at epoch 199, fell to
+    60.5 % by epoch 210 after a loss spike at 201 and ended at 65.0 %: no validation loss
+    is logged, so nothing was found. Written in DeiT's log.txt layout."""
+    path = tmp_path / "log.txt"
+    with path.open("w") as f:
+        for epoch in range(60):
+            acc = 40 + 0.9 * epoch if epoch < 40 else 60 + 0.1 * (epoch - 40)
+            log = {
+                "train_lr": 1e-4,
+                "train_loss": 6.0 - 0.02 * epoch + (0.6 if epoch == 41 else 0.0),
+                "test_acc1": acc + 0.2 * (-1) ** epoch,
+                "epoch": epoch,
+                "n_parameters": 22_000_000,
+            }
+            f.write(json.dumps(log) + "\n")
+    a = _analyze(path)
+    (f,) = [f for f in a.findings if f.code == "VAL002"]
+    assert f.metric == "val/acc1" and f.evidence["best_step"] == 39
+    assert f.severity.value == "error" and "keep the step-39 checkpoint" in f.message
+
+
+def test_a_validation_accuracy_still_rising_is_silent(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    with path.open("w") as f:
+        for epoch in range(60):
+            log = {
+                "train_loss": 6.0 - 0.02 * epoch,
+                "test_acc1": 40 + 0.5 * epoch + 0.3 * (-1) ** epoch,
+                "epoch": epoch,
+                "n_parameters": 22_000_000,
+            }
+            f.write(json.dumps(log) + "\n")
+    assert not [f for f in _analyze(path).findings if f.code.startswith("VAL")]
