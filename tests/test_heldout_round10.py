@@ -352,7 +352,7 @@ def test_chinese_epoch_summary_names(tmp_path: Path) -> None:
     assert steps[0] == 300  # the last batch of the first epoch
 
 
-# ---- VAL002: a validation task metric that ended worse than its best ----------------------
+# ---- VAL006: a validation task metric that ended worse than its best ----------------------
 
 
 def test_a_validation_accuracy_that_fell_after_its_best_is_a_regression(tmp_path: Path) -> None:
@@ -372,7 +372,7 @@ def test_a_validation_accuracy_that_fell_after_its_best_is_a_regression(tmp_path
             }
             f.write(json.dumps(log) + "\n")
     a = _analyze(path)
-    (f,) = [f for f in a.findings if f.code == "VAL002"]
+    (f,) = [f for f in a.findings if f.code == "VAL006"]
     assert f.metric == "val/acc1" and f.evidence["best_step"] == 39
     assert f.severity.value == "error" and "keep the step-39 checkpoint" in f.message
 

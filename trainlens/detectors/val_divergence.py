@@ -10,7 +10,7 @@ What it flags
     The finding names the best step: the checkpoint to keep, and the percent it prints
     is measured from that best value to the mean of the last evaluations.
 
-    VAL002 ``val-metric-regression``: in a run that logs no validation loss, a validation
+    VAL006 ``val-metric-regression``: in a run that logs no validation loss, a validation
     task metric (accuracy, top-1, F1, BLEU, IoU, …, higher is better; WER, CER, MAE,
     RMSE, perplexity, lower is better) that ended clearly worse than its best evaluation
     and stayed there. It names the best step, the checkpoint to keep.
@@ -57,7 +57,7 @@ Default thresholds
     the end, while the train loss fell, is info, naming the checkpoint to keep (a BERT
     run of three epochs: 0.318, 0.320, 0.443).
 
-    VAL002 is judged as VAL001 judges a loss, turned so that up is better: the level
+    VAL006 is judged as VAL001 judges a loss, turned so that up is better: the level
     around the best (the median of five from 20 evaluations on), the mean of the last
     ``tail`` = 3 evaluations, a fall past both ``min_rise`` = 2 % of the best and
     ``noise_k`` = 3 × the evaluation noise before it, and at least ``min_after`` = 3
@@ -71,8 +71,8 @@ Known false positives
     A deliberate change of the validation set mid-run; validation on a tiny set, whose
     noise is larger than the guard estimates from few points; schedules that raise the
     LR again (cyclic), which lift val and train loss together (not flagged when train
-    rises too). VAL002: a second training stage that trades the metric away by design
-    (say so with ``ignore = ["VAL002"]``); a metric of a set that was changed mid-run.
+    rises too). VAL006: a second training stage that trades the metric away by design
+    (say so with ``ignore = ["VAL006"]``); a metric of a set that was changed mid-run.
 
 Example
     ``ERROR  VAL001  steps 4–25  val/loss rose 95.2% from its best 0.7876 at step 4 to
@@ -84,7 +84,7 @@ Example
     (`eval_g0_loss` best 1.114 at step 401, 2.749 at 12030) are errors; law-llm's falling
     eval_loss and the Megatron-DeepSpeed MoE log's falling validation are silent.
 
-    ``ERROR  VAL002  steps 199–299  val/384_acc1 fell from its best 77.82 at step 199 to
+    ``ERROR  VAL006  steps 199–299  val/384_acc1 fell from its best 77.82 at step 199 to
     64.94 (the mean of the last 3 evaluations; 65.04 at step 299), 16.3% worse, and 99 of
     the 100 evaluations after the best stayed worse than it by more than their noise: the
     last checkpoint is not the best; keep the step-199 checkpoint.`` (DeiT's log.txt of a
@@ -103,7 +103,7 @@ from trainlens.core.run import Run
 from trainlens.core.stats import MAD_TO_SIGMA, theil_sen
 from trainlens.detectors.base import Context, Skip, finding
 
-CODES = {"VAL001": "val-train-divergence", "VAL002": "val-metric-regression"}
+CODES = {"VAL001": "val-train-divergence", "VAL006": "val-metric-regression"}
 
 
 @dataclass(frozen=True)
@@ -442,7 +442,7 @@ def _few(
 
 
 def _regression(run: Run, metric: str, higher: bool, params: Params) -> Finding | None:
-    """VAL002: a validation task metric (no validation loss logged) that ended clearly
+    """VAL006: a validation task metric (no validation loss logged) that ended clearly
     worse than its best evaluation and stayed there: judged as VAL001 judges a loss (the
     level around the best, the mean of the last ``tail`` evaluations, ``min_rise`` of the
     best and ``noise_k`` × the noise seen before it), turned so that up is better; and at
@@ -474,8 +474,8 @@ def _regression(run: Run, metric: str, higher: bool, params: Params) -> Finding 
     way = "fell" if higher else "rose"
     last = "the last evaluation" if tail_n == 1 else f"the mean of the last {tail_n} evaluations"
     return finding(
-        "VAL002",
-        CODES["VAL002"],
+        "VAL006",
+        CODES["VAL006"],
         severity,
         f"{metric} {way} from its best {best_raw:.4g} at step {int(s[best])} to "
         f"{tail_raw:.4g} ({last}; {float(raw[-1]):.4g} at step {int(s[-1])}), {rel:.1%} "
