@@ -389,3 +389,30 @@ def test_a_validation_accuracy_still_rising_is_silent(tmp_path: Path) -> None:
             }
             f.write(json.dumps(log) + "\n")
     assert not [f for f in _analyze(path).findings if f.code.startswith("VAL")]
+
+
+# ---- a progressive GAN's [scale : iteration] ----------------------------------------------
+
+
+def test_a_stage_and_its_iteration_in_brackets(tmp_path: Path) -> None:
+    """AIforMS/PGAN-Paddle @6faae6f, logs/train_log.txt (round 9, 8): `[0 :   6700] loss G :
+    1.495 loss D : 2.846`, the scale and its iteration, which starts again at each scale;
+    a relaunch resumes a saved iteration (`Model found at path …_s0_i300.pdparams,
+    pursuing the training`): refused before (no step word)."""
+    path = tmp_path / "train_log.txt"
+    out = "Running PGAN\nsize (4, 4)\n"
+    for i in range(100, 700, 100):
+        out += f"[0 : {i:6d}] loss G : {3 - i / 1000:.3f} loss D : {1 + i / 1000:.3f}\n"
+    out += "Running PGAN\nModel found at path out_s0_i300.pdparams, pursuing the training\n"
+    for i in range(400, 700, 100):  # (400 to 600 done again)
+        out += f"[0 : {i:6d}] loss G : 2.500 loss D : 1.500\n"
+    out += "size (8, 8)\n"
+    for i in range(100, 400, 100):
+        out += f"[1 : {i:6d}] loss G : -1.000 loss D : 0.500\n"
+    path.write_text(out)
+    a = _analyze(path)
+    run = a.run
+    steps, _ = run.series("loss G")
+    assert steps.tolist()[-3:] == [700, 800, 900]  # the scale's iterations after 600
+    assert "stage" not in run.metrics and "iter" not in run.metrics
+    assert any(f.code == "DATA001" for f in a.findings)  # 400 redone: a real restart

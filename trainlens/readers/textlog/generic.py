@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from trainlens.readers._step_rule import EPOCH_NAMES, RISE, STEP_NAMES
+from trainlens.readers.textlog import counters
 from trainlens.readers.textlog.notes import Notes
 from trainlens.readers.textlog.shapes import NUM
 
@@ -77,8 +78,10 @@ SNIFF = (
     # a step header, then an indented `key=value` line
     rf"|^[ \t]*{_STEP_WORD}[ \t]*{_COLON}?[ \t]*\[?[0-9]+(?:/[0-9]+)?\]?:?[ \t]*\n"
     rf"[ \t]+{_KEY}[ \t]*{_COLON}[ \t]*{NUM}"
+    # two counters in brackets, then a pair (`[0 :   6700] loss G : 1.495 loss D : 2.846`)
+    rf"|^[ \t]*\[[ \t]*[0-9]+[ \t]*:[ \t]*[0-9]+[ \t]*\][ \t]*{_KEYS}[ \t]*{_COLON}[ \t]*{NUM}"
 )
-_MIN_LINES = 2  # step lines a file needs before its guess is trusted
+_MIN_LINES = counters.MIN_LINES  # step lines a file needs before its guess is trusted
 _RISE = RISE  # share of a step's moves that must go up (or no more than one move down:
 # a job launched again and appended to its log, in a short log)
 
@@ -95,9 +98,12 @@ class Pairs:
         # a line that only announces an evaluation (`testing in eval mode……`) names the
         # split of the pairs on the line after it
         announced = pl.col("line").shift(1).str.contains(_ANNOUNCE).fill_null(False)
-        lines = df.with_columns(announced.alias("_announced")).filter(
-            pl.col("line").str.contains(_HINT)
-        )
+        lines = df.with_columns(
+            announced.alias("_announced"),
+            # two counters in brackets before the pairs, `[0 :   6700] loss G : 1.495`
+            # (a progressive GAN's scale and its iteration): a stage and its iteration
+            pl.col("line").str.replace(_STAGE_ITER, "stage=$1 iter=$2 "),
+        ).filter(pl.col("line").str.contains(_HINT))
         if lines.height == 0:
             return
         tokens = lines.with_columns(pl.col("line").str.extract_all(_PAIR_TOKEN).alias("_t"))
@@ -289,6 +295,9 @@ _LABEL = (
     r"(?i)(?:^|[-|,;>\]][ \t]*)(validation|valid|val|evaluation|eval|dev|test)"
     r"(?:[ \t]+[A-Za-z][A-Za-z0-9_-]*)?[ \t]*:[ \t]+[A-Za-z]"
 )
+_STAGE_ITER = r"^[ \t]*\[[ \t]*([0-9]+)[ \t]*:[ \t]*([0-9]+)[ \t]*\]"
+#: the outer counter of :data:`_STAGE_ITER`, whose iteration starts again at each stage
+_STAGE = "stage"
 # a line of a few words, no number, that says an evaluation starts (`testing in eval
 # mode……`, `Evaluating...`, `Validation:`)
 _ANNOUNCE = (
@@ -502,50 +511,24 @@ def choose_step(pairs: pl.DataFrame) -> tuple[str | None, str | None]:
     whole = per.filter(pl.col("whole"))
     names = {r["_lower"]: r for r in whole.iter_rows(named=True)}
     epoch = next((n for n in STEP_NAMES if n in _EPOCHS and n in names), None)
+    staged = pairs.filter(pl.col("_lower") == _STAGE).height > 0
     for name in STEP_NAMES:
         row = names.get(name)
         if row is None:
             continue
         if name in _EPOCHS:
-            counter = _unnamed_counter(pairs, name)
+            counter = counters.unnamed_counter(pairs, name)
             if counter is not None:
                 return counter, name
         rise = row["rise"] if row["rise"] is not None else 1.0
         counted = name not in _EPOCHS and epoch is not None and row["of"] is not None
         if counted and rise < 1.0:
             return name, epoch  # a batch counter per epoch (it starts again), total printed
+        if rise < 1.0 and staged and row["of"] is None:
+            return name, _STAGE  # an iteration that starts again at each stage
         if rise >= _RISE or row["drops"] <= 1:
             return name, None
     return None, None
-
-
-def _unnamed_counter(pairs: pl.DataFrame, epoch: str) -> str | None:
-    """A counter with its total, of any name, on the epoch's lines (`Epoch [1/10], Sample
-    [2/5]`, `Epoch 0 [20/188]`) that starts again each epoch: the batch within the epoch,
-    when no step name is there to say so."""
-    if pairs.filter(pl.col("of").is_not_null() & (pl.col("_lower") != epoch)).height == 0:
-        return None
-    ep_lines = pairs.filter(pl.col("_lower") == epoch).select("lineno")
-    on = pairs.join(ep_lines, on="lineno", how="semi").filter(
-        pl.col("of").is_not_null() & (pl.col("_lower") != epoch)
-    )
-    if on.height < _MIN_LINES:
-        return None
-    per = (
-        on.group_by("_lower", maintain_order=True)
-        .agg(
-            pl.len().alias("n"),
-            (pl.col("value") == pl.col("value").round()).all().alias("whole"),
-            (pl.col("value") <= pl.col("of")).all().alias("within"),
-            (pl.col("value").diff() < 0).sum().alias("drops"),
-            pl.col("of").n_unique().alias("totals"),
-        )
-        .filter(pl.col("whole") & pl.col("within") & (pl.col("totals") == 1))
-        .filter(pl.col("n") * 2 >= ep_lines.height)
-    )
-    if per.height != 1:
-        return None
-    return str(per.get_column("_lower")[0])
 
 
 def _steps(pairs: pl.DataFrame, step_key: str, per_epoch: str | None) -> pl.DataFrame:
@@ -563,6 +546,8 @@ def _steps(pairs: pl.DataFrame, step_key: str, per_epoch: str | None) -> pl.Data
         .select("lineno", value.alias("_epoch"))
         .unique("lineno", keep="first", maintain_order=True)
     )
+    if per_epoch == _STAGE:
+        return counters.staged_steps(steps.join(epochs, on="lineno", how="inner"))
     first = epochs.get_column("_epoch").min()
     return steps.join(epochs, on="lineno", how="inner").select(
         "lineno",
