@@ -137,6 +137,22 @@ def test_an_epochs_result_on_its_own_line_and_a_running_best(tmp_path: Path) -> 
     assert run.series("best Valid accuracy")[1][2] == pytest.approx(0.52)
 
 
+def test_a_line_that_says_best_keeps_its_step(tmp_path: Path) -> None:
+    """`New best! epoch 5 val_loss: 0.3`: the pairs are the best so far, the epoch is still
+    the line's step."""
+    path = tmp_path / "train.log"
+    out = ""
+    for e in range(1, 11):
+        out += f"epoch {e} loss: {1 - 0.05 * e:.3f} val_loss: {1.1 - 0.04 * e:.3f}\n"
+        if e % 3 == 0:
+            out += f"New best! epoch {e} val_loss: {1.1 - 0.04 * e:.3f}\n"
+    path.write_text(out)
+    run = _analyze(path).run
+    assert run.series("best val_loss")[0].tolist() == [3, 6, 9]
+    assert run.series("val/loss")[0].tolist() == list(range(1, 11))
+    assert "best epoch" not in run.metrics
+
+
 def test_a_configuration_value_said_once_is_still_left_out(tmp_path: Path) -> None:
     """The rule above keeps a lone pair said after most steps, not one said once."""
     path = tmp_path / "train.log"

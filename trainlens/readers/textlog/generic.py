@@ -357,7 +357,11 @@ def _running_bests(pairs: pl.DataFrame) -> pl.DataFrame:
     ``best <key>`` (kept, never aliased to the metric itself, whose value at that step
     they would overwrite)."""
     return pairs.with_columns(
-        pl.when(pl.col("_best") & ~pl.col("key").str.contains(r"(?i)\bbest\b"))
+        pl.when(
+            pl.col("_best")
+            & ~pl.col("key").str.contains(r"(?i)\bbest\b")
+            & ~pl.col("key").str.to_lowercase().is_in(list(STEP_NAMES))  # (its step stays)
+        )
         .then(pl.lit("best ") + pl.col("key"))
         .otherwise(pl.col("key"))
         .alias("key")
