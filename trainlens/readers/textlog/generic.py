@@ -98,12 +98,12 @@ class Pairs:
         # a line that only announces an evaluation (`testing in eval mode……`) names the
         # split of the pairs on the line after it
         announced = pl.col("line").shift(1).str.contains(_ANNOUNCE).fill_null(False)
-        lines = df.with_columns(
-            announced.alias("_announced"),
+        lines = df.with_columns(announced.alias("_announced"))
+        if lines.get_column("line").str.contains(_STAGE_ITER).any():
             # two counters in brackets before the pairs, `[0 :   6700] loss G : 1.495`
             # (a progressive GAN's scale and its iteration): a stage and its iteration
-            pl.col("line").str.replace(_STAGE_ITER, "stage=$1 iter=$2 "),
-        ).filter(pl.col("line").str.contains(_HINT))
+            lines = lines.with_columns(pl.col("line").str.replace(_STAGE_ITER, "stage=$1 iter=$2 "))
+        lines = lines.filter(pl.col("line").str.contains(_HINT))
         if lines.height == 0:
             return
         tokens = lines.with_columns(pl.col("line").str.extract_all(_PAIR_TOKEN).alias("_t"))
@@ -129,15 +129,18 @@ class Pairs:
                 .then(pl.lit("eval"))
                 .otherwise(pl.col("line").str.extract(_LABEL, 1).str.to_lowercase())
                 .alias("_label"),
-                pl.col("line")
-                .str.slice(0, pl.col("line").str.find(first, literal=True))
-                .str.contains(_BEST)
-                .fill_null(False)
-                .alias("_best"),
+                (
+                    pl.col("line")
+                    .str.slice(0, pl.col("line").str.find(first, literal=True))
+                    .str.contains(_BEST)
+                    .fill_null(False)
+                    if kept.get_column("line").str.contains(_BEST).any()
+                    else pl.lit(False)
+                ).alias("_best"),
             )
             .explode("_t")
             # a list's first item (`STEPS: [50, 70, 90]` in a printed config) is no pair
-            .filter(~pl.col("_t").str.contains(r"\[[^\]/]*,[ \t]*$"))
+            .pipe(_no_list_items, kept.get_column("line").str.contains(r"\[[^\]/]*,").any())
             .with_row_index("field")
             .with_columns(pl.col("_t").str.extract_groups(_PAIR).alias("_p"))
             .unnest("_p")
@@ -151,9 +154,8 @@ class Pairs:
                 pl.coalesce("value", "cvalue", "bvalue", "uvalue").alias("value"),
                 pl.coalesce("of", "cof", "bof", "uof").alias("of"),
             )
-            .with_columns(_in_english(pl.col("key")).alias("key"))
-            # a copula after the name is no part of it (`loss is: 0.62, acc is: 0.78`)
-            .with_columns(pl.col("key").str.replace(r" (?:is|was|are|were)$", "").alias("key"))
+            .pipe(_in_english, kept.get_column("line").str.contains(f"[{_CJK}]").any())
+            .pipe(_no_copula, kept.get_column("line").str.contains(_COPULA_LINE).any())
             .with_columns(_step_word_alone(pl.col("key"), pl.col("value")).alias("key"))
             .pipe(_running_bests)
             .pipe(_evaluation_lines)
@@ -337,13 +339,16 @@ _CJK_WORDS = {
 }
 
 
-def _in_english(key: pl.Expr) -> pl.Expr:
-    """``key`` with the Chinese words of :data:`_CJK_WORDS` said in English."""
+def _in_english(pairs: pl.DataFrame, any_cjk: bool) -> pl.DataFrame:
+    """The pairs, their keys' Chinese words of :data:`_CJK_WORDS` said in English (looked
+    for only when a line of the piece has such a character, ``any_cjk``)."""
+    if not any_cjk:
+        return pairs
+    has = pl.col("key").str.contains(f"[{_CJK}]")
     words = list(_CJK_WORDS)
-    spelled = key.str.replace_many(words, [_CJK_WORDS[w] for w in words])
+    spelled = pl.col("key").str.replace_many(words, [_CJK_WORDS[w] for w in words])
     plain = spelled.str.replace_all(r"[ \t]+", " ").str.strip_chars()
-    has = key.str.contains(f"[{_CJK}]")
-    return pl.when(has).then(plain).otherwise(key)
+    return pairs.with_columns(pl.when(has).then(plain).otherwise(pl.col("key")).alias("key"))
 
 
 # a running best before the first pair (`Best Valid accuracy: 77.00%`, `best model saved,
@@ -351,11 +356,33 @@ def _in_english(key: pl.Expr) -> pl.Expr:
 _BEST = r"(?i)\bbest\b|最佳"
 
 
+_COPULA = r" (?:is|was|are|were)$"
+_COPULA_LINE = r" (?:is|was|are|were)[ \t]*[=:\uff1a]"
+
+
+def _no_copula(pairs: pl.DataFrame, any_copula: bool) -> pl.DataFrame:
+    """A copula after the name is no part of it (`loss is: 0.62, acc is: 0.78`); looked
+    for only when a line of the piece has one (``any_copula``)."""
+    if not any_copula:
+        return pairs
+    return pairs.with_columns(pl.col("key").str.replace(_COPULA, "").alias("key"))
+
+
+def _no_list_items(tokens: pl.DataFrame, any_list: bool) -> pl.DataFrame:
+    """Without a list's first item (`STEPS: [50, 70, 90]` in a printed config: no pair);
+    looked for only when a line of the piece has a bracket before a comma."""
+    if not any_list:
+        return tokens
+    return tokens.filter(~pl.col("_t").str.contains(r"\[[^\]/]*,[ \t]*$"))
+
+
 def _running_bests(pairs: pl.DataFrame) -> pl.DataFrame:
     """The pairs of a line that names a best before them (`Best Valid accuracy: 77.00%`
     after each epoch's `Validation accuracy: 64.00%`) are the best so far: named
     ``best <key>`` (kept, never aliased to the metric itself, whose value at that step
     they would overwrite)."""
+    if not pairs.get_column("_best").any():
+        return pairs.drop("_best")
     return pairs.with_columns(
         pl.when(
             pl.col("_best")
