@@ -58,6 +58,10 @@ A name that is still unmatched and has a folder in front is looked up again with
 - split folders — {splits} — move the rest to the validation split, never to training:
   `eval/loss` is `val/loss`, `eval/ppl` is `val/perplexity`, `test/accuracy` is
   `val/accuracy`, `validation/loss_epoch` is `val/loss_epoch`.
+- a test set (`test/…`, `test_acc`, `Test Acc`, `test_loss`) takes the validation name
+  only when no other name claims it: a log that evaluates one held-out set each epoch and
+  calls it the test set is watched on it (`Epoch 1/35, Train Loss: …, Test Acc: 59.86%`
+  gives `val/accuracy`); beside a validation series it keeps its own name.
 
 Last, words joined by `-` or a space are looked up joined by `_` (the separator rule):
 Megatron's `grad norm`, `learning-rate`, `loss-scale`, `iteration-time`, NeMo's

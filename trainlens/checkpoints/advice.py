@@ -10,8 +10,8 @@ going back:
   checkpoint saved *before* its onset (``step_start``, or the step of what moved first
   when its cause chain names an earlier one: :func:`onset_of`);
 - NAN001 at error severity (the loss is gone: a restart is the only way on): the same;
-- VAL001: the intact checkpoint nearest its best validation step (``evidence.best_step``),
-  the one to keep.
+- VAL001, VAL006: the intact checkpoint nearest its best validation step
+  (``evidence.best_step``), the one to keep.
 
 The finding gets ``evidence.restart_from`` (path, name, step, wall_time) and a clause in
 its message; when no intact checkpoint fits, ``evidence.restart_from`` is null and the
@@ -38,7 +38,7 @@ def _nearest(inv: Inventory, step: int) -> Checkpoint | None:
 
 def _target(f: Finding, inv: Inventory) -> tuple[bool, Checkpoint | None, str]:
     """(whether the finding advises going back, the checkpoint, what it is relative to)."""
-    if f.code == "VAL001" and isinstance(f.evidence.get("best_step"), int):
+    if f.code in ("VAL001", "VAL006") and isinstance(f.evidence.get("best_step"), int):
         best = int(f.evidence["best_step"])
         return True, _nearest(inv, best), f"nearest the best validation step {best}"
     wants = RESTART_PHRASE in f.message or (f.code == "NAN001" and f.severity is Severity.ERROR)

@@ -133,6 +133,13 @@ EXACT_ALIASES: dict[str, Alias] = {
     "val_acc": _a("val/accuracy"),
     "valid_acc": _a("val/accuracy"),
     "valid_accuracy": _a("val/accuracy"),
+    "validation_acc": _a("val/accuracy"),
+    "validation_accuracy": _a("val/accuracy"),
+    # a test set evaluated each epoch is the held-out set the run is watched on: the
+    # validation's role when no validation series claims it (see AliasTable.resolve)
+    "test_acc": _a("val/accuracy"),
+    "test_accuracy": _a("val/accuracy"),
+    "test_loss": _a("val/loss"),
     "eval_accuracy": _a("val/accuracy"),
     "val_ppl": _a("val/perplexity"),
     "eval_perplexity": _a("val/perplexity"),
@@ -341,6 +348,11 @@ _SEPARATORS = re.compile(r"[- ]+")
 _MAX_NAMESPACE_DEPTH = 4  # `train/optim/lr` is two; deeper is a per-tensor path, not folders
 
 
+def _is_test_name(name: str) -> bool:
+    """True for a test set's name (`test_acc`, `Test Acc`, `test/loss`)."""
+    return re.match(r"test(?:[_ /-]|$)", normalize_key(name)) is not None
+
+
 def normalize_key(name: str) -> str:
     return name.strip().lower()
 
@@ -445,6 +457,8 @@ class AliasTable:
             alias = looked[name]
             if alias is None or alias.canonical == name:
                 return 0
+            if _is_test_name(name) and alias.canonical.startswith("val/"):
+                return 3  # a test set takes the validation's name only when it is free
             return 1 if own_name(name) is not None else 2
 
         ordered = sorted(looked, key=claims_first)

@@ -1,4 +1,5 @@
-"""Validation/train divergence: val loss rising while train loss keeps falling.
+"""Validation/train divergence: val loss rising while train loss keeps falling; a
+validation task metric that ended worse than its best.
 
 What it flags
     VAL001 ``val-train-divergence``: after its best evaluation, a validation loss that
@@ -8,6 +9,11 @@ What it flags
     is judged on its own, never pooled with the others.
     The finding names the best step: the checkpoint to keep, and the percent it prints
     is measured from that best value to the mean of the last evaluations.
+
+    VAL006 ``val-metric-regression``: in a run that logs no validation loss, a validation
+    task metric (accuracy, top-1, F1, BLEU, IoU, …, higher is better; WER, CER, MAE,
+    RMSE, perplexity, lower is better) that ended clearly worse than its best evaluation
+    and stayed there. It names the best step, the checkpoint to keep.
 
 Why it matters
     Past that point more training makes the model worse on what you care about; the
@@ -51,11 +57,22 @@ Default thresholds
     the end, while the train loss fell, is info, naming the checkpoint to keep (a BERT
     run of three epochs: 0.318, 0.320, 0.443).
 
+    VAL006 is judged as VAL001 judges a loss, turned so that up is better: the level
+    around the best (the median of five from 20 evaluations on), the mean of the last
+    ``tail`` = 3 evaluations, a fall past both ``min_rise`` = 2 % of the best and
+    ``noise_k`` = 3 × the evaluation noise before it, and at least ``min_after`` = 3
+    evaluations after the best that far below it (one bad evaluation is no regression).
+    Warning; error from ``error_rise`` = 10 %. No train loss is asked for: a task metric
+    that fell is a worse model whatever the loss did (CF-ViT's log.txt: top-1 77.8 %
+    at epoch 199, 65.0 % at epoch 299 after a loss spike at 201). With a validation loss
+    logged, VAL001 judges the run, and its task metrics temper it as above.
+
 Known false positives
     A deliberate change of the validation set mid-run; validation on a tiny set, whose
     noise is larger than the guard estimates from few points; schedules that raise the
     LR again (cyclic), which lift val and train loss together (not flagged when train
-    rises too).
+    rises too). VAL006: a second training stage that trades the metric away by design
+    (say so with ``ignore = ["VAL006"]``); a metric of a set that was changed mid-run.
 
 Example
     ``ERROR  VAL001  steps 4–25  val/loss rose 95.2% from its best 0.7876 at step 4 to
@@ -66,6 +83,12 @@ Example
     trainer_state.json (best 0.922 at step 1280) and each of aigoncharov's six eval sets
     (`eval_g0_loss` best 1.114 at step 401, 2.749 at 12030) are errors; law-llm's falling
     eval_loss and the Megatron-DeepSpeed MoE log's falling validation are silent.
+
+    ``ERROR  VAL006  steps 199–299  val/384_acc1 fell from its best 77.82 at step 199 to
+    64.94 (the mean of the last 3 evaluations; 65.04 at step 299), 16.3% worse, and 99 of
+    the 100 evaluations after the best stayed worse than it by more than their noise: the
+    last checkpoint is not the best; keep the step-199 checkpoint.`` (DeiT's log.txt of a
+    CF-ViT run)
 """
 
 from __future__ import annotations
@@ -80,7 +103,7 @@ from trainlens.core.run import Run
 from trainlens.core.stats import MAD_TO_SIGMA, theil_sen
 from trainlens.detectors.base import Context, Skip, finding
 
-CODES = {"VAL001": "val-train-divergence"}
+CODES = {"VAL001": "val-train-divergence", "VAL006": "val-metric-regression"}
 
 
 @dataclass(frozen=True)
@@ -264,7 +287,13 @@ def _severity(rise_rel: float, train_known: bool, share_after: float, p: Params)
 def detect(run: Run, params: Params, ctx: Context) -> list[Finding]:
     metrics = val_losses(run.metrics)
     if not metrics:
-        raise Skip("needs val/loss, not logged")
+        tasks = _task_metrics(run.metrics, None)
+        if not tasks:
+            raise Skip(
+                "needs val/loss or a validation task metric (val/accuracy, val/f1, …), not logged"
+            )
+        found = (_regression(run, m, higher, params) for m, higher in tasks.items())
+        return [f for f in found if f is not None]
     out: list[Finding] = []
     for metric, domain in metrics.items():
         f = _judge(run, metric, domain, params)
@@ -409,4 +438,62 @@ def _few(
         few_evaluations=int(v.size),
         train_at_best=t0,
         train_final=t1,
+    )
+
+
+def _regression(run: Run, metric: str, higher: bool, params: Params) -> Finding | None:
+    """VAL006: a validation task metric (no validation loss logged) that ended clearly
+    worse than its best evaluation and stayed there: judged as VAL001 judges a loss (the
+    level around the best, the mean of the last ``tail`` evaluations, ``min_rise`` of the
+    best and ``noise_k`` × the noise seen before it), turned so that up is better; and at
+    least ``min_after`` evaluations after the best are that far below it (one bad
+    evaluation is no regression)."""
+    s, raw = run.series(metric, finite=True)
+    if raw.size < params.min_evals:
+        return None
+    sign = 1.0 if higher else -1.0
+    v = sign * raw
+    best = int(np.argmax(v))
+    after = v[best + 1 :]
+    if after.size < params.min_after:
+        return None
+    many = v.size >= _MANY_EVALS
+    best_level = float(np.median(v[max(best - 2, 0) : best + 3])) if many else float(v[best])
+    tail_n = min(params.tail, after.size)
+    tail_mean = float(after[-tail_n:].mean())
+    drop = best_level - tail_mean
+    rel = drop / max(abs(best_level), 1e-12)
+    before = _noise_before(v, best)
+    noise = before if before is not None else min(_noise(v), _noise2(v))
+    bar = max(params.min_rise * abs(best_level), params.noise_k * noise)
+    below = int(np.sum(after < best_level - bar))
+    if drop <= bar or below < params.min_after:
+        return None
+    best_raw, tail_raw = float(raw[best]), sign * tail_mean
+    severity = "error" if rel >= params.error_rise else "warning"
+    way = "fell" if higher else "rose"
+    last = "the last evaluation" if tail_n == 1 else f"the mean of the last {tail_n} evaluations"
+    return finding(
+        "VAL006",
+        CODES["VAL006"],
+        severity,
+        f"{metric} {way} from its best {best_raw:.4g} at step {int(s[best])} to "
+        f"{tail_raw:.4g} ({last}; {float(raw[-1]):.4g} at step {int(s[-1])}), {rel:.1%} "
+        f"worse, and {below} of the {after.size} evaluations after the best stayed worse "
+        f"than it by more than their noise: the last checkpoint is not the best; keep the "
+        f"step-{int(s[best])} checkpoint.",
+        metric=metric,
+        step_start=int(s[best]),
+        step_end=int(s[-1]),
+        best_step=int(s[best]),
+        best_val=best_raw,
+        best_level=sign * best_level,
+        tail_mean=tail_raw,
+        final_val=float(raw[-1]),
+        drop_rel=rel,
+        higher_is_better=higher,
+        evals_after_best=int(after.size),
+        evals_below=below,
+        eval_noise=noise,
+        noise_from="before-best" if before is not None else "all-evals",
     )

@@ -333,6 +333,11 @@ def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
         raise UnreadableInputError(_sniff.lfs_message(path))
     if path.is_file() and not opts.start_offset and _sniff.is_utf16(read_head(path, 64)):
         return _read_utf16(path, format, opts)
+    if path.is_file() and not opts.start_offset and format in (None, "text"):
+        head = read_head(path)
+        legacy = _sniff.legacy_codec(head) if not head.isascii() else None
+        if legacy is not None:
+            return _read_transcoded(path, legacy[0], legacy[1], format, opts)
     if opts.regex and format is None and path.is_file():
         fmt = "text"
     else:
@@ -363,17 +368,30 @@ def _read_one(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
 
 def _read_utf16(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
     """A UTF-16 text file (Windows PowerShell 5's ``python train.py > train.log``): decoded
-    (its byte-order mark says the byte order) into a scratch UTF-8 copy of the same name,
-    read, and its runs given back as the file's own, with a note."""
+    (its byte-order mark says the byte order), read, with a note."""
+    return _read_transcoded(
+        path, "utf-16", "UTF-16 text (what Windows PowerShell's `>` writes)", format, opts
+    )
+
+
+def _read_transcoded(
+    path: Path, codec: str, label: str, format: str | None, opts: ReadOptions
+) -> list[Run]:
+    """A text file in another encoding than UTF-8 (UTF-16; a legacy code page, see
+    :func:`trainlens.readers._sniff.legacy_codec`): decoded into a scratch UTF-8 copy of
+    the same name, read, and its runs given back as the file's own, with a note saying
+    which encoding was read."""
     import tempfile
 
     try:
-        text = path.read_bytes().decode("utf-16")
+        text = path.read_bytes().decode(codec)
     except UnicodeDecodeError as exc:
-        raise UnreadableInputError(
-            f"{path}: UTF-16 text with an invalid sequence at byte {exc.start}"
-        ) from None
-    with tempfile.TemporaryDirectory(prefix="trainlens-utf16-") as scratch:
+        if codec == "utf-16":
+            raise UnreadableInputError(
+                f"{path}: UTF-16 text with an invalid sequence at byte {exc.start}"
+            ) from None
+        text = path.read_bytes().decode(codec, errors="replace")
+    with tempfile.TemporaryDirectory(prefix="trainlens-text-") as scratch:
         copy = Path(scratch) / path.name
         copy.write_text(text, encoding="utf-8", newline="")
         there, here = str(copy), str(path)
@@ -382,6 +400,11 @@ def _read_utf16(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
         except UnreadableInputError as exc:  # (it names the file the user gave)
             raise UnreadableInputError(exc.message.replace(there, here), hint=exc.hint) from None
     named, name = run_name_for(copy), run_name_for(path)  # (a `train.log` is its folder's)
+    how = (
+        "read decoded from UTF-16"
+        if codec == "utf-16"
+        else "not UTF-8: read decoded as " + label.split(" (")[0]
+    )
     for run in runs:
         run.source = run.source.replace(there, here)
         if run.name.startswith(named):
@@ -395,8 +418,10 @@ def _read_utf16(path: Path, format: str | None, opts: ReadOptions) -> list[Run]:
             DataIssue(
                 kind="encoding",
                 source=here,
-                message="UTF-16 text (what Windows PowerShell's `>` writes): read decoded "
-                "from UTF-16",
+                message=f"{label}: {how}"
+                if codec == "utf-16"
+                else f"{label} text, {how} (its bytes are valid in that code page and "
+                "their characters are its script's)",
                 severity="info",
             ),
         )

@@ -427,16 +427,24 @@ _COCO_STATS = (
 
 
 def _detr(df: pl.DataFrame, path: Path) -> Layout | None:
-    """DETR's ``log.txt``: one line per epoch, ``{**train_stats as train_*, **test_stats
-    as test_*, epoch, n_parameters}`` (main.py). Its ``test_*`` are computed on the
-    validation set (``evaluate(..., data_loader_val, ...)``): read as ``val/<name>``;
+    """DETR's ``log.txt`` and the trainers whose main.py it was copied from or into (DeiT,
+    ConvNeXt, MAE's fine-tuning, CF-ViT …): one line per epoch, ``{**train_stats as
+    train_*, **test_stats as test_*, epoch, n_parameters}``. Its ``test_*`` are computed
+    on the validation set (``evaluate(data_loader_val, ...)``): read as ``val/<name>``;
     ``train_lr`` is the LR; ``test_coco_eval_bbox`` (COCOeval's 12 stats) is
-    ``val/coco/AP``, ``AP50`` … (fractions)."""
+    ``val/coco/AP``, ``AP50`` … (fractions). Told by its keys: ``epoch``, a ``train_*``
+    loss, ``test_*`` results and nothing else but ``n_parameters`` (a test loss or the
+    parameter count must be there: a classifier's evaluation may log accuracies only,
+    ``test_acc1``, ``test_384_acc1``)."""
     cols = _cols(df) - {"_line"}
-    if not {"epoch", "train_loss", "test_loss"} <= cols:
+    if not {"epoch", "train_loss"} <= cols:
         return None
     rest = cols - {"epoch", "n_parameters"}
     if not all(c.startswith(("train_", "test_")) for c in rest):
+        return None
+    if not any(c.startswith("test_") for c in rest):
+        return None
+    if "test_loss" not in cols and "n_parameters" not in cols:
         return None
     renames = {c: f"val/{c[len('test_') :]}" for c in df.columns if c.startswith("test_")}
     out = df
@@ -453,8 +461,10 @@ def _detr(df: pl.DataFrame, path: Path) -> Layout | None:
         renames.pop(stats)
         expanded = len(_COCO_STATS)
     out = out.rename(renames).drop([c for c in ("n_parameters",) if c in out.columns])
+    detr = expanded or "test_class_error" in cols or "train_loss_bbox" in cols
+    writer = "DETR's log.txt" if detr else "the log.txt of DeiT's main.py (DETR's layout)"
     notes = [
-        "read as DETR's log.txt (one line per epoch, `epoch` the step): its `test_*` are "
+        f"read as {writer} (one line per epoch, `epoch` the step): its `test_*` are "
         "the validation set's, read as val/<name>; `train_lr` is the LR"
         + (
             "; test_coco_eval_bbox (COCOeval's 12 stats) as val/coco/AP, AP50, … (fractions)"
@@ -464,7 +474,8 @@ def _detr(df: pl.DataFrame, path: Path) -> Layout | None:
     ]
     names = [c for c in out.columns if c.startswith("val/")]
     aliases = _keep_case(names, {"train_lr": Alias("lr")})
-    return Layout("detr", out, step_key="epoch", no_wall_time=True, aliases=aliases, notes=notes)
+    name = "detr" if detr else "deit"
+    return Layout(name, out, step_key="epoch", no_wall_time=True, aliases=aliases, notes=notes)
 
 
 _LAYOUTS: tuple[Callable[[pl.DataFrame, Path], Layout | None], ...] = (

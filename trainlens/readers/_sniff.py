@@ -9,6 +9,7 @@ modules use these same functions for their own ``sniff``.
 from __future__ import annotations
 
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -144,3 +145,53 @@ def may_be(fmt: str, path: Path, head: bytes) -> bool:
 def is_utf16(head: bytes) -> bool:
     """A UTF-16 byte-order mark, then text with its NUL high (or low) bytes."""
     return head.startswith((b"\xff\xfe", b"\xfe\xff")) and b"\x00" in head[2:64]
+
+
+# ---- text in a legacy East-Asian encoding (issue 26: a GBK log, round 9) ------------------
+# Tried only when the bytes are no UTF-8, in this order; each is taken only when its text
+# is that script's (a Latin-1 `café` decodes as GB18030 too, as one unlikely ideograph).
+_LEGACY = (
+    ("gb18030", "GB18030 (GBK, GB2312: Windows' code page for Simplified Chinese)", "han"),
+    ("big5", "Big5 (Traditional Chinese)", "han"),
+    ("cp932", "Shift-JIS (Windows' code page for Japanese)", "kana"),
+    ("euc-kr", "EUC-KR (Korean)", "hangul"),
+)
+_SCRIPT = {
+    "han": re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]"),
+    "kana": re.compile(r"[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef]"),
+    "hangul": re.compile(r"[\u3000-\u303f\u1100-\u11ff\uac00-\ud7af\uff00-\uffef]"),
+}
+_HIGH_RUN = re.compile(rb"[\x80-\xff]+")
+LEGACY_HEAD_BYTES = 1 << 16
+
+
+def legacy_codec(head: bytes) -> tuple[str, str] | None:
+    """The codec and its description of a text ``head`` that is no UTF-8 but decodes
+    whole in a double-byte East-Asian code page (a Chinese Windows console's log), or
+    None. Taken when nearly every run of non-ASCII bytes has an even length (two bytes
+    a character) and 95 % of the characters they decode to are that script's."""
+    if not head or b"\x00" in head or is_utf16(head):
+        return None
+    try:
+        head.decode("utf-8")
+        return None
+    except UnicodeDecodeError as exc:
+        if exc.start >= len(head) - 3 and exc.reason == "unexpected end of data":
+            return None  # (UTF-8 cut at the head's end)
+    runs = _HIGH_RUN.findall(head)
+    even = sum(1 for r in runs if len(r) % 2 == 0)
+    if not runs or even < 0.9 * len(runs):
+        return None
+    for codec, label, script in _LEGACY:
+        for cut in range(4):  # (a character cut at the head's end)
+            try:
+                text = head[: len(head) - cut].decode(codec)
+                break
+            except UnicodeDecodeError:
+                continue
+        else:
+            continue
+        wide = [c for c in text if ord(c) > 0x7F]
+        if wide and sum(1 for c in wide if _SCRIPT[script].match(c)) >= 0.95 * len(wide):
+            return codec, label
+    return None

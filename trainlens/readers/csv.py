@@ -17,6 +17,7 @@ import io
 import itertools
 import mmap
 import os
+import re
 from pathlib import Path
 
 import polars as pl
@@ -42,6 +43,20 @@ def _delimiter(header: bytes) -> str | None:
     return best if counts[best] else None
 
 
+# a cell ending in a name and its number (`loss:1.3818`, `<time> iters: 100`, `lr = 0.1`):
+# a log line's pair, no column's name
+_PAIR_CELL = re.compile(rb"[A-Za-z_][ \t]*[:=][ \t]*[-+]?\.?[0-9][^ \t]*[ \t]*$")
+
+
+def _cells_are_pairs(line: bytes, delim: str) -> bool:
+    """True when most cells of ``line`` end in a name and its number: a key/value log's
+    line (`2024-01-30 21:22:28 iters: 100, loss:1.3818, accuracy:0.6422`), no table's
+    header (a header names its columns)."""
+    cells = [c for c in line.split(delim.encode()) if c.strip()]
+    pairs = sum(1 for c in cells if _PAIR_CELL.search(c))
+    return len(cells) >= 2 and pairs * 2 > len(cells)
+
+
 def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir():
         return False
@@ -51,6 +66,8 @@ def sniff(path: Path, head: bytes) -> bool:
     delim = _delimiter(lines[0])
     if delim is None:
         return _yolo_results.sniff(path, head)  # (YOLOv5's results.txt: no header, spaces)
+    if _cells_are_pairs(lines[0], delim):
+        return False
     if b"\x00" in head:
         return False
     n = lines[0].count(delim.encode())

@@ -26,23 +26,32 @@ import polars as pl
 
 from trainlens.core.dataclass import dataclass, field
 from trainlens.readers._step_rule import EPOCH_NAMES, RISE, STEP_NAMES
+from trainlens.readers.textlog import counters
 from trainlens.readers.textlog.notes import Notes
 from trainlens.readers.textlog.shapes import NUM
 
-_KEY = r"[A-Za-z_][A-Za-z0-9_./@()-]*"
+# a name may be written in Chinese, Japanese or Korean (`训练损失: 4.61`, see _CJK_WORDS)
+_CJK = "\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af"
+_KEY = rf"[A-Za-z_{_CJK}][A-Za-z0-9_./@(){_CJK}-]*"
 # a key of one or two words (`valid loss 5.48`, `Train PPL: 92.8`)
-_KEYS = rf"{_KEY}(?: [A-Za-z_][A-Za-z0-9_./@()-]*)?"
+# (or a name and its unit in brackets: `Time (mins): 0.015`)
+_KEYS = rf"{_KEY}(?: [A-Za-z_][A-Za-z0-9_./@()-]*| \([A-Za-z%/]+\))?"
+# a colon, or the full-width one of CJK text (`当前损失值：10.113`)
+_COLON = "[=:\uff1a]"
 _UNIT = r"ms|s|%|[KMGT]i?B"
 # a pair's end (consumed: polars' regex has no look-ahead); a full stop may end a line
 _END = r"(?:[ \t,;:|)\]}]|\.?$)"
 # one pair; or a counter written `200/ 2983 batches` (the name after the number)
 _PAIR = (
-    rf"['\"]?(?P<key>{_KEYS})['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)\[?['\"]?(?P<value>{NUM})"
+    rf"['\"]?(?P<key>{_KEYS})['\"]?(?:[ \t]*{_COLON}[ \t]*|[ \t]+)\[?['\"]?(?P<value>{NUM})"
     rf"(?P<unit>{_UNIT})?['\"]?(?:[ \t]*/[ \t]*(?P<of>[0-9]+))?\]?{_END}"
     rf"|(?P<cvalue>[0-9]+)[ \t]*/[ \t]*(?P<cof>[0-9]+)[ \t]+"
     rf"(?P<ckey>batches|batch|steps|iters|iterations|updates){_END}"
     # a counter written against its name in brackets: `Epoch[2] Iteration[150/3385]`
     rf"|(?P<bkey>[A-Za-z][A-Za-z_]*)\[(?P<bvalue>[0-9]+)(?:/(?P<bof>[0-9]+))?\]"
+    # a counter with its total and no name (`Epoch 0 [20/188] loss: 2.3`): read as
+    # `batch` (a step when it starts again each epoch, see choose_step)
+    rf"|\[[ \t]*(?P<uvalue>[0-9]+)[ \t]*/[ \t]*(?P<uof>[0-9]+)[ \t]*\]"
 )
 _PAIR_TOKEN = re.sub(r"\(\?P<[a-z]+>", "(?:", _PAIR)
 # a counter's name as a step name
@@ -54,23 +63,25 @@ _MEMORY = {"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "KiB": 2.0**10, "MiB": 2
 _MEMORY |= {"GiB": 2.0**30, "TiB": 2.0**40}
 _WORD = r"[A-Za-z]{2,}"
 # a line with at least two pairs is worth a look
-_HINT = rf"{_KEY}['\"]?(?:[ \t]*[=:][ \t]*|[ \t]+)\[?['\"]?[-+.0-9]"
+_HINT = rf"{_KEY}['\"]?(?:[ \t]*{_COLON}[ \t]*|[ \t]+)\[?['\"]?[-+.0-9]"
 # a file's head holding a step-like pair and another pair is a log this reader may read
 # (single quotes only: a JSON line is the JSONL reader's)
-_STEP_WORD = r"\b(?i:global_step|step|iter|iteration|epoch|batch)'?"
+_STEP_WORD = rf"(?:\b|(?<=[{_CJK}]))(?i:global_step|step|iters|iter|iteration|epoch|batch)'?"
 SNIFF = (
     # a step pair, then a `key=value` / `key: value` pair, or a `key value` one after a
     # separator (`| loss 2.3`)
-    rf"^[^\n]*{_STEP_WORD}[ \t]*[=:]?[ \t]*\[?[0-9]+[^\n]*?"
-    rf"(?:[ \t,;|{{]'?{_KEY}'?[ \t]*[=:][ \t]*'?{NUM}"
+    rf"^[^\n]*{_STEP_WORD}[ \t]*{_COLON}?[ \t]*\[?[0-9]+[^\n]*?"
+    rf"(?:[ \t,;|{{]'?{_KEY}'?[ \t]*{_COLON}[ \t]*'?{NUM}"
     rf"|[ \t]*[|,;][ \t]*{_KEY}[ \t]+{NUM})"
     # a step, a colon, then `key value` pairs (`[train] iter 10: loss 8.8782 2903 ms/iter`)
     rf"|^[^\n]*{_STEP_WORD}[ \t]+[0-9]+:[ \t]+{_KEY}[ \t]+{NUM}(?:[ \t]|$)"
     # a step header, then an indented `key=value` line
-    rf"|^[ \t]*{_STEP_WORD}[ \t]*[=:]?[ \t]*\[?[0-9]+(?:/[0-9]+)?\]?:?[ \t]*\n"
-    rf"[ \t]+{_KEY}[ \t]*[=:][ \t]*{NUM}"
+    rf"|^[ \t]*{_STEP_WORD}[ \t]*{_COLON}?[ \t]*\[?[0-9]+(?:/[0-9]+)?\]?:?[ \t]*\n"
+    rf"[ \t]+{_KEY}[ \t]*{_COLON}[ \t]*{NUM}"
+    # two counters in brackets, then a pair (`[0 :   6700] loss G : 1.495 loss D : 2.846`)
+    rf"|^[ \t]*\[[ \t]*[0-9]+[ \t]*:[ \t]*[0-9]+[ \t]*\][ \t]*{_KEYS}[ \t]*{_COLON}[ \t]*{NUM}"
 )
-_MIN_LINES = 2  # step lines a file needs before its guess is trusted
+_MIN_LINES = counters.MIN_LINES  # step lines a file needs before its guess is trusted
 _RISE = RISE  # share of a step's moves that must go up (or no more than one move down:
 # a job launched again and appended to its log, in a short log)
 
@@ -84,7 +95,15 @@ class Pairs:
     def add(self, df: pl.DataFrame) -> None:
         """Cut the lines of one piece (``lineno, line``) into pairs; keep the lines that
         are made of pairs."""
-        lines = df.filter(pl.col("line").str.contains(_HINT))
+        # a line that only announces an evaluation (`testing in eval mode……`) names the
+        # split of the pairs on the line after it
+        announced = pl.col("line").shift(1).str.contains(_ANNOUNCE).fill_null(False)
+        lines = df.with_columns(announced.alias("_announced"))
+        if lines.get_column("line").str.contains(_STAGE_ITER).any():
+            # two counters in brackets before the pairs, `[0 :   6700] loss G : 1.495`
+            # (a progressive GAN's scale and its iteration): a stage and its iteration
+            lines = lines.with_columns(pl.col("line").str.replace(_STAGE_ITER, "stage=$1 iter=$2 "))
+        lines = lines.filter(pl.col("line").str.contains(_HINT))
         if lines.height == 0:
             return
         tokens = lines.with_columns(pl.col("line").str.extract_all(_PAIR_TOKEN).alias("_t"))
@@ -106,18 +125,39 @@ class Pairs:
                 "lineno",
                 "_t",
                 pl.col("line").str.contains(r"^[ \t]").alias("_indent"),
-                pl.col("line").str.extract(_LABEL, 1).str.to_lowercase().alias("_label"),
+                pl.when(pl.col("_announced"))
+                .then(pl.lit("eval"))
+                .otherwise(pl.col("line").str.extract(_LABEL, 1).str.to_lowercase())
+                .alias("_label"),
+                (
+                    pl.col("line")
+                    .str.slice(0, pl.col("line").str.find(first, literal=True))
+                    .str.contains(_BEST)
+                    .fill_null(False)
+                    if kept.get_column("line").str.contains(_BEST).any()
+                    else pl.lit(False)
+                ).alias("_best"),
             )
             .explode("_t")
+            # a list's first item (`STEPS: [50, 70, 90]` in a printed config) is no pair
+            .pipe(_no_list_items, kept.get_column("line").str.contains(r"\[[^\]/]*,").any())
             .with_row_index("field")
             .with_columns(pl.col("_t").str.extract_groups(_PAIR).alias("_p"))
             .unnest("_p")
             .with_columns(
-                pl.coalesce("key", pl.col("ckey").replace(_COUNTERS), "bkey").alias("key"),
-                pl.coalesce("value", "cvalue", "bvalue").alias("value"),
-                pl.coalesce("of", "cof", "bof").alias("of"),
+                pl.coalesce(
+                    "key",
+                    pl.col("ckey").replace(_COUNTERS),
+                    "bkey",
+                    pl.when(pl.col("uvalue").is_not_null()).then(pl.lit("batch")),
+                ).alias("key"),
+                pl.coalesce("value", "cvalue", "bvalue", "uvalue").alias("value"),
+                pl.coalesce("of", "cof", "bof", "uof").alias("of"),
             )
-            .with_columns(_step_word_alone(pl.col("key")).alias("key"))
+            .pipe(_in_english, kept.get_column("line").str.contains(f"[{_CJK}]").any())
+            .pipe(_no_copula, kept.get_column("line").str.contains(_COPULA_LINE).any())
+            .with_columns(_step_word_alone(pl.col("key"), pl.col("value")).alias("key"))
+            .pipe(_running_bests)
             .pipe(_evaluation_lines)
             .pipe(_bare_splits)
             .pipe(_labelled_lines)
@@ -161,18 +201,24 @@ class Pairs:
             steps = steps.with_columns(pl.int_range(1, pl.len() + 1).alias("step"))
         # the step's names are the axis, not metrics (another epoch count stays a metric)
         drop = [] if counted else [step_key, *([per_epoch] if per_epoch else [])]
+        # a line that names the epoch but no batch (`Epoch 0 val acc: 0.41` among `Epoch 0
+        # [20/188] loss: …`) is the epoch's: its pair is no lone one
+        dated = pairs.filter(pl.col("_lower").is_in(drop)).select("lineno").unique()
         pairs = pairs.filter(~pl.col("_lower").is_in(drop)).drop("_lower", "of")
         long = pairs.join(steps, on="lineno", how="left", maintain_order="left")
         del pairs
         loose = long.filter(pl.col("step").is_null())
         if loose.height:
-            long, dumped = _place_loose(long.filter(pl.col("step").is_not_null()), loose, steps)
+            long, dumped = _place_loose(
+                long.filter(pl.col("step").is_not_null()), loose, steps, dated
+            )
             if dumped:
                 notes.add(
                     "ignored-lines",
                     f"{dumped} line(s) of names and values printed between two training "
-                    f"steps, {DUMP_LINES} or more names at once: a configuration a relaunch "
-                    "printed, no step's metrics (left out)",
+                    f"steps, {DUMP_LINES} or more names at once (a configuration a relaunch "
+                    f"printed) or one name on {_ITEM_LINES} or more lines (a figure per "
+                    "tensor or per sample): no step's metrics (left out)",
                     count=dumped,
                     severity="info",
                 )
@@ -251,6 +297,15 @@ _LABEL = (
     r"(?i)(?:^|[-|,;>\]][ \t]*)(validation|valid|val|evaluation|eval|dev|test)"
     r"(?:[ \t]+[A-Za-z][A-Za-z0-9_-]*)?[ \t]*:[ \t]+[A-Za-z]"
 )
+_STAGE_ITER = r"^[ \t]*\[[ \t]*([0-9]+)[ \t]*:[ \t]*([0-9]+)[ \t]*\]"
+#: the outer counter of :data:`_STAGE_ITER`, whose iteration starts again at each stage
+_STAGE = "stage"
+# a line of a few words, no number, that says an evaluation starts (`testing in eval
+# mode……`, `Evaluating...`, `Validation:`)
+_ANNOUNCE = (
+    r"(?i)^[ \t]*(?:testing|evaluating|validating|evaluation|validation|eval|test)\b"
+    r"[^0-9=:]{0,40}[.…:!]*[ \t]*$"
+)
 _LABEL_SPLIT = {"validation": "val", "valid": "val", "evaluation": "val", "eval": "val"}
 
 
@@ -258,6 +313,86 @@ _VAL_WORDS = ["val", "valid", "validation", "eval", "test"]
 # a logger's name and level before the message (`DBNet INFO: [1/200]`) are no key
 _LEVEL_WORD = r"(?:^| )(?:INFO|WARNING|WARN|DEBUG|ERROR|CRITICAL)$"
 _PROSE_WORD = r"(?i)(?:^| )(?:and|or|for|of|the|with|to|in|on|at|by|from|is|are|was|were)(?:$| )"
+
+
+# the words of a name written in Chinese that say what the metric is (`训练损失` train loss,
+# `验证损失` val loss, `当前准确率` the current accuracy), longest first; a word not here
+# stays as it is written
+_CJK_WORDS = {
+    "损失值": " loss ",
+    "损失": " loss ",
+    "准确率": " accuracy ",
+    "正确率": " accuracy ",
+    "学习率": " lr ",
+    "困惑度": " perplexity ",
+    "训练": " train ",
+    "验证": " val ",
+    "测试": " test ",
+    "平均": " avg ",
+    "轮次": " epoch ",
+    "批次": " batch ",
+    "步数": " step ",
+    "迭代": " iter ",
+    "时间": " time ",
+    "当前": " ",  # (current)
+    "值": " ",  # (value: `损失值` the loss' value)
+}
+
+
+def _in_english(pairs: pl.DataFrame, any_cjk: bool) -> pl.DataFrame:
+    """The pairs, their keys' Chinese words of :data:`_CJK_WORDS` said in English (looked
+    for only when a line of the piece has such a character, ``any_cjk``)."""
+    if not any_cjk:
+        return pairs
+    has = pl.col("key").str.contains(f"[{_CJK}]")
+    words = list(_CJK_WORDS)
+    spelled = pl.col("key").str.replace_many(words, [_CJK_WORDS[w] for w in words])
+    plain = spelled.str.replace_all(r"[ \t]+", " ").str.strip_chars()
+    return pairs.with_columns(pl.when(has).then(plain).otherwise(pl.col("key")).alias("key"))
+
+
+# a running best before the first pair (`Best Valid accuracy: 77.00%`, `best model saved,
+# val loss: 5.96`): the best so far, not the step's value
+_BEST = r"(?i)\bbest\b|最佳"
+
+
+_COPULA = r" (?:is|was|are|were)$"
+_COPULA_LINE = r" (?:is|was|are|were)[ \t]*[=:\uff1a]"
+
+
+def _no_copula(pairs: pl.DataFrame, any_copula: bool) -> pl.DataFrame:
+    """A copula after the name is no part of it (`loss is: 0.62, acc is: 0.78`); looked
+    for only when a line of the piece has one (``any_copula``)."""
+    if not any_copula:
+        return pairs
+    return pairs.with_columns(pl.col("key").str.replace(_COPULA, "").alias("key"))
+
+
+def _no_list_items(tokens: pl.DataFrame, any_list: bool) -> pl.DataFrame:
+    """Without a list's first item (`STEPS: [50, 70, 90]` in a printed config: no pair);
+    looked for only when a line of the piece has a bracket before a comma."""
+    if not any_list:
+        return tokens
+    return tokens.filter(~pl.col("_t").str.contains(r"\[[^\]/]*,[ \t]*$"))
+
+
+def _running_bests(pairs: pl.DataFrame) -> pl.DataFrame:
+    """The pairs of a line that names a best before them (`Best Valid accuracy: 77.00%`
+    after each epoch's `Validation accuracy: 64.00%`) are the best so far: named
+    ``best <key>`` (kept, never aliased to the metric itself, whose value at that step
+    they would overwrite)."""
+    if not pairs.get_column("_best").any():
+        return pairs.drop("_best")
+    return pairs.with_columns(
+        pl.when(
+            pl.col("_best")
+            & ~pl.col("key").str.contains(r"(?i)\bbest\b")
+            & ~pl.col("key").str.to_lowercase().is_in(list(STEP_NAMES))  # (its step stays)
+        )
+        .then(pl.lit("best ") + pl.col("key"))
+        .otherwise(pl.col("key"))
+        .alias("key")
+    ).drop("_best")
 
 
 def _bare_splits(pairs: pl.DataFrame) -> pl.DataFrame:
@@ -305,30 +440,53 @@ def _repeats_after_evaluation(pairs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _step_word_alone(key: pl.Expr) -> pl.Expr:
-    """A two-word key ending in a step name is that name (`end of epoch 1`: `epoch`)."""
+# a count of iterations done, in the plural (`iters: 100, loss:1.3818`), is the step word
+_PLURAL_STEPS = {"iters": "iter", "Iters": "Iter", "ITERS": "ITER"}
+
+
+def _step_word_alone(key: pl.Expr, value: pl.Expr) -> pl.Expr:
+    """A two-word key ending in a step name, before a whole number, is that name (`end of
+    epoch 1`: `epoch`; `Change from previous epoch: 1.58` is no epoch); a plural `iters`
+    is `iter`."""
     last = key.str.extract(r" ([A-Za-z_]+)$", 1)
-    return pl.when(last.str.to_lowercase().is_in(list(STEP_NAMES))).then(last).otherwise(key)
+    whole = value.str.contains(r"^[0-9]+$").fill_null(False)
+    return (
+        pl.when(last.str.to_lowercase().is_in(list(STEP_NAMES)) & whole)
+        .then(last)
+        .otherwise(key)
+        .replace(_PLURAL_STEPS)
+    )
 
 
 #: lines and names of stepless pairs between two step lines from which on they are a
 #: configuration printed by a relaunch (an evaluation prints fewer: HF's eval block has 7)
 DUMP_LINES = 10
+#: lines between two step lines that say one name from which on it is a per-item figure
+_ITEM_LINES = 3
 
 
 def _place_loose(
-    long: pl.DataFrame, loose: pl.DataFrame, steps: pl.DataFrame
+    long: pl.DataFrame, loose: pl.DataFrame, steps: pl.DataFrame, dated: pl.DataFrame
 ) -> tuple[pl.DataFrame, int]:
     """``long`` with the pairs of lines without a step: a line with two pairs (an
     evaluation's results) or an indent (a block under a step header) takes the last step
-    above it; a lone pair on a line of its own is left out. So are the pairs between two
+    above it; a lone pair on a line of its own is left out, unless its line names the
+    epoch (``dated``: the epoch's result) or its name follows most steps (an evaluation
+    printed on a line of its own after each epoch). So are the pairs between two
     step lines that fill ``DUMP_LINES`` lines with as many names: the configuration a
     relaunch prints (maskrcnn-benchmark's yacs dump, a pprint of a config dict), whose
     values are no step's (an evaluation printed between the same two steps goes with
-    it). Also the number of lines so left out."""
+    it), and a name said on ``_ITEM_LINES`` lines or more between two steps (a figure per
+    tensor or per sample). Also the number of lines so left out."""
     pairs_on = loose.group_by("lineno").len()
+    # a lone pair said again after most steps (`Validation accuracy: 51.00%` on the line
+    # after each epoch's) is an evaluation's result; a configuration's value is said once
+    again = pl.col("lineno").n_unique().over("key") * 2 >= steps.height
     loose = loose.join(pairs_on, on="lineno", how="left", maintain_order="left").filter(
-        (pl.col("len") >= 2) | pl.col("_indent")
+        (pl.col("len") >= 2)
+        | pl.col("_indent")
+        | again
+        | pl.col("lineno").is_in(dated.get_column("lineno").implode())
     )
     placed = (
         loose.drop("step", "len")
@@ -338,8 +496,12 @@ def _place_loose(
     dump = (pl.col("lineno").n_unique().over("_at") >= DUMP_LINES) & (
         pl.col("key").n_unique().over("_at") >= DUMP_LINES
     )
-    dumped = placed.filter(dump).get_column("lineno").n_unique()
-    placed = placed.filter(~dump).drop("_at")
+    # a name said on several lines between two steps is a per-item figure (`Gradient
+    # stats for <tensor>:` then `Norm: 0.17, Mean: …` for every tensor; a molecule's
+    # embedding stats): no one value is the step's, and the last would stand for all
+    items = pl.col("lineno").n_unique().over("_at", "key") >= _ITEM_LINES
+    dumped = placed.filter(dump | items).get_column("lineno").n_unique()
+    placed = placed.filter(~(dump | items)).drop("_at")
     out = pl.concat([long, placed.select(long.columns)])
     return out.sort("lineno", "field", maintain_order=True), dumped
 
@@ -380,14 +542,21 @@ def choose_step(pairs: pl.DataFrame) -> tuple[str | None, str | None]:
     whole = per.filter(pl.col("whole"))
     names = {r["_lower"]: r for r in whole.iter_rows(named=True)}
     epoch = next((n for n in STEP_NAMES if n in _EPOCHS and n in names), None)
+    staged = pairs.filter(pl.col("_lower") == _STAGE).height > 0
     for name in STEP_NAMES:
         row = names.get(name)
         if row is None:
             continue
+        if name in _EPOCHS:
+            counter = counters.unnamed_counter(pairs, name)
+            if counter is not None:
+                return counter, name
         rise = row["rise"] if row["rise"] is not None else 1.0
         counted = name not in _EPOCHS and epoch is not None and row["of"] is not None
         if counted and rise < 1.0:
             return name, epoch  # a batch counter per epoch (it starts again), total printed
+        if rise < 1.0 and staged and row["of"] is None:
+            return name, _STAGE  # an iteration that starts again at each stage
         if rise >= _RISE or row["drops"] <= 1:
             return name, None
     return None, None
@@ -408,6 +577,8 @@ def _steps(pairs: pl.DataFrame, step_key: str, per_epoch: str | None) -> pl.Data
         .select("lineno", value.alias("_epoch"))
         .unique("lineno", keep="first", maintain_order=True)
     )
+    if per_epoch == _STAGE:
+        return counters.staged_steps(steps.join(epochs, on="lineno", how="inner"))
     first = epochs.get_column("_epoch").min()
     return steps.join(epochs, on="lineno", how="inner").select(
         "lineno",
