@@ -151,6 +151,11 @@ class Run:
             return self.frame
         return self.frame.filter(~pl.col("superseded"))
 
+    def columns(self, metric: str, names: Sequence[str]) -> list[pl.Series] | None:
+        """These columns of one metric's standing rows, in frame order (every row, not one
+        per step); None for a metric not logged. No query: slices of the run's columns."""
+        return self._by_metric().columns(metric, names)
+
     def series_frame(self, metric: str) -> pl.DataFrame:
         """step, value, wall_time of one metric: standing values, step order, last per step."""
         views = self._by_metric()
