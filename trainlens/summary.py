@@ -94,7 +94,8 @@ def _densest_clock(run: Run) -> tuple[np.ndarray, np.ndarray] | None:
     median step). Ties go to the first metric in the metric column's order (its names
     for a Categorical, as a sort of that column gives; the categories' order for an
     Enum). From each metric's standing rows as the run holds them (numpy: the group-bys
-    and filters this was cost five polars queries, ~0.6 ms a small run in a gate)."""
+    and filters this was cost five polars queries, which polars ran on every core: 2.4 ms of
+    CPU of a gated 1,200-step run's 10.3 on a 2-core machine)."""
     dtype = run.frame.schema["metric"]
     names = run.metrics
     if isinstance(dtype, pl.Enum):
