@@ -96,6 +96,15 @@ def test_strided_leading_dimensions(scalar: bool) -> None:
         _close(_compiled(view, scalar=scalar), _reference(view))
 
 
+def test_more_leading_dimensions_than_the_lane_walks_go_to_torch() -> None:
+    logits = torch.randn(*([1] * 9), 2, 7)  # nine leading dimensions: torch's ops
+    assert stats._entropy_cpu(logits, None) is None
+    got = evaluate(stats.entropy_and_padding(logits)[0])
+    assert got == pytest.approx(_reference(logits)[0] / 2, rel=1e-5)
+    eight = torch.randn(*([1] * 7), 2, 7)  # eight: the lane
+    assert stats._entropy_cpu(eight, None) is not None
+
+
 def test_a_last_dimension_with_a_stride_goes_to_torch() -> None:
     logits = torch.randn(3, 40, 6).transpose(1, 2)  # rows of 40 with a stride of 6
     assert stats._entropy_cpu(logits, None) is None
