@@ -83,6 +83,21 @@ static inline float load1(const char *row, Py_ssize_t j, int dtype) {
     return half_to_float(h);
 }
 
+/* H of a row from S and T over its logits before `from`, the rest added one at a time:
+ * the whole row in the scalar loop, the tail after the last 8-wide block in AVX2's */
+static double row_end(const char *row, Py_ssize_t from, Py_ssize_t vocab, int dtype, float m,
+                      double s, double t) {
+    for (Py_ssize_t j = from; j < vocab; j++) {
+        float d = load1(row, j, dtype) - m;
+        if (d < DMIN)
+            d = DMIN;
+        double e = (double)expf(d);
+        s += e;
+        t += e * (double)d;
+    }
+    return log(s) - t / s;
+}
+
 /* H of one row, one logit at a time (the fallback, and the reference of the tests) */
 static double row_scalar(const char *row, Py_ssize_t vocab, int dtype) {
     float m = -INFINITY;
@@ -96,16 +111,7 @@ static double row_scalar(const char *row, Py_ssize_t vocab, int dtype) {
     }
     if (nan || !isfinite(m))
         return NAN;
-    double s = 0.0, t = 0.0;
-    for (Py_ssize_t j = 0; j < vocab; j++) {
-        float d = load1(row, j, dtype) - m;
-        if (d < DMIN)
-            d = DMIN;
-        double e = (double)expf(d);
-        s += e;
-        t += e * (double)d;
-    }
-    return log(s) - t / s;
+    return row_end(row, 0, vocab, dtype, m, 0.0, 0.0);
 }
 
 #if TL_X86
@@ -214,15 +220,7 @@ TARGET static double row_avx2(const char *row, Py_ssize_t vocab, int dtype) {
         t0 = _mm256_fmadd_ps(e0, d0, t0);
     }
     double s = hsum8(_mm256_add_ps(s0, s1)), t = hsum8(_mm256_add_ps(t0, t1));
-    for (; j < vocab; j++) {
-        float d = load1(row, j, dtype) - m;
-        if (d < DMIN)
-            d = DMIN;
-        double e = (double)expf(d);
-        s += e;
-        t += e * (double)d;
-    }
-    return log(s) - t / s;
+    return row_end(row, j, vocab, dtype, m, s, t);
 }
 #endif
 
