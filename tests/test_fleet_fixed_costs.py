@@ -194,6 +194,19 @@ def test_a_series_asked_again_is_the_same_and_follows_a_new_frame() -> None:
 # ---- the folder above a fleet, listed once ---------------------------------------------------
 
 
+def _counting_walks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The folders ``_discover._walk`` is called on from now on (recursion included)."""
+    listed: list[str] = []
+    walk = _discover._walk
+
+    def counting(folder: str, *args: object, **kwargs: object) -> None:
+        listed.append(folder)
+        walk(folder, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_discover, "_walk", counting)
+    return listed
+
+
 def test_a_gate_lists_the_folder_above_its_runs_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,14 +222,7 @@ def test_a_gate_lists_the_folder_above_its_runs_once(
     stray = tmp_path / "fleet" / "checkpoint-40"  # beside the runs: not theirs
     stray.mkdir()
     (stray / "model.safetensors").write_bytes(b"")
-    listed: list[str] = []
-    walk = _discover._walk
-
-    def counting(folder: str, *args: object, **kwargs: object) -> None:
-        listed.append(folder)
-        walk(folder, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_discover, "_walk", counting)
+    listed = _counting_walks(monkeypatch)
     result = gate([str(tmp_path / "fleet")], config=Config(), jobs=1)
     assert len(result.reports) == 6
     fleet = os.path.join(str(tmp_path), "fleet")
@@ -251,14 +257,7 @@ def test_a_gate_walks_a_folder_of_run_files_once_per_depth(
         r.run.source: [d.message for d in r.run.data_quality if d.kind == "checkpoints-elsewhere"]
         for r in trainlens.analyze(fleet / "run5.jsonl")
     }
-    listed: list[str] = []
-    walk = _discover._walk
-
-    def counting(folder: str, *args: object, **kwargs: object) -> None:
-        listed.append(folder)
-        walk(folder, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_discover, "_walk", counting)
+    listed = _counting_walks(monkeypatch)
     result = gate([str(fleet)], config=Config(), jobs=1)
     assert len(result.reports) == 8
     assert 1 <= listed.count(str(fleet)) <= 2  # its own entries, and three levels down
